@@ -1,0 +1,136 @@
+"""The one place where Taichi is initialised.
+
+``init`` wraps ``ti.init`` once per process. Every other module imports Taichi
+lazily or only defines kernels; no module allocates fields at import time.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+
+log = logging.getLogger(__name__)
+
+ARCHES = ("auto", "cpu", "cuda", "vulkan")
+PRECISIONS = ("f64", "f32")
+
+
+@dataclass(frozen=True)
+class BackendInfo:
+    arch: str  # the arch actually in use: "cpu", "cuda" or "vulkan"
+    precision: str  # "f64" or "f32"
+
+
+_current: BackendInfo | None = None
+
+
+class BackendError(RuntimeError):
+    pass
+
+
+def cuda_available() -> bool:
+    """Whether a CUDA device is visible, without initialising Taichi."""
+    if os.environ.get("CUDA_VISIBLE_DEVICES", None) == "":
+        return False
+    try:
+        import ctypes
+
+        lib = ctypes.CDLL("libcuda.so.1")
+        count = ctypes.c_int(0)
+        if lib.cuInit(0) != 0:
+            return False
+        return lib.cuDeviceGetCount(ctypes.byref(count)) == 0 and count.value > 0
+    except OSError:
+        return False
+
+
+def init(arch: str = "auto", precision: str | None = None, *, debug: bool = False) -> BackendInfo:
+    """Initialise Taichi once for this process.
+
+    arch: "auto" picks CUDA when a CUDA device is present, otherwise the CPU.
+    precision: "f64" (default on the CPU, so accuracy tests mean something) or
+    "f32" (default on a GPU, allowed for real-time runs).
+    A second call with the same (or compatible "auto"/None) arguments returns
+    the existing backend; asking for a different one is an error, because
+    fields and kernels already created belong to the first.
+    """
+    global _current
+    if arch not in ARCHES:
+        raise BackendError(f"unknown arch {arch!r}: expected one of {', '.join(ARCHES)}")
+    if precision is not None and precision not in PRECISIONS:
+        raise BackendError(f"unknown precision {precision!r}: expected f64 or f32")
+    if _current is not None:
+        same_arch = arch in ("auto", _current.arch)
+        same_prec = precision in (None, _current.precision)
+        if same_arch and same_prec:
+            return _current
+        raise BackendError(
+            f"Taichi is already initialised with arch={_current.arch}, "
+            f"precision={_current.precision}; cannot switch to arch={arch}, precision={precision}"
+        )
+    import taichi as ti
+
+    chosen = arch
+    if arch == "auto":
+        chosen = "cuda" if cuda_available() else "cpu"
+    if precision is None:
+        precision = "f64" if chosen == "cpu" else "f32"
+    ti_arch = {"cpu": ti.cpu, "cuda": ti.cuda, "vulkan": ti.vulkan}[chosen]
+    fp = ti.f64 if precision == "f64" else ti.f32
+    ti.init(
+        arch=ti_arch,
+        default_fp=fp,
+        default_ip=ti.i32,
+        offline_cache=True,
+        debug=debug,
+        log_level=ti.WARN,
+        random_seed=0,
+    )
+    actual = _arch_name(ti.lang.impl.current_cfg().arch)
+    if actual != chosen:
+        log.warning("Taichi could not use %s and fell back to %s", chosen, actual)
+    _current = BackendInfo(arch=actual, precision=precision)
+    return _current
+
+
+def _arch_name(a) -> str:
+    import taichi as ti
+
+    for name in ("cuda", "vulkan", "x64", "arm64"):
+        if a == getattr(ti, name, None):
+            return "cpu" if name in ("x64", "arm64") else name
+    return str(a)
+
+
+def current() -> BackendInfo:
+    """The backend in use; initialises the default (auto) one if none is."""
+    return _current if _current is not None else init()
+
+
+def is_initialized() -> bool:
+    return _current is not None
+
+
+def reset() -> None:
+    """Tear Taichi down (tests use this between modules that need a clean runtime)."""
+    global _current
+    if _current is None:
+        return
+    import taichi as ti
+
+    ti.reset()
+    _current = None
+
+
+def real():
+    """The Taichi float type of the current precision."""
+    import taichi as ti
+
+    return ti.f64 if current().precision == "f64" else ti.f32
+
+
+def np_real():
+    import numpy as np
+
+    return np.float64 if current().precision == "f64" else np.float32

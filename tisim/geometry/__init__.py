@@ -1,0 +1,10 @@
+"""Plain numpy geometry: mesh types, I/O, generators, topology, precomputation.
+
+Nothing here imports Taichi, so all of it is testable on its own.
+"""
+
+from __future__ import annotations
+
+from tisim.geometry.mesh import MeshError, TetMesh, TriMesh
+
+__all__ = ["MeshError", "TetMesh", "TriMesh"]

@@ -1,0 +1,293 @@
+"""Scene files: TOML mapped one to one onto frozen config dataclasses.
+
+A scene has the sections ``[scene]``, ``[sim]``, ``[solver]``, ``[contact]``,
+``[objects.NAME]`` (with ``[objects.NAME.handles.GROUP]``), ``[colliders.NAME]``,
+``[camera]`` and ``[render]``. Every value has a dotted path, and any value can
+be overridden with ``--set path=value`` (the value parsed as TOML).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from tisim.config import ConfigError, Int3, Vec3, from_dict, num, to_dict
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+INF = math.inf
+MATERIALS = ("arap", "corotated", "neo-hookean", "symmetric-dirichlet", "symmetric-gradient")
+Material = Literal["arap", "corotated", "neo-hookean", "symmetric-dirichlet", "symmetric-gradient"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class SceneInfo:
+    name: str = ""
+    description: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class SimConfig:
+    """Time stepping. Units: seconds, metres."""
+
+    dt: float = num(0.01, gt=0, le=1.0, doc="time step, s")
+    frames: int = num(100, ge=1, doc="frames to simulate")
+    substeps: int = num(1, ge=1, doc="solver steps per output frame")
+    gravity: Vec3 = (0.0, -9.81, 0.0)
+    damping: float = num(0.0, ge=0, doc="mass-proportional (Rayleigh-like) damping, 1/s")
+
+
+@dataclass(frozen=True, kw_only=True)
+class HandleConfig:
+    """A group of vertices that follow a prescribed motion (pinned when it has none).
+
+    Vertices are selected by an axis-aligned box in world coordinates (after the
+    object's transform), or listed by index. The group's rest positions are
+    translated by ``velocity * t`` and rotated by ``angular_velocity * t`` about
+    ``center`` (default: the group's centroid); the motion runs from ``start`` to
+    ``stop`` seconds and the group is let go at ``release`` seconds.
+    """
+
+    region_min: Vec3 | None = None
+    region_max: Vec3 | None = None
+    vertices: tuple[int, ...] = ()
+    velocity: Vec3 = (0.0, 0.0, 0.0)
+    angular_velocity: Vec3 = (0.0, 0.0, 0.0)
+    center: Vec3 | None = None
+    start: float = num(0.0, ge=0)
+    stop: float = num(INF, ge=0)
+    release: float = num(INF, ge=0)
+
+    def __post_init__(self):
+        if not self.vertices and (self.region_min is None or self.region_max is None):
+            raise ConfigError("", "a handle needs region_min and region_max, or vertices")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ObjectConfig:
+    """A soft body: a mesh file or a generator, a material and an initial state."""
+
+    mesh: str | None = None
+    generator: Literal["box", "ball"] | None = None
+    size: Vec3 = (1.0, 1.0, 1.0)
+    resolution: Int3 = (4, 4, 4)
+    tets_per_cell: Literal[5, 6] = 5
+    radius: float = num(0.5, gt=0)
+    ball_resolution: int = num(8, ge=2, doc="cells across the ball's diameter")
+    material: Material = "neo-hookean"
+    youngs_modulus: float = num(1e5, gt=0, doc="Pa")
+    poisson_ratio: float = num(0.3, ge=0, lt=0.5)
+    density: float = num(1000.0, gt=0, doc="kg/m^3")
+    translation: Vec3 = (0.0, 0.0, 0.0)
+    rotation: Vec3 = (0.0, 0.0, 0.0)  # XYZ Euler angles, degrees
+    scale: float = num(1.0, gt=0)
+    velocity: Vec3 = (0.0, 0.0, 0.0)
+    angular_velocity: Vec3 = (0.0, 0.0, 0.0)  # rad/s about the centre of mass
+    handles: dict[str, HandleConfig] = field(default_factory=dict)
+
+    def __post_init__(self):
+        if (self.mesh is None) == (self.generator is None):
+            raise ConfigError("", "an object needs exactly one of 'mesh' (a file) or 'generator'")
+        if any(r < 1 for r in self.resolution):
+            raise ConfigError("resolution", f"expected three integers >= 1, got {list(self.resolution)}")
+        if any(s <= 0 for s in self.size):
+            raise ConfigError("size", f"expected three numbers > 0, got {list(self.size)}")
+
+    @property
+    def lame(self) -> tuple[float, float]:
+        """(mu, lambda) Lame parameters in Pa."""
+        E, nu = self.youngs_modulus, self.poisson_ratio
+        return E / (2 * (1 + nu)), E * nu / ((1 + nu) * (1 - 2 * nu))
+
+
+@dataclass(frozen=True, kw_only=True)
+class ColliderConfig:
+    """An analytic obstacle: plane, sphere, box or cylinder (roller).
+
+    ``position``: a point of the plane / the centre. ``normal``: plane normal.
+    ``axis``, ``length``: cylinder axis direction and length (inf = unbounded).
+    ``half_extents``: box half sizes. Moving colliders translate with ``velocity``
+    and spin with ``angular_velocity`` (rad/s, about ``position``); a cylinder
+    spinning about its own axis stays in place but drags what touches it.
+    """
+
+    type: Literal["plane", "sphere", "box", "cylinder"]
+    position: Vec3 = (0.0, 0.0, 0.0)
+    normal: Vec3 = (0.0, 1.0, 0.0)
+    radius: float = num(0.5, gt=0)
+    axis: Vec3 = (0.0, 0.0, 1.0)
+    length: float = num(INF, gt=0)
+    half_extents: Vec3 = (0.5, 0.5, 0.5)
+    rotation: Vec3 = (0.0, 0.0, 0.0)  # box orientation, XYZ Euler degrees
+    velocity: Vec3 = (0.0, 0.0, 0.0)
+    angular_velocity: Vec3 = (0.0, 0.0, 0.0)
+    friction: float | None = None  # overrides contact.mu for this collider
+    visible: bool = True
+
+    def __post_init__(self):
+        if self.friction is not None and self.friction < 0:
+            raise ConfigError("friction", f"expected a number >= 0, got {self.friction}")
+        for k in ("normal", "axis"):
+            if sum(c * c for c in getattr(self, k)) == 0:
+                raise ConfigError(k, "expected a non-zero vector")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ContactConfig:
+    """Contact and friction, shared by the solvers that handle contact."""
+
+    enabled: bool = True
+    mu: float = num(0.3, ge=0, doc="Coulomb friction coefficient")
+    ncp: Literal["fischer-burmeister", "min-map"] = "fischer-burmeister"
+    preconditioner: Literal["delassus", "mass"] = "delassus"
+    cr_iterations: int = num(10, ge=1)
+    objects: bool = True  # object-object contact
+    self_collision: bool = False
+    margin: float = num(0.0, ge=0, doc="detection distance beyond contact, m")
+    stiffness: float = num(1e4, gt=0, doc="penalty stiffness for penalty-based solvers, N/m")
+
+
+@dataclass(frozen=True, kw_only=True)
+class CameraConfig:
+    position: Vec3 = (2.0, 1.5, 3.0)
+    lookat: Vec3 = (0.0, 0.0, 0.0)
+    up: Vec3 = (0.0, 1.0, 0.0)
+    fov: float = num(45.0, gt=0, lt=180)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RenderConfig:
+    width: int = num(960, ge=16)
+    height: int = num(720, ge=16)
+    fps: float | None = None  # video frame rate; default: simulated time runs at real speed
+    background: Vec3 = (0.12, 0.12, 0.14)
+    color: Vec3 = (0.85, 0.45, 0.25)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Scene:
+    scene: SceneInfo = field(default_factory=SceneInfo)
+    sim: SimConfig = field(default_factory=SimConfig)
+    solver: Any = None  # the registered solver's config dataclass (has a ``type`` field)
+    contact: ContactConfig = field(default_factory=ContactConfig)
+    objects: dict[str, ObjectConfig] = field(default_factory=dict)
+    colliders: dict[str, ColliderConfig] = field(default_factory=dict)
+    camera: CameraConfig = field(default_factory=CameraConfig)
+    render: RenderConfig = field(default_factory=RenderConfig)
+    path: str | None = None  # the file it came from; relative mesh paths resolve against it
+
+    @property
+    def name(self) -> str:
+        if self.scene.name:
+            return self.scene.name
+        return Path(self.path).stem if self.path else "scene"
+
+    def resolve_path(self, p: str) -> Path:
+        """A path from the scene, relative to the scene file's folder (or the cwd)."""
+        q = Path(p).expanduser()
+        if q.is_absolute():
+            return q
+        if self.path is not None:
+            cand = Path(self.path).parent / q
+            if cand.exists() or not q.exists():
+                return cand
+        return q
+
+    def to_dict(self) -> dict:
+        d = to_dict(self)
+        d.pop("path", None)
+        return d
+
+
+_SECTIONS = {f.name for f in dataclasses.fields(Scene)} - {"path"}
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """Parse ``a.b.c=value``; the value is TOML (a bare word is taken as a string)."""
+    if "=" not in text:
+        raise ConfigError("", f"--set expects KEY=VALUE, got {text!r}")
+    key, raw = text.split("=", 1)
+    key = key.strip()
+    parts = [p for p in key.split(".")]
+    if not key or any(not p for p in parts):
+        raise ConfigError("", f"--set expects a dotted key like contact.mu, got {key!r}")
+    try:
+        value = tomllib.loads(f"v = {raw.strip()}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw.strip()
+    return parts, value
+
+
+def apply_overrides(data: dict, overrides: list[str] | tuple[str, ...]) -> dict:
+    """Apply ``--set`` overrides to a raw scene dict (a deep copy is returned)."""
+    import copy
+
+    data = copy.deepcopy(data)
+    for text in overrides:
+        parts, value = parse_override(text)
+        node = data
+        for i, p in enumerate(parts[:-1]):
+            nxt = node.get(p)
+            if nxt is None:
+                nxt = node[p] = {}
+            elif not isinstance(nxt, dict):
+                raise ConfigError(".".join(parts[: i + 1]), "is a value, not a table; cannot set a key inside it")
+            node = nxt
+        node[parts[-1]] = value
+    return data
+
+
+def scene_from_dict(data: dict, path: str | None = None) -> Scene:
+    """Validate a raw scene dict into a :class:`Scene` (``path`` is named in errors)."""
+    from tisim.solvers.registry import solver_config_class
+
+    try:
+        if not isinstance(data, dict):
+            raise ConfigError("", "a scene must be a table")
+        for k in data:
+            if k not in _SECTIONS:
+                raise ConfigError(k, f"unknown section (known sections: {', '.join(sorted(_SECTIONS))})")
+        raw = dict(data)
+        solver_raw = dict(raw.pop("solver", {}) or {})
+        if not isinstance(solver_raw, dict):
+            raise ConfigError("solver", "expected a table")
+        solver_type = solver_raw.get("type", "pd")
+        cfg_cls = solver_config_class(solver_type)  # raises ConfigError for unknown types
+        solver_raw["type"] = solver_type
+        solver = from_dict(cfg_cls, solver_raw, "solver")
+        kwargs = {}
+        for f in dataclasses.fields(Scene):
+            if f.name in raw:
+                kwargs[f.name] = raw[f.name]
+        scene = from_dict(Scene, kwargs)
+        scene = dataclasses.replace(scene, solver=solver, path=path)
+        if not scene.objects:
+            raise ConfigError("objects", "a scene needs at least one object ([objects.NAME])")
+        return scene
+    except ConfigError as e:
+        raise e.with_source(path) if path else e from None
+
+
+def load_scene(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Scene:
+    """Read, override and validate a scene file. Raises :class:`ConfigError`."""
+    p = Path(path)
+    if not p.exists():
+        raise ConfigError("", "no such scene file", str(p))
+    try:
+        data = tomllib.loads(p.read_text())
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError("", f"not valid TOML: {e}", str(p)) from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError("", f"cannot read: {e}", str(p)) from None
+    try:
+        data = apply_overrides(data, overrides)
+    except ConfigError as e:
+        raise ConfigError(e.key, e.detail + " (in --set)", str(p)) from None
+    return scene_from_dict(data, str(p))

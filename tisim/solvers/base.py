@@ -1,0 +1,92 @@
+"""The surface every solver exposes.
+
+    solver = SolverX(model, config)              # precomputation here
+    stats = solver.step(state_in, state_out, dt) # StepStats
+    solver.reset(state); solver.notify_model_changed(what)
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, ClassVar
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from tisim.model import Model
+    from tisim.state import State
+
+
+@dataclass
+class StepStats:
+    """What one solver step reports. Quantities a solver does not compute stay NaN
+    (written as empty cells), never a made-up number.
+
+    timings: milliseconds per phase (e.g. {"local": 3.1, "global": 1.2}).
+    extra: further per-step columns for stats.csv (name -> number).
+    """
+
+    iterations: int = 0
+    residual: float = math.nan
+    converged: bool = True
+    potential: float = math.nan  # J: elastic + gravity (+ collision penalty), at state_out
+    n_contacts: int = 0
+    max_penetration: float = math.nan  # m, >= 0
+    timings: dict[str, float] = field(default_factory=dict)
+    extra: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Tunable:
+    """A parameter the viewer's panel may change while running."""
+
+    name: str
+    value: float
+    low: float
+    high: float
+    log: bool = False
+
+
+class Solver(ABC):
+    """Base class of all solvers.
+
+    Subclasses set ``name`` and implement ``step``. ``config`` is the solver's own
+    frozen config dataclass (``solver`` table of the scene); ``model.scene.contact``
+    holds the shared contact settings.
+    """
+
+    name: ClassVar[str] = ""
+
+    def __init__(self, model: Model, config):
+        self.model = model
+        self.config = config
+        self._drag: tuple[int, np.ndarray] | None = None
+
+    @abstractmethod
+    def step(self, state_in: State, state_out: State, dt: float) -> StepStats:
+        """Advance ``state_in`` by ``dt`` seconds into ``state_out`` (distinct objects)."""
+
+    def reset(self, state: State) -> None:
+        """Forget warm-start data (called when the viewer resets the scene)."""
+        state.warm.clear()
+
+    def notify_model_changed(self, what: str) -> None:
+        """Re-run the precomputation that depends on ``what`` (e.g. "stiffness", "dt")."""
+
+    def potential_energy(self, positions: np.ndarray) -> float:
+        """Total potential energy in J at ``positions``: elastic + gravity. NaN if unknown."""
+        return math.nan
+
+    # viewer interaction ------------------------------------------------------
+    def set_drag(self, vertex: int | None, target: np.ndarray | None = None) -> None:
+        """Pull ``vertex`` towards ``target`` (3,) as a temporary handle; None releases it."""
+        self._drag = None if vertex is None else (int(vertex), np.asarray(target, dtype=np.float64))
+
+    def tunables(self) -> list[Tunable]:
+        """Parameters the viewer's panel may change while running."""
+        return []
+
+    def set_tunable(self, name: str, value: float) -> None:
+        raise KeyError(name)
