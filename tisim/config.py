@@ -90,10 +90,12 @@ def _convert(tp, value, key: str):
             return value
         raise ConfigError(key, f"expected true or false, got {value!r}")
     if tp is float:
+        if value in ("inf", "+inf", "-inf"):  # how to_dict writes infinities for JSON
+            value = float(value)
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(key, f"expected a number, got {value!r}")
-        if not math.isfinite(value):
-            raise ConfigError(key, f"expected a finite number, got {value!r}")
+        if math.isnan(value):
+            raise ConfigError(key, f"expected a number, got {value!r}")
         return float(value)
     if tp is int:
         if isinstance(value, bool) or not isinstance(value, int):

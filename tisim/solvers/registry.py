@@ -15,19 +15,27 @@ from tisim.config import ConfigError
 @dataclass(frozen=True)
 class SolverEntry:
     name: str
-    solver: str  # "module:Class"
-    config: str  # "module:Class", importable without Taichi
+    solver: object  # "module:Class", or the class itself (plugins, tests)
+    config: object  # "module:Class" importable without Taichi, or the class
     summary: str
 
 
 _ENTRIES: dict[str, SolverEntry] = {}
 
 
-def register(name: str, solver: str, config: str, summary: str) -> None:
+def register(name: str, solver, config, summary: str = "") -> None:
+    """Make a solver selectable as ``solver.type = name``. ``solver`` and ``config``
+    are "module:Class" references (imported on first use) or classes."""
     _ENTRIES[name] = SolverEntry(name, solver, config, summary)
 
 
-def _load(ref: str):
+def unregister(name: str) -> None:
+    _ENTRIES.pop(name, None)
+
+
+def _load(ref):
+    if not isinstance(ref, str):
+        return ref
     module, attr = ref.split(":")
     return getattr(importlib.import_module(module), attr)
 

@@ -1,0 +1,37 @@
+# Two commands on a fresh machine: `make demo` and `make test`.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.tisim-installed
+PYTEST_ARGS ?=
+
+.PHONY: setup demo test test-fast bench lint clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml tools/install_system_deps.sh
+	@bash tools/install_system_deps.sh
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else "tisim needs Python 3.10 or newer")'
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e ".[test]"
+	@$(BIN)/python -m pip install -q "scikit-sparse>=0.4.12,<0.5" \
+	  || echo "warning: scikit-sparse (CHOLMOD) could not be built; tisim uses its scipy Cholesky fallback" >&2
+	@touch $(STAMP)
+
+demo: setup
+	$(BIN)/tisim demo squeeze-ball
+
+test: setup
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+test-fast: setup
+	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
+
+bench: setup
+	$(BIN)/python tools/bench_pd.py --quick
+	$(BIN)/python tools/bench_contact.py --quick
+	$(BIN)/python tools/bench_admm.py --quick
+
+clean:
+	rm -rf out .pytest_cache build *.egg-info

@@ -1,0 +1,41 @@
+"""Shared fixtures: Taichi is initialised once (CPU, f64) for the whole session."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+os.environ.setdefault("MPLBACKEND", "Agg")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def taichi_backend():
+    from tisim import backend
+
+    info = backend.init("cpu", "f64")
+    yield info
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(12345)
+
+
+@pytest.fixture(autouse=True)
+def _chdir_tmp(tmp_path, monkeypatch):
+    """Every test runs in its own folder, so nothing (imgui.ini, out/) lands in the tree."""
+    monkeypatch.chdir(tmp_path)
+
+
+@pytest.fixture(scope="session")
+def repo_root():
+    from pathlib import Path
+
+    return Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session")
+def demos_dir(repo_root):
+    return repo_root / "demos"

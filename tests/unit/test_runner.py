@@ -1,0 +1,131 @@
+"""The runner: stats.csv rows, run.json, the NaN guard, Ctrl-C, mesh export.
+
+A tiny test-only solver (symplectic Euler under gravity) keeps these tests
+independent of the real solvers.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+import pytest
+
+from tisim.runner import STATS_COLUMNS, frame_quantities, run_scene
+from tisim.scene import scene_from_dict
+from tisim.solvers import registry
+from tisim.solvers.base import Solver, StepStats
+
+
+@dataclass(frozen=True, kw_only=True)
+class BallisticConfig:
+    type: Literal["test-ballistic"] = "test-ballistic"
+    blow_up_at: float = -1.0  # time at which to produce NaN (negative: never)
+    interrupt_at: float = -1.0
+
+
+class Ballistic(Solver):
+    name = "test-ballistic"
+
+    def step(self, s_in, s_out, dt):
+        g = self.model.gravity
+        s_out.velocities[:] = s_in.velocities + dt * g
+        s_out.positions[:] = s_in.positions + dt * s_out.velocities
+        s_out.time = s_in.time + dt
+        if 0 <= self.config.blow_up_at <= s_out.time:
+            s_out.positions[0, 0] = np.nan
+        if 0 <= self.config.interrupt_at <= s_out.time:
+            raise KeyboardInterrupt
+        return StepStats(iterations=1, residual=0.0, potential=self.potential_energy(s_out.positions),
+                         extra={"custom": 1.5})
+
+    def potential_energy(self, x):
+        return float(-(self.model.mass[:, None] * x * self.model.gravity).sum())
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _register():
+    registry.register("test-ballistic", Ballistic, BallisticConfig)
+    yield
+    registry.unregister("test-ballistic")
+
+
+def scene(frames=5, **solver):
+    return scene_from_dict({
+        "scene": {"name": "ballistic"},
+        "sim": {"dt": 0.01, "frames": frames, "substeps": 2},
+        "solver": {"type": "test-ballistic", **solver},
+        "objects": {"b": {"generator": "box", "resolution": [1, 1, 1], "velocity": [1, 0, 0]}},
+    })
+
+
+def read_stats(path):
+    with open(path) as f:
+        return list(csv.DictReader(f))
+
+
+def test_stats_and_run_json(tmp_path):
+    res = run_scene(scene(), tmp_path / "o", progress=False)
+    assert res.ended == "completed" and res.frames_done == 5 and res.exit_code == 0
+    rows = read_stats(tmp_path / "o" / "stats.csv")
+    assert len(rows) == 6  # frame 0 (initial state) + 5
+    assert list(rows[0].keys())[: len(STATS_COLUMNS)] == STATS_COLUMNS
+    assert rows[0]["iterations"] == "0" and rows[0]["residual"] == ""  # not computed -> empty
+    last = rows[-1]
+    assert float(last["time"]) == pytest.approx(0.1)  # 5 frames x 2 substeps x 0.01
+    assert int(last["iterations"]) == 2
+    assert float(last["custom"]) == 1.5
+    m = 1000.0  # unit box, density 1000
+    assert float(last["px"]) == pytest.approx(m * 1.0)
+    assert float(last["py"]) == pytest.approx(m * -9.81 * 0.1)
+    assert float(last["vcom_y"]) == pytest.approx(-0.981)
+    assert float(last["min_volume_ratio"]) == pytest.approx(1.0)
+    # symplectic Euler under constant gravity: after N steps of size h the total
+    # energy has changed by exactly -m g^2 h^2 N / 2 (the scheme's known error)
+    e0, e1 = float(rows[0]["total_energy"]), float(last["total_energy"])
+    assert e1 - e0 == pytest.approx(-m * 9.81**2 * 0.01**2 * 10 / 2, rel=1e-9)
+    info = json.loads((tmp_path / "o" / "run.json").read_text())
+    assert info["ended"] == "completed" and info["frames_done"] == 5
+    assert info["sizes"]["vertices"] == 8 and info["sizes"]["tets"] == 5
+    assert info["precision"] == "f64" and info["arch"] == "cpu"
+    assert info["scene"]["sim"]["dt"] == 0.01
+    assert info["timings_ms"]["median"] >= 0
+    assert info["versions"]["taichi"]
+
+
+def test_nan_stops_run_and_keeps_frames(tmp_path):
+    res = run_scene(scene(frames=10, blow_up_at=0.055), tmp_path / "o", progress=False)
+    assert res.ended == "diverged" and res.exit_code == 3
+    assert res.frames_done == 2
+    assert "frame 3" in res.message and "NaN" in res.message
+    rows = read_stats(tmp_path / "o" / "stats.csv")
+    assert len(rows) == 3
+    assert all(math.isfinite(float(r["com_x"])) for r in rows)
+    info = json.loads((tmp_path / "o" / "run.json").read_text())
+    assert info["ended"] == "diverged"
+
+
+def test_ctrl_c_leaves_valid_outputs(tmp_path):
+    res = run_scene(scene(frames=10, interrupt_at=0.035), tmp_path / "o", progress=False)
+    assert res.ended == "interrupted" and res.exit_code == 130
+    rows = read_stats(tmp_path / "o" / "stats.csv")
+    assert len(rows) == res.frames_done + 1
+    json.loads((tmp_path / "o" / "run.json").read_text())  # valid JSON
+
+
+def test_frame_quantities_angular_momentum():
+    from tisim.model import Model
+
+    sc = scene_from_dict({"objects": {"b": {"generator": "box", "resolution": [2, 2, 2],
+                                            "angular_velocity": [0, 2.0, 0]}}})
+    m = Model.from_scene(sc)
+    q = frame_quantities(m, m.initial_positions, m.initial_velocities)
+    # L = I w with the lumped-mass inertia about y: sum m (x^2 + z^2)
+    x = m.initial_positions
+    Iyy = float((m.mass * (x[:, 0] ** 2 + x[:, 2] ** 2)).sum())
+    assert q["ly"] == pytest.approx(Iyy * 2.0)
+    assert q["lx"] == pytest.approx(0, abs=1e-12) and q["px"] == pytest.approx(0, abs=1e-12)

@@ -1,0 +1,416 @@
+"""The one owner of the time loop: timing, stats.csv rows, run.json, NaN guard,
+Ctrl-C, mesh export and the viewer.
+
+The CLI only parses and dispatches to :func:`run_scene`.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+import math
+import platform
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from tisim.geometry.precompute import deformation_gradients
+from tisim.scene import Scene
+from tisim.solvers.base import StepStats
+
+log = logging.getLogger(__name__)
+
+STATS_COLUMNS = [
+    "frame", "time", "wall_ms", "iterations", "residual", "kinetic", "potential", "total_energy",
+    "px", "py", "pz", "lx", "ly", "lz", "com_x", "com_y", "com_z", "vcom_x", "vcom_y", "vcom_z",
+    "min_volume_ratio", "n_contacts", "max_penetration", "converged",
+]
+
+# Exit codes of a run (the CLI returns them).
+EXIT_OK, EXIT_USAGE, EXIT_DIVERGED, EXIT_INTERRUPTED = 0, 2, 3, 130
+
+
+class Diverged(RuntimeError):
+    pass
+
+
+@dataclass
+class RunResult:
+    out_dir: Path
+    frames_done: int
+    ended: str  # "completed" | "interrupted" | "diverged" | "closed"
+    message: str = ""
+    video: Path | None = None
+    frame_ms: list[float] = field(default_factory=list)
+    info: dict = field(default_factory=dict)
+
+    @property
+    def exit_code(self) -> int:
+        return {"diverged": EXIT_DIVERGED, "interrupted": EXIT_INTERRUPTED}.get(self.ended, EXIT_OK)
+
+
+def frame_quantities(model, positions: np.ndarray, velocities: np.ndarray) -> dict[str, float]:
+    """Kinetic energy (J), linear momentum (kg m/s), angular momentum about the origin
+    (kg m^2/s), centre of mass (m) and its velocity, smallest volume ratio det F."""
+    m = model.mass
+    M = float(m.sum())
+    p = (m[:, None] * velocities).sum(axis=0)
+    L = (m[:, None] * np.cross(positions, velocities)).sum(axis=0)
+    com = (m[:, None] * positions).sum(axis=0) / M
+    F = deformation_gradients(positions, model.mesh.tets, model.rest.Dm_inv)
+    J = np.linalg.det(F)
+    return {
+        "kinetic": 0.5 * float((m * (velocities**2).sum(axis=1)).sum()),
+        "px": p[0], "py": p[1], "pz": p[2],
+        "lx": L[0], "ly": L[1], "lz": L[2],
+        "com_x": com[0], "com_y": com[1], "com_z": com[2],
+        "vcom_x": p[0] / M, "vcom_y": p[1] / M, "vcom_z": p[2] / M,
+        "min_volume_ratio": float(J.min()) if len(J) else math.nan,
+    }
+
+
+class StatsWriter:
+    """stats.csv, one row per frame; flushed every row so an interrupted run keeps its rows.
+
+    The header is the fixed columns plus the solver's extra columns of the first row.
+    A quantity that is NaN is written as an empty cell.
+    """
+
+    def __init__(self, path: Path):
+        self.path = path
+        self._f = None
+        self._w = None
+        self._cols: list[str] = []
+        self._pending: list[dict] = []
+
+    def write(self, row: dict) -> None:
+        # The header is fixed by the first stepped row (frame 0 has no solver
+        # columns yet), so the initial row waits for it.
+        if self._w is None:
+            self._pending.append(row)
+            if len(self._pending) < 2:
+                return
+            self._open()
+            return
+        self._w.writerow([_cell(row.get(c, math.nan)) for c in self._cols])
+        self._f.flush()
+
+    def _open(self) -> None:
+        extra: list[str] = []
+        for r in self._pending:
+            extra += [k for k in r if k not in STATS_COLUMNS and k not in extra]
+        self._cols = STATS_COLUMNS + extra
+        self._f = open(self.path, "w", newline="")
+        self._w = csv.writer(self._f)
+        self._w.writerow(self._cols)
+        for r in self._pending:
+            self._w.writerow([_cell(r.get(c, math.nan)) for c in self._cols])
+        self._pending = []
+        self._f.flush()
+
+    def close(self) -> None:
+        if self._w is None and self._pending:
+            self._open()
+        if self._f is not None:
+            self._f.close()
+            self._f = None
+
+
+def _cell(v) -> str:
+    if isinstance(v, bool):
+        return "1" if v else "0"
+    if isinstance(v, (int, np.integer)):
+        return str(int(v))
+    if v is None:
+        return ""
+    v = float(v)
+    if math.isnan(v):
+        return ""
+    return repr(v) if math.isfinite(v) else ("inf" if v > 0 else "-inf")
+
+
+def versions() -> dict[str, str]:
+    import importlib.metadata as md
+
+    out = {"python": platform.python_version()}
+    for pkg in ("tisim", "taichi", "numpy", "scipy", "meshio", "scikit-sparse", "imageio-ffmpeg"):
+        try:
+            out[pkg] = md.version(pkg)
+        except md.PackageNotFoundError:
+            out[pkg] = None
+    return out
+
+
+def machine() -> dict:
+    cpu = platform.processor() or ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    import os
+
+    return {"cpu": cpu, "cores": os.cpu_count(), "system": platform.platform()}
+
+
+def build(scene: Scene, arch: str = "auto", precision: str | None = None):
+    """Initialise Taichi, build the model and the scene's solver."""
+    from tisim import backend
+    from tisim.model import Model
+    from tisim.solvers.registry import solver_class
+
+    info = backend.init(arch, precision)
+    model = Model.from_scene(scene)
+    solver = solver_class(scene.solver.type)(model, scene.solver)
+    return info, model, solver
+
+
+def run_scene(
+    scene: Scene,
+    out_dir: Path | str,
+    *,
+    frames: int | None = None,
+    viewer=None,
+    frame_writer=None,
+    export_meshes: bool = False,
+    progress: bool = True,
+    arch: str = "auto",
+    precision: str | None = None,
+    live: bool = False,
+    on_frame: Callable[[int, object], None] | None = None,
+) -> RunResult:
+    """Run ``scene`` and write stats.csv, run.json (and frames/meshes) into ``out_dir``.
+
+    frames: frame count (default: the scene's; in a live window the run goes on
+    until the window is closed when ``frames`` is None). viewer: an object with
+    the tisim.render viewer interface (live or off-screen) or None.
+    frame_writer: an object with ``write(image)`` / ``finish()`` (see tisim.render.video)
+    fed from an off-screen ``viewer``. The run stops cleanly on Ctrl-C and on NaN,
+    keeping every frame it finished.
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    t_build = time.perf_counter()
+    binfo, model, solver = build(scene, arch, precision)
+    build_s = time.perf_counter() - t_build
+    n_frames = frames if frames is not None else (None if live else scene.sim.frames)
+    dt = scene.sim.dt
+    substeps = scene.sim.substeps
+
+    run_info = {
+        "scene": scene.to_dict(),
+        "scene_file": scene.path,
+        "versions": versions(),
+        "machine": machine(),
+        "arch": binfo.arch,
+        "precision": binfo.precision,
+        "sizes": model.sizes(),
+        "solver": scene.solver.type,
+        "solver_info": solver.info() if hasattr(solver, "info") else {},
+        "setup_s": build_s,
+        "frames_requested": n_frames,
+        "ended": "running",
+    }
+    run_json = out / "run.json"
+    _write_json(run_json, run_info)
+
+    stats = StatsWriter(out / "stats.csv")
+    mesh_dir = out / "meshes"
+    if export_meshes:
+        mesh_dir.mkdir(exist_ok=True)
+    state, spare = model.initial_state(), model.initial_state()
+    frame_ms: list[float] = []
+    ended, message = "completed", ""
+    done = 0
+    bar = _progress(progress and not live, n_frames, scene.name)
+
+    if viewer is not None:
+        viewer.open(_view_info(model, scene, solver))
+
+    def emit(frame: int, st: StepStats | None, wall_ms: float):
+        q = frame_quantities(model, state.positions, state.velocities)
+        pot = st.potential if st is not None else solver.potential_energy(state.positions)
+        row = {
+            "frame": frame, "time": state.time, "wall_ms": wall_ms,
+            "iterations": st.iterations if st else 0,
+            "residual": st.residual if st else math.nan,
+            "potential": pot, "total_energy": q["kinetic"] + pot,
+            "n_contacts": st.n_contacts if st else 0,
+            "max_penetration": st.max_penetration if st else math.nan,
+            "converged": st.converged if st else True,
+        }
+        row.update(q)
+        if st is not None:
+            row.update({f"ms_{k}": v for k, v in st.timings.items()})
+            row.update(st.extra)
+        stats.write(row)
+        if viewer is not None:
+            viewer.draw(frame, state.time, state.positions)
+            if frame_writer is not None:
+                frame_writer.write(viewer.image())
+        if export_meshes:
+            from tisim.geometry.io import save_mesh
+
+            save_mesh(str(mesh_dir / f"frame_{frame:05d}.ply"), state.positions, model.surface)
+        if on_frame is not None:
+            on_frame(frame, state)
+
+    try:
+        emit(0, None, 0.0)
+        frame = 0
+        paused = False
+        while n_frames is None or frame < n_frames:
+            step_once = False
+            if live and viewer is not None:
+                ev = viewer.poll()
+                if ev.quit or not viewer.running:
+                    ended = "closed"
+                    break
+                paused = ev.paused
+                step_once = ev.step_once
+                if ev.reset:
+                    state = model.initial_state()
+                    spare = model.initial_state()
+                    solver.reset(state)
+                for k, v in ev.tunable_changes.items():
+                    solver.set_tunable(k, v)
+                if ev.drag_released:
+                    solver.set_drag(None)
+                elif ev.drag_vertex is not None:
+                    solver.set_drag(ev.drag_vertex, ev.drag_target)
+                if paused and not step_once:
+                    viewer.draw(frame, state.time, state.positions)
+                    time.sleep(1 / 60)
+                    continue
+            t0 = time.perf_counter()
+            agg = StepStats(iterations=0)
+            for _ in range(substeps):
+                st = solver.step(state, spare, dt)
+                state, spare = spare, state
+                _accumulate(agg, st)
+                if not state.is_finite():
+                    raise Diverged(
+                        f"the simulation diverged at frame {frame + 1} (t = {state.time:.4g} s): "
+                        f"NaN or Inf in the positions or velocities; the {frame} frames before are kept"
+                    )
+            wall_ms = (time.perf_counter() - t0) * 1e3
+            frame += 1
+            frame_ms.append(wall_ms)
+            emit(frame, agg, wall_ms)
+            done = frame
+            if bar is not None:
+                bar.advance()
+    except Diverged as e:
+        ended, message = "diverged", str(e)
+    except KeyboardInterrupt:
+        ended, message = "interrupted", f"interrupted after {done} frames"
+    finally:
+        stats.close()
+        if bar is not None:
+            bar.stop()
+        video = None
+        if frame_writer is not None:
+            video = frame_writer.finish()
+        if viewer is not None and not live:
+            pass  # an off-screen renderer may be reused by the caller
+        ms = np.asarray(frame_ms) if frame_ms else np.asarray([math.nan])
+        run_info.update(
+            ended=ended,
+            message=message,
+            frames_done=done,
+            timings_ms={
+                "mean": float(np.mean(ms)), "median": float(np.median(ms)),
+                "p95": float(np.percentile(ms, 95)), "max": float(np.max(ms)),
+            },
+            solver_info=solver.info() if hasattr(solver, "info") else {},
+            video=str(video) if video else None,
+        )
+        _write_json(run_json, run_info)
+    return RunResult(out, done, ended, message, video, frame_ms, run_info)
+
+
+def _accumulate(agg: StepStats, st: StepStats) -> None:
+    agg.iterations += st.iterations
+    agg.residual = st.residual
+    agg.converged = agg.converged and st.converged
+    agg.potential = st.potential
+    agg.n_contacts = st.n_contacts
+    agg.max_penetration = (
+        st.max_penetration if math.isnan(agg.max_penetration) else max(agg.max_penetration, st.max_penetration)
+    )
+    for k, v in st.timings.items():
+        agg.timings[k] = agg.timings.get(k, 0.0) + v
+    agg.extra.update(st.extra)
+
+
+def _view_info(model, scene, solver):
+    from tisim.render.base import ViewInfo
+
+    return ViewInfo(
+        title=f"tisim - {scene.name}",
+        surface=model.surface,
+        vertex_count=model.vertex_count,
+        colliders=[c for c in model.colliders if c.visible],
+        camera=scene.camera,
+        render=scene.render,
+        tunables=solver.tunables(),
+    )
+
+
+def _write_json(path: Path, data: dict) -> None:
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(_finite(data), indent=2, default=_json_default, allow_nan=False))
+    tmp.replace(path)
+
+
+def _finite(o):
+    """NaN/inf are not JSON: NaN becomes null, infinities become strings."""
+    if isinstance(o, dict):
+        return {k: _finite(v) for k, v in o.items()}
+    if isinstance(o, (list, tuple)):
+        return [_finite(v) for v in o]
+    if isinstance(o, (float, np.floating)):
+        o = float(o)
+        if math.isnan(o):
+            return None
+        if math.isinf(o):
+            return "inf" if o > 0 else "-inf"
+    return o
+
+
+def _json_default(o):
+    if isinstance(o, np.generic):
+        return o.item()
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    if isinstance(o, Path):
+        return str(o)
+    return str(o)
+
+
+class _Bar:
+    def __init__(self, total, name):
+        from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
+        self.p = Progress(TextColumn(f"[bold]{name}"), BarColumn(), TextColumn("{task.completed}/{task.total} frames"),
+                          TimeRemainingColumn(), transient=False)
+        self.task = self.p.add_task(name, total=total)
+        self.p.start()
+
+    def advance(self):
+        self.p.advance(self.task)
+
+    def stop(self):
+        self.p.stop()
+
+
+def _progress(enabled: bool, total, name):
+    if not enabled or total is None:
+        return None
+    return _Bar(total, name)

@@ -1,0 +1,1 @@
+"""Real-time local-global (projective dynamics) solver with a sparse-inverse global step."""

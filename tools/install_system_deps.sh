@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs the system packages tisim uses, when we are root and apt is there:
+#   libsuitesparse-dev  - CHOLMOD + METIS headers, to build scikit-sparse (fast sparse Cholesky)
+#   mesa-vulkan-drivers - software Vulkan, so GGUI can render off-screen on machines without a GPU
+#   libvulkan1          - the Vulkan loader
+#   python3-venv        - Debian's python3 lacks ensurepip without it
+# Without root/apt it only says what is missing; tisim then falls back
+# (scipy Cholesky, headless runs without images).
+set -u
+pkgs=(libsuitesparse-dev mesa-vulkan-drivers libvulkan1 python3-venv)
+missing=()
+if command -v dpkg-query >/dev/null 2>&1; then
+  for p in "${pkgs[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+else
+  echo "tisim: not a Debian/Ubuntu system; make sure SuiteSparse headers and a Vulkan driver are installed for the fast paths." >&2
+  exit 0
+fi
+[ ${#missing[@]} -eq 0 ] && exit 0
+if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
+  echo "tisim: installing system packages: ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  if ! { apt-get update -q >/dev/null && apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null; }; then
+    echo "warning: could not install ${missing[*]}; continuing with fallbacks (scipy Cholesky, no off-screen images)" >&2
+  fi
+else
+  echo "warning: missing system packages: ${missing[*]} (run 'sudo apt-get install ${missing[*]}');" \
+       "continuing with fallbacks: scipy Cholesky instead of CHOLMOD, headless runs without images" >&2
+fi
+exit 0
