@@ -1,0 +1,253 @@
+"""The viewer interface: what the runner hands a viewer and what it gets back.
+
+A viewer receives numpy arrays only (surface faces once, positions every frame)
+and knows nothing about solvers. Implementations: ``NullViewer`` (here),
+``OffscreenRenderer`` (GGUI without a window, ``offscreen.py``) and ``GGUIViewer``
+(live window with picking and a parameter panel, ``ggui.py``).
+
+The runner's loop with a live viewer::
+
+    viewer.open(info)
+    while viewer.running:
+        ev = viewer.poll()             # what the user did since the last poll
+        if ev.quit: break
+        if not ev.paused or ev.step_once: step()
+        viewer.draw(frame, t, x)       # also while paused: it presents and handles input
+    viewer.close()
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from tisim.contact.colliders import Collider
+    from tisim.solvers.base import Tunable
+
+log = logging.getLogger(__name__)
+
+
+class ViewerUnavailable(RuntimeError):
+    """The requested viewer cannot run here (no display, no Vulkan driver)."""
+
+
+def _default_camera():
+    from tisim.scene import CameraConfig
+
+    return CameraConfig()
+
+
+def _default_render():
+    from tisim.scene import RenderConfig
+
+    return RenderConfig()
+
+
+@dataclass
+class ViewInfo:
+    """What a viewer needs to know once, before the first frame.
+
+    faces: (k, 3) int surface triangles (outward, counter-clockwise) indexing the
+    positions passed to ``draw``. vertex_count: n, the number of rows of those
+    positions. colliders: drawn with ``collider.surface_mesh(t)``; moving ones are
+    redrawn every frame, invisible ones skipped. camera: ``tisim.scene.CameraConfig``.
+    render: ``tisim.scene.RenderConfig`` (width, height in pixels, background and
+    object colour as RGB in [0, 1], fps). title: window title.
+    object_vertex_ranges: optional ``(start, stop)`` vertex ranges (or slices), one
+    per object; with them every object gets its own colour, from ``object_colors``
+    (RGB in [0, 1]) or a built-in palette starting at ``render.color``.
+    tunables: ``tisim.solvers.base.Tunable`` values the live panel shows as sliders.
+    """
+
+    faces: np.ndarray
+    vertex_count: int
+    colliders: Sequence[Collider] = ()
+    camera: Any = field(default_factory=_default_camera)
+    render: Any = field(default_factory=_default_render)
+    title: str = "tisim"
+    object_vertex_ranges: Sequence[tuple[int, int] | slice] | None = None
+    object_colors: Sequence[tuple[float, float, float]] | None = None
+    tunables: Sequence[Tunable] = ()
+
+    def __post_init__(self) -> None:
+        f = np.asarray(self.faces)
+        if f.ndim != 2 or f.shape[1] != 3:
+            raise ValueError(f"faces must be (k, 3), got {f.shape}")
+        self.faces = f.astype(np.int32)
+        self.vertex_count = int(self.vertex_count)
+        if len(f) and (f.min() < 0 or f.max() >= self.vertex_count):
+            raise ValueError(f"faces index outside 0..{self.vertex_count - 1}")
+
+    def vertex_colors(self) -> np.ndarray | None:
+        """(n, 3) float per-vertex colours from the object ranges, or None without them."""
+        if not self.object_vertex_ranges:
+            return None
+        colors = np.empty((self.vertex_count, 3))
+        colors[:] = self.render.color
+        for i, r in enumerate(self.object_vertex_ranges):
+            start, stop = (r.start, r.stop) if isinstance(r, slice) else r
+            if self.object_colors is not None and i < len(self.object_colors):
+                c = self.object_colors[i]
+            elif i == 0:
+                c = self.render.color
+            else:
+                c = PALETTE[(i - 1) % len(PALETTE)]
+            colors[start:stop] = c
+        return colors
+
+
+# colours for the 2nd, 3rd, ... object (the first uses render.color)
+PALETTE = (
+    (0.30, 0.55, 0.85),
+    (0.45, 0.75, 0.35),
+    (0.85, 0.75, 0.30),
+    (0.65, 0.40, 0.75),
+    (0.35, 0.75, 0.75),
+    (0.80, 0.35, 0.45),
+)
+
+
+@dataclass
+class ViewerEvents:
+    """What the user did since the last ``poll``.
+
+    paused: the current pause state (not a toggle). step_once: advance one step
+    while paused. reset: restart from the initial state. quit: stop the run.
+    drag_vertex: index of the vertex being dragged, or None. drag_target: (3,)
+    world point (metres) the dragged vertex should follow, or None.
+    drag_released: the drag ended since the last poll. tunable_changes: name ->
+    new value of the panel's sliders.
+    """
+
+    paused: bool = False
+    step_once: bool = False
+    reset: bool = False
+    quit: bool = False
+    drag_vertex: int | None = None
+    drag_target: np.ndarray | None = None
+    drag_released: bool = False
+    tunable_changes: dict[str, float] = field(default_factory=dict)
+
+
+@runtime_checkable
+class Viewer(Protocol):
+    """What every viewer implements; see the module docstring for the loop."""
+
+    def open(self, info: ViewInfo) -> None: ...
+
+    def draw(
+        self, frame: int, time: float, positions: np.ndarray, extra_points: np.ndarray | None = None
+    ) -> None: ...
+
+    def poll(self) -> ViewerEvents: ...
+
+    def close(self) -> None: ...
+
+    @property
+    def running(self) -> bool: ...
+
+
+class NullViewer:
+    """A viewer that draws nothing (headless runs, benchmarks)."""
+
+    def __init__(self) -> None:
+        self.info: ViewInfo | None = None
+        self.frames_drawn = 0
+
+    def open(self, info: ViewInfo) -> None:
+        self.info = info
+
+    def draw(
+        self, frame: int, time: float, positions: np.ndarray, extra_points: np.ndarray | None = None
+    ) -> None:
+        self.frames_drawn += 1
+
+    def poll(self) -> ViewerEvents:
+        return ViewerEvents()
+
+    def close(self) -> None:
+        pass
+
+    @property
+    def running(self) -> bool:
+        return True
+
+
+# ---------------------------------------------------------------------------
+# capabilities
+
+
+def display_available() -> bool:
+    """Whether a window can be shown: $DISPLAY or $WAYLAND_DISPLAY on Linux/BSD;
+    always True on macOS and Windows."""
+    if sys.platform in ("darwin", "win32"):
+        return True
+    return bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
+
+
+_PROBE = """
+import taichi as ti
+ti.init(arch=ti.cpu, log_level=ti.ERROR, offline_cache=False)
+w = ti.ui.Window("probe", (16, 16), show_window=False)
+c = w.get_canvas()
+c.set_background_color((1.0, 0.0, 0.0))
+img = w.get_image_buffer_as_numpy()
+assert img.shape == (16, 16, 4) and img[..., 0].mean() > 0.9, img.shape
+w.destroy()
+"""
+
+
+def _libvulkan_loadable() -> bool:
+    import ctypes
+
+    names = {"win32": ["vulkan-1.dll"], "darwin": ["libvulkan.1.dylib", "libMoltenVK.dylib"]}
+    for name in names.get(sys.platform, ["libvulkan.so.1", "libvulkan.so"]):
+        try:
+            ctypes.CDLL(name)
+            return True
+        except OSError:
+            continue
+    return False
+
+
+def vulkan_available() -> bool:
+    """Whether GGUI can render here (Vulkan loader + a driver, hardware or lavapipe).
+
+    $TISIM_VULKAN=0/1 overrides. Otherwise, after checking that the Vulkan loader
+    loads, a tiny off-screen GGUI render is tried in a subprocess (about a second),
+    because a missing or broken driver can abort the process that tries it. The
+    answer is cached for the process.
+    """
+    forced = os.environ.get("TISIM_VULKAN")
+    if forced in ("0", "1"):
+        return forced == "1"
+    return _probe_vulkan()
+
+
+@functools.lru_cache(maxsize=1)
+def _probe_vulkan() -> bool:
+    if not _libvulkan_loadable():
+        log.info("Vulkan loader not found: GGUI rendering unavailable")
+        return False
+    with tempfile.TemporaryDirectory() as tmp:  # GGUI leaves imgui.ini in its cwd
+        try:
+            r = subprocess.run(
+                [sys.executable, "-c", _PROBE], cwd=tmp, capture_output=True, text=True, timeout=120
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            log.info("Vulkan probe failed: %s", exc)
+            return False
+    if r.returncode != 0:
+        log.info("Vulkan probe failed (exit %d): %s", r.returncode, r.stderr.strip()[-500:])
+        return False
+    return True
