@@ -177,7 +177,6 @@ def run_scene(
     *,
     frames: int | None = None,
     viewer=None,
-    frame_writer=None,
     export_meshes: bool = False,
     progress: bool = True,
     arch: str = "auto",
@@ -189,10 +188,10 @@ def run_scene(
 
     frames: frame count (default: the scene's; in a live window the run goes on
     until the window is closed when ``frames`` is None). viewer: an object with
-    the tisim.render viewer interface (live or off-screen) or None.
-    frame_writer: an object with ``write(image)`` / ``finish()`` (see tisim.render.video)
-    fed from an off-screen ``viewer``. The run stops cleanly on Ctrl-C and on NaN,
-    keeping every frame it finished.
+    the tisim.render viewer interface (live, or off-screen with a FrameWriter
+    that records PNG frames and the MP4) or None; the runner closes it, which
+    finishes the video. The run stops cleanly on Ctrl-C and on NaN, keeping every
+    frame it finished.
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -252,8 +251,6 @@ def run_scene(
         stats.write(row)
         if viewer is not None:
             viewer.draw(frame, state.time, state.positions)
-            if frame_writer is not None:
-                frame_writer.write(viewer.image())
         if export_meshes:
             from tisim.geometry.io import save_mesh
 
@@ -315,10 +312,9 @@ def run_scene(
         if bar is not None:
             bar.stop()
         video = None
-        if frame_writer is not None:
-            video = frame_writer.finish()
-        if viewer is not None and not live:
-            pass  # an off-screen renderer may be reused by the caller
+        if viewer is not None:
+            viewer.close()  # finishes the MP4 of a recording renderer
+            video = getattr(viewer, "video_path", None)
         ms = np.asarray(frame_ms) if frame_ms else np.asarray([math.nan])
         run_info.update(
             ended=ended,
@@ -354,8 +350,9 @@ def _view_info(model, scene, solver):
 
     return ViewInfo(
         title=f"tisim - {scene.name}",
-        surface=model.surface,
+        faces=model.surface,
         vertex_count=model.vertex_count,
+        object_vertex_ranges=model.object_vertex_slices if len(model.object_names) > 1 else None,
         colliders=[c for c in model.colliders if c.visible],
         camera=scene.camera,
         render=scene.render,

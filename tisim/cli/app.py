@@ -98,20 +98,19 @@ def _run(
     out_dir = out if out is not None else Path("out") / scene.name
     from tisim.render import display_available, vulkan_available
 
-    live = not headless and display_available()
-    viewer = writer = None
+    live = not headless and not no_render and display_available()
+    viewer = None
     if live:
-        from tisim.render import GGUIViewer
+        from tisim.render.ggui import GGUIViewer
 
         viewer = GGUIViewer()
     elif not no_render:
         if vulkan_available():
-            from tisim.render import OffscreenRenderer
+            from tisim.render.offscreen import OffscreenRenderer
             from tisim.render.video import FrameWriter
 
-            viewer = OffscreenRenderer()
             fps = scene.render.fps or 1.0 / (scene.sim.dt * scene.sim.substeps)
-            writer = FrameWriter(out_dir, fps=fps)
+            viewer = OffscreenRenderer(FrameWriter(out_dir, fps=fps, video_name=f"{scene.name}.mp4"))
         else:
             logging.warning(
                 "no Vulkan driver found: running headless without images "
@@ -120,11 +119,9 @@ def _run(
     from tisim.runner import run_scene
 
     result = run_scene(
-        scene, out_dir, frames=frames, viewer=viewer, frame_writer=writer, export_meshes=export_meshes,
+        scene, out_dir, frames=frames, viewer=viewer, export_meshes=export_meshes,
         progress=not quiet, arch=arch, precision=precision, live=live,
     )
-    if viewer is not None:
-        viewer.close()
     msg = f"{result.ended}: {result.frames_done} frames in {out_dir}/ (stats.csv, run.json"
     if result.video:
         msg += f", frames/, {Path(result.video).name}"
@@ -142,10 +139,16 @@ def _run(
 def _guard(fn, *args, **kwargs) -> int:
     try:
         return fn(*args, **kwargs)
+    except typer.Exit:
+        raise
     except _user_errors() as e:
         if _DEBUG["on"]:
             raise
         _die(str(e))
+    except Exception as e:  # a bug, not the user's mistake: still one line unless --debug
+        if _DEBUG["on"]:
+            raise
+        _die(f"internal error: {type(e).__name__}: {e} (rerun with --debug for the traceback)", 1)
     return 0
 
 
