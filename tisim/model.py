@@ -112,21 +112,19 @@ class Model:
 
     def handle_targets(self, t: float) -> tuple[np.ndarray, np.ndarray]:
         """Indices (h,) and positions (h, 3) of all vertices held by active handles at ``t``."""
-        active = [h for h in self.handles if h.active(t)]
-        if not active:
-            return np.zeros(0, dtype=np.int32), np.zeros((0, 3))
-        return (
-            np.concatenate([h.vertices for h in active]).astype(np.int32),
-            np.concatenate([h.targets(t) for h in active]),
-        )
+        return self._stack_handles(t, Handle.targets)
 
     def handle_velocities(self, t: float) -> tuple[np.ndarray, np.ndarray]:
+        """Indices (h,) and prescribed velocities (h, 3) of the held vertices at ``t``."""
+        return self._stack_handles(t, Handle.velocities)
+
+    def _stack_handles(self, t: float, what) -> tuple[np.ndarray, np.ndarray]:
         active = [h for h in self.handles if h.active(t)]
         if not active:
             return np.zeros(0, dtype=np.int32), np.zeros((0, 3))
         return (
             np.concatenate([h.vertices for h in active]).astype(np.int32),
-            np.concatenate([h.velocities(t) for h in active]),
+            np.concatenate([what(h, t) for h in active]),
         )
 
     @property
