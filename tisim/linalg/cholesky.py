@@ -92,7 +92,8 @@ def _check_matrix(A) -> sp.csc_matrix:
     if np.any(d <= 0):
         i = int(np.argmin(d))
         raise FactorizationError(
-            f"matrix is not positive definite: diagonal entry {i} is {d[i]:.3g} (zero mass or stiffness?)"
+            f"matrix is not positive definite: diagonal entry {i} is {d[i]:.3g} "
+            "(zero mass or stiffness?)"
         )
     asym = abs(A - A.T).max() if A.nnz else 0.0
     if asym > 1e-10 * abs(A).max():
@@ -118,15 +119,39 @@ def factorize(A, ordering: str = "auto", backend: str = "auto") -> Factor:
 def _factorize_cholmod(A: sp.csc_matrix, ordering: str) -> Factor:
     from sksparse.cholmod import CholmodNotPositiveDefiniteError, cholesky
 
-    method = {"auto": "metis" if metis_available() else "amd", "metis": "metis", "amd": "amd",
-              "natural": "natural", "rcm": "amd"}[ordering]
+    method = {
+        "auto": "metis" if metis_available() else "amd",
+        "metis": "metis",
+        "amd": "amd",
+        "natural": "natural",
+        "rcm": "amd",
+    }[ordering]
     try:
         f = cholesky(A, ordering_method=method, mode="simplicial")
+        # simplicial LL^T form, L L^T = A[P][:, P]; converting an LDL^T with D <= 0 fails here
+        L = f.L().tocsc()
     except CholmodNotPositiveDefiniteError as e:
         raise FactorizationError(f"matrix is not positive definite ({e})") from None
-    L = f.L().tocsc()  # simplicial LL^T form, L L^T = A[P][:, P]
-    return Factor(perm=np.asarray(f.P(), dtype=np.int64), L=L, backend="cholmod", ordering=method,
-                  _cholmod=f.solve_A)
+    perm = np.asarray(f.P(), dtype=np.int64)
+    _check_pivots(L.diagonal() ** 2, A.diagonal()[perm], perm)
+    return Factor(perm=perm, L=L, backend="cholmod", ordering=method, _cholmod=f.solve_A)
+
+
+# A pivot this small relative to its diagonal entry means the matrix is singular up to
+# round-off (a PSD matrix with a null space, e.g. no mass at all): the Schur complements
+# of a legitimate A = M + h^2 K never drop below the mass part.
+_PIVOT_TOL = 1e-13
+
+
+def _check_pivots(pivots: np.ndarray, diag: np.ndarray, perm: np.ndarray) -> None:
+    bad = np.flatnonzero(~(pivots > _PIVOT_TOL * diag))
+    if bad.size:
+        i = int(bad[0])
+        raise FactorizationError(
+            f"matrix is singular or not positive definite: pivot of row {int(perm[i])} is "
+            f"{pivots[i]:.3g} against a diagonal entry {diag[i]:.3g} (zero mass, or an "
+            f"unconstrained part with no mass?)"
+        )
 
 
 def _factorize_scipy(A: sp.csc_matrix, ordering: str) -> Factor:
@@ -141,15 +166,15 @@ def _factorize_scipy(A: sp.csc_matrix, ordering: str) -> Factor:
         used = "rcm"
     Ap = A[perm][:, perm].tocsc()
     try:
-        lu = spla.splu(Ap, permc_spec="NATURAL", diag_pivot_thresh=0.0,
-                       options=dict(SymmetricMode=True))
+        lu = spla.splu(
+            Ap, permc_spec="NATURAL", diag_pivot_thresh=0.0, options={"SymmetricMode": True}
+        )
     except RuntimeError as e:
         raise FactorizationError(f"matrix is singular ({e})") from None
     if not (np.array_equal(lu.perm_r, np.arange(n)) and np.array_equal(lu.perm_c, np.arange(n))):
         raise FactorizationError("SuperLU pivoted; the matrix is not positive definite")
     d = lu.U.diagonal()
-    if np.any(d <= 0):
-        raise FactorizationError("matrix is not positive definite (non-positive pivot)")
+    _check_pivots(d, Ap.diagonal(), perm)
     L = (lu.U.T @ sp.diags(1.0 / np.sqrt(d))).tocsc()
     L.sort_indices()
     return Factor(perm=perm, L=L, backend="scipy", ordering=used)

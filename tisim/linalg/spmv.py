@@ -1,0 +1,185 @@
+"""Taichi kernels for sparse matrices in CSR form.
+
+Matrices are handed to the kernels as three 1-D arrays (indptr, indices, data).
+On the CPU these are the numpy arrays of a ``scipy.sparse.csr_matrix``, accessed
+in place (no copy, so a matrix kept on the host for other uses costs no extra
+memory); on a GPU they are ``ti.ndarray`` copies (:func:`device_array`).
+Vectors of 3-D points are (n, 3) arrays (scalar ndarrays: Taichi launches them
+faster than vector-typed ones), so the x, y and z columns go through one pass
+over the matrix. Every argument is an ndarray,
+so each kernel compiles once per process whatever arrays it is given.
+
+Every product is a gather (one thread per row), never a scatter with atomics,
+so results are bitwise reproducible. Updates of global memory are written
+``a[i] = a[i] + v``: Taichi turns ``a[i] += v`` into an atomic operation, which
+is many times slower and unnecessary where each entry has one writer.
+
+This module has no ``from __future__ import annotations``: Taichi reads the
+kernels' type annotations when they are decorated.
+"""
+
+import numpy as np
+import taichi as ti
+
+__all__ = [
+    "DeviceCSR",
+    "csr_matvec3",
+    "csr_matvec3_scatter_add",
+    "device_array",
+    "gather3",
+    "inverse_columns",
+]
+
+
+def device_array(a: np.ndarray):
+    """``a`` itself on the CPU (kernels access numpy memory in place), else a ti.ndarray copy."""
+    from tisim import backend
+
+    if backend.current().arch == "cpu":
+        return a
+    dt = {
+        np.dtype(np.int32): ti.i32,
+        np.dtype(np.int64): ti.i64,
+        np.dtype(np.float32): ti.f32,
+        np.dtype(np.float64): ti.f64,
+    }[a.dtype]
+    d = ti.ndarray(dt, shape=a.shape)
+    d.from_numpy(a)
+    return d
+
+
+class DeviceCSR:
+    """A CSR matrix ready for the kernels of this module.
+
+    matrix: scipy CSR (rows x cols); indices are converted to int32 and values
+    to the backend's float type (f64 on the CPU by default). ``host`` is the
+    scipy matrix whose buffers the kernels use on the CPU.
+    """
+
+    def __init__(self, matrix):
+        import scipy.sparse as sp
+
+        from tisim import backend
+
+        A = sp.csr_matrix(matrix)
+        A.sort_indices()
+        if A.nnz >= 2**31:
+            raise ValueError("matrix too large for int32 indices")
+        dtype = backend.np_real()
+        A = sp.csr_matrix(
+            (
+                np.ascontiguousarray(A.data, dtype=dtype),
+                np.ascontiguousarray(A.indices, dtype=np.int32),
+                np.ascontiguousarray(A.indptr, dtype=np.int32),
+            ),
+            shape=A.shape,
+        )
+        self.host = A
+        self.shape = A.shape
+        self.nnz = A.nnz
+        self.indptr = device_array(A.indptr)
+        self.indices = device_array(A.indices)
+        self.data = device_array(A.data)
+
+    @property
+    def nbytes(self) -> int:
+        return self.host.data.nbytes + self.host.indices.nbytes + self.host.indptr.nbytes
+
+
+@ti.kernel
+def csr_matvec3(
+    indptr: ti.types.ndarray(ndim=1),
+    indices: ti.types.ndarray(ndim=1),
+    data: ti.types.ndarray(ndim=1),
+    x: ti.types.ndarray(ndim=2),
+    y: ti.types.ndarray(ndim=2),
+):
+    """y[i] = sum_j A[i, j] x[j] for i < rows (x, y: (n, 3) arrays of points)."""
+    for i in range(indptr.shape[0] - 1):
+        acc = ti.Vector([0.0, 0.0, 0.0])
+        for p in range(indptr[i], indptr[i + 1]):
+            j = indices[p]
+            acc += data[p] * ti.Vector([x[j, 0], x[j, 1], x[j, 2]])
+        y[i, 0] = acc[0]
+        y[i, 1] = acc[1]
+        y[i, 2] = acc[2]
+
+
+@ti.kernel
+def csr_matvec3_scatter_add(
+    indptr: ti.types.ndarray(ndim=1),
+    indices: ti.types.ndarray(ndim=1),
+    data: ti.types.ndarray(ndim=1),
+    x: ti.types.ndarray(ndim=2),
+    rowmap: ti.types.ndarray(ndim=1),
+    out: ti.types.ndarray(ndim=2),
+):
+    """out[rowmap[i]] += sum_j A[i, j] x[j] (rowmap is injective, so no atomics)."""
+    for i in range(indptr.shape[0] - 1):
+        acc = ti.Vector([0.0, 0.0, 0.0])
+        for p in range(indptr[i], indptr[i + 1]):
+            j = indices[p]
+            acc += data[p] * ti.Vector([x[j, 0], x[j, 1], x[j, 2]])
+        r = rowmap[i]
+        out[r, 0] = out[r, 0] + acc[0]
+        out[r, 1] = out[r, 1] + acc[1]
+        out[r, 2] = out[r, 2] + acc[2]
+
+
+@ti.kernel
+def gather3(
+    src: ti.types.ndarray(ndim=2), index: ti.types.ndarray(ndim=1), dst: ti.types.ndarray(ndim=2)
+):
+    """dst[i] = src[index[i]] for i < len(index)."""
+    for i in range(index.shape[0]):
+        j = index[i]
+        dst[i, 0] = src[j, 0]
+        dst[i, 1] = src[j, 1]
+        dst[i, 2] = src[j, 2]
+
+
+@ti.kernel
+def inverse_columns(
+    columns: ti.types.ndarray(dtype=ti.i32, ndim=1),
+    begin: ti.i32,
+    end: ti.i32,
+    Lp: ti.types.ndarray(dtype=ti.i32, ndim=1),
+    Li: ti.types.ndarray(dtype=ti.i32, ndim=1),
+    Lx: ti.types.ndarray(dtype=ti.f64, ndim=1),
+    parent: ti.types.ndarray(dtype=ti.i32, ndim=1),
+    depth: ti.types.ndarray(dtype=ti.i32, ndim=1),
+    Sp: ti.types.ndarray(dtype=ti.i64, ndim=1),
+    Si: ti.types.ndarray(dtype=ti.i32, ndim=1),
+    Sx: ti.types.ndarray(dtype=ti.f64, ndim=1),
+):
+    """Columns ``columns[begin:end]`` of S = L^-1 in CSC (Sp, Si, Sx), one thread each.
+
+    Column j occupies Sp[j] .. Sp[j] + depth[j]: the etree path j -> root in
+    ascending order, so node v of the path sits at offset depth[j] - depth[v].
+    From L s_j = e_j: s_j = (e_j - sum_{i > j} L[i, j] s_i) / L[j, j], where every
+    such i is an ancestor of j whose column s_i is the tail of s_j's path; the
+    columns of ancestors must be done already (the caller goes level by level,
+    roots first). L: lower-triangular CSC (Lp, Li, Lx), sorted, diagonal first.
+    """
+    for c in range(begin, end):
+        j = columns[c]
+        start = Sp[j]
+        d = depth[j]
+        Si[start] = j
+        Sx[start] = 1.0
+        p0 = parent[j]
+        if p0 >= 0:
+            s0 = Sp[p0]
+            for t in range(d - 1):
+                Si[start + 1 + t] = Si[s0 + t]
+                Sx[start + 1 + t] = 0.0
+        for p in range(Lp[j] + 1, Lp[j + 1]):
+            i = Li[p]
+            lij = Lx[p]
+            off = start + d - depth[i]
+            si = Sp[i]
+            for u in range(depth[i]):
+                Sx[off + u] = Sx[off + u] - lij * Sx[si + u]
+        inv = 1.0 / Lx[Lp[j]]
+        for t in range(d):
+            Sx[start + t] = Sx[start + t] * inv
