@@ -75,6 +75,10 @@ def list_demos() -> list[tuple[str, str]]:
             desc = tomllib.loads(p.read_text()).get("scene", {}).get("description", "")
         except Exception:  # a broken demo file still shows up in the list
             desc = "(unreadable scene file)"
+        desc = " ".join(str(desc).split())  # one line, whatever the file's layout
+        if len(desc) > 110:
+            cut = desc[:110].rsplit(" ", 1)[0]
+            desc = cut.rstrip(",;:") + " ..."
         out.append((p.stem, desc))
     return out
 
