@@ -1,0 +1,203 @@
+"""Frame-time breakdown of the PD solver with frictional contact on the squeeze-ball demo.
+
+For each ball size the demo (demos/squeeze-ball.toml) is run headless and each frame's
+time is split into collision detection, building the Delassus operator W, the
+nonsmooth-Newton / Conjugate Residual contact solve, and local-global (local step and
+global solves), as reported by SolverPD's StepStats. Frames with contact are
+summarised separately (mean, median, max), and the machine is stated.
+
+Usage:
+    .venv/bin/python tools/bench_contact.py                       # 6,951 and 14,721 vertices
+    .venv/bin/python tools/bench_contact.py --resolution 17.6493 --frames 60 --json bench_contact.json
+    .venv/bin/python tools/bench_contact.py --set solver.global_step=\\"cholesky\\"
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+SCENE = ROOT / "demos" / "squeeze-ball.toml"
+
+
+def machine() -> dict:
+    info = {
+        "system": platform.system(),
+        "machine": platform.machine(),
+        "python": platform.python_version(),
+        "cpus": os.cpu_count(),
+    }
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                info["cpu"] = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    try:
+        info["load_average_at_start"] = os.getloadavg()
+    except OSError:
+        pass
+    return info
+
+
+def bench(resolution: float, frames: int, overrides: list[str]) -> dict:
+    from tisim.model import Model
+    from tisim.scene import load_scene
+    from tisim.solvers.pd.solver import SolverPD
+
+    scene = load_scene(SCENE, [f"objects.ball.ball_resolution={resolution}", *overrides])
+    model = Model.from_scene(scene)
+    t0 = time.perf_counter()
+    solver = SolverPD(model, scene.solver)
+    setup = time.perf_counter() - t0
+    s0 = model.initial_state()
+    s1 = s0.clone()
+    rows = []
+    for f in range(frames):
+        t0 = time.perf_counter()
+        st = solver.step(s0, s1, scene.sim.dt)
+        wall = 1e3 * (time.perf_counter() - t0)
+        s0, s1 = s1, s0
+        tm = st.timings
+        rows.append(
+            {
+                "frame": f,
+                "wall_ms": wall,
+                "n_contacts": st.n_contacts,
+                "detect_ms": tm.get("contact_detect", 0.0),
+                "delassus_ms": tm.get("contact_delassus", 0.0),
+                "cr_ms": tm.get("contact_cr", 0.0),
+                "local_global_ms": tm.get("local", 0.0) + tm.get("global", 0.0),
+                "contact_other_ms": tm.get("contact", 0.0)
+                - tm.get("contact_detect", 0.0)
+                - tm.get("contact_delassus", 0.0)
+                - tm.get("contact_cr", 0.0),
+                "energy_ms": tm.get("energy", 0.0),
+                "penetration": st.max_penetration,
+            }
+        )
+        if not s0.is_finite():
+            break
+    info = solver.info()
+    warm = rows[1:]  # frame 0 compiles the kernels
+    contact = [r for r in warm if r["n_contacts"] > 0]
+    free = [r for r in warm if r["n_contacts"] == 0]
+    keys = (
+        "wall_ms",
+        "detect_ms",
+        "delassus_ms",
+        "cr_ms",
+        "local_global_ms",
+        "contact_other_ms",
+        "energy_ms",
+        "n_contacts",
+    )
+
+    def summary(rs):
+        if not rs:
+            return {}
+        return {
+            k: {
+                "mean": float(np.mean([r[k] for r in rs])),
+                "median": float(np.median([r[k] for r in rs])),
+                "max": float(np.max([r[k] for r in rs])),
+            }
+            for k in keys
+        }
+
+    return {
+        "resolution": resolution,
+        "vertices": model.vertex_count,
+        "tets": model.element_count,
+        "global_step": info.get("global_step"),
+        "iterations": info.get("iterations"),
+        "setup_s": setup,
+        "frames": len(rows),
+        "contact_frames": summary(contact),
+        "free_frames": summary(free),
+        "per_frame": rows,
+    }
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument(
+        "--resolution",
+        type=float,
+        nargs="+",
+        default=[17.6493, 22.84],
+        help="ball_resolution values (17.6493: 6,951 vertices, 22.84: 14,721; the paper's 7.1k/14.7k)",
+    )
+    ap.add_argument("--frames", type=int, default=70)
+    ap.add_argument(
+        "--set", action="append", default=[], help="scene override, e.g. solver.iterations=5"
+    )
+    ap.add_argument("--json", type=Path, default=None)
+    args = ap.parse_args(argv)
+
+    from tisim import backend
+
+    b = backend.init("cpu", "f64")
+    mach = machine()
+    print(
+        f"machine: {mach.get('cpu', mach['machine'])}, {mach['cpus']} CPUs, load {mach.get('load_average_at_start')}, "
+        f"taichi {b.arch}/{b.precision}"
+    )
+    results = []
+    for res in args.resolution:
+        r = bench(res, args.frames, args.set)
+        results.append(r)
+        c = r["contact_frames"]
+        print(
+            f"\nball_resolution {res:g}: {r['vertices']} vertices, {r['tets']} tets, global step {r['global_step']}, "
+            f"{r['iterations']} iterations, setup {r['setup_s']:.1f} s"
+        )
+        if c:
+            print(
+                f"  frames with contact: {sum(1 for x in r['per_frame'] if x['n_contacts'])}, "
+                f"contacts mean {c['n_contacts']['mean']:.0f} max {c['n_contacts']['max']:.0f}"
+            )
+            print(f"  {'ms per frame':<22}{'mean':>9}{'median':>9}{'max':>9}")
+            for k, label in (
+                ("wall_ms", "total"),
+                ("detect_ms", "collision detection"),
+                ("delassus_ms", "W build"),
+                ("cr_ms", "Newton / CR solve"),
+                ("local_global_ms", "local-global"),
+                ("contact_other_ms", "contact other"),
+                ("energy_ms", "energy (stats)"),
+            ):
+                print(f"  {label:<22}{c[k]['mean']:>9.1f}{c[k]['median']:>9.1f}{c[k]['max']:>9.1f}")
+        f = r["free_frames"]
+        if f:
+            print(
+                f"  frames without contact: total {f['wall_ms']['mean']:.1f} ms mean "
+                f"(local-global {f['local_global_ms']['mean']:.1f})"
+            )
+    if args.json:
+        args.json.write_text(
+            json.dumps(
+                {
+                    "machine": mach,
+                    "scene": str(SCENE.name),
+                    "overrides": args.set,
+                    "results": results,
+                },
+                indent=2,
+            )
+        )
+        print(f"\nwrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
