@@ -152,7 +152,7 @@ class Model:
         offset = toffset = 0
         for name, oc in scene.objects.items():
             mesh = _object_mesh(scene, name, oc)
-            x = _transform(mesh.vertices, oc)
+            x = _transform(mesh.vertices, oc, scene)
             v = _initial_velocity(x, oc, mesh)
             n, m = len(x), len(mesh.tets)
             verts.append(x)
@@ -213,9 +213,13 @@ def _object_mesh(scene: Scene, name: str, oc: ObjectConfig) -> TetMesh:
     return load_tet_mesh(str(path))
 
 
-def _transform(x: np.ndarray, oc: ObjectConfig) -> np.ndarray:
+def _transform(x: np.ndarray, oc: ObjectConfig, scene: Scene) -> np.ndarray:
     R = euler_xyz_deg(oc.rotation)
-    return (x * oc.scale) @ R.T + np.asarray(oc.translation)
+    y = (x * oc.scale) @ R.T + np.asarray(oc.translation)
+    if oc.frame is not None:  # relative to a collider's initial pose
+        c = scene.colliders[oc.frame]
+        y = y @ euler_xyz_deg(c.rotation).T + np.asarray(c.position)
+    return y
 
 
 def _initial_velocity(x: np.ndarray, oc: ObjectConfig, mesh: TetMesh) -> np.ndarray:

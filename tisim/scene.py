@@ -88,6 +88,9 @@ class ObjectConfig:
     translation: Vec3 = (0.0, 0.0, 0.0)
     rotation: Vec3 = (0.0, 0.0, 0.0)  # XYZ Euler angles, degrees
     scale: float = num(1.0, gt=0)
+    # Name of a collider: translation and rotation are then relative to that
+    # collider's pose at t = 0, so tilting an incline carries the box on it along.
+    frame: str | None = None
     velocity: Vec3 = (0.0, 0.0, 0.0)
     angular_velocity: Vec3 = (0.0, 0.0, 0.0)  # rad/s about the centre of mass
     handles: dict[str, HandleConfig] = field(default_factory=dict)
@@ -270,6 +273,10 @@ def scene_from_dict(data: dict, path: str | None = None) -> Scene:
         scene = dataclasses.replace(scene, solver=solver, path=path)
         if not scene.objects:
             raise ConfigError("objects", "a scene needs at least one object ([objects.NAME])")
+        for name, obj in scene.objects.items():
+            if obj.frame is not None and obj.frame not in scene.colliders:
+                known = ", ".join(sorted(scene.colliders)) or "none"
+                raise ConfigError(f"objects.{name}.frame", f"expected the name of a collider (colliders: {known}), got {obj.frame!r}")
         return scene
     except ConfigError as e:
         raise e.with_source(path) if path else e from None

@@ -38,13 +38,9 @@ SCENE = ROOT / "demos" / "stick-slip.toml"
 
 
 def incline_overrides(angle_deg: float) -> list[str]:
-    """--set overrides that tilt the incline and put the box flat on it."""
-    th = math.radians(angle_deg)
-    return [
-        f"colliders.incline.rotation=[0.0, 0.0, {angle_deg}]",
-        f"objects.box.rotation=[0.0, 0.0, {angle_deg}]",
-        f"objects.box.translation=[{-0.1 * math.sin(th)!r}, {0.1 * math.cos(th)!r}, 0.0]",
-    ]
+    """--set override that tilts the incline; the box sits in the incline's frame
+    (objects.box.frame = "incline"), so it tilts along and stays flat on it."""
+    return [f"colliders.incline.rotation=[0.0, 0.0, {angle_deg!r}]"]
 
 
 def run_box(

@@ -97,3 +97,25 @@ def test_handle_selecting_nothing_is_an_error():
     del d["objects"]["b"]
     with pytest.raises(ConfigError, match="selects no vertex"):
         Model.from_scene(scene_from_dict(d))
+
+
+def test_object_in_a_collider_frame_sits_on_the_tilted_plane():
+    from tisim.geometry.transforms import euler_xyz_deg
+
+    for angle in (10.0, 20.0):
+        sc = scene_from_dict({
+            "objects": {"box": {"generator": "box", "size": [0.2, 0.2, 0.2], "resolution": [2, 2, 2],
+                                "frame": "incline", "translation": [0, 0.1, 0]}},
+            "colliders": {"incline": {"type": "plane", "rotation": [0, 0, angle]}},
+        })
+        m = Model.from_scene(sc)
+        d, n = m.colliders[0].signed_distance(m.initial_positions)
+        assert np.allclose(n[0], euler_xyz_deg([0, 0, angle]) @ [0, 1, 0])
+        assert d.min() == pytest.approx(0.0, abs=1e-12)  # bottom face on the plane
+        assert d.max() == pytest.approx(0.2)
+        assert np.sum(np.isclose(d, 0.0, atol=1e-12)) == 9  # the whole bottom layer
+
+
+def test_frame_must_name_a_collider():
+    with pytest.raises(ConfigError, match="objects.box.frame"):
+        scene_from_dict({"objects": {"box": {"generator": "box", "frame": "nope"}}})

@@ -20,13 +20,8 @@ G = 9.81
 
 
 def incline_overrides(angle_deg: float) -> list[str]:
-    """--set overrides that tilt the incline and put the box flat on it."""
-    th = math.radians(angle_deg)
-    return [
-        f"colliders.incline.rotation=[0.0, 0.0, {angle_deg}]",
-        f"objects.box.rotation=[0.0, 0.0, {angle_deg}]",
-        f"objects.box.translation=[{-0.1 * math.sin(th)!r}, {0.1 * math.cos(th)!r}, 0.0]",
-    ]
+    """One override tilts the incline; the box sits in its frame and tilts along."""
+    return [f"colliders.incline.rotation=[0.0, 0.0, {angle_deg!r}]"]
 
 
 def _build(scene):
