@@ -151,6 +151,8 @@ class ContactConfig:
     ncp: Literal["fischer-burmeister", "min-map"] = "fischer-burmeister"
     preconditioner: Literal["delassus", "mass"] = "delassus"
     cr_iterations: int = num(10, ge=1)
+    newton_iterations: int = num(3, ge=1, doc="NCP Newton steps per local-global iteration (the notes use 1)")
+    friction_jacobian: Literal["full", "lagged"] = "full"  # "lagged": the notes' omega_t = 0, E_t = I
     objects: bool = True  # object-object contact
     self_collision: bool = False
     margin: float = num(0.0, ge=0, doc="detection distance beyond contact, m")

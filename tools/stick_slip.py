@@ -52,7 +52,6 @@ def run_box(
     extra: list[str],
 ) -> dict:
     """Simulate the box; return displacement of the centre (m) and speeds down the slope (m/s)."""
-    from tisim.contact.pd_contact import PDContact
     from tisim.model import Model
     from tisim.scene import load_scene
     from tisim.solvers.pd.solver import SolverPD
@@ -60,14 +59,15 @@ def run_box(
     scene = load_scene(
         SCENE,
         incline_overrides(angle)
-        + [f"contact.mu={mu!r}", f'contact.preconditioner="{preconditioner}"', *extra],
+        + [
+            f"contact.mu={mu!r}",
+            f'contact.preconditioner="{preconditioner}"',
+            f'contact.friction_jacobian="{friction_jacobian}"',
+            *extra,
+        ],
     )
     model = Model.from_scene(scene)
     solver = SolverPD(model, scene.solver)
-    if friction_jacobian != "full":
-        solver.contact = PDContact(
-            model, scene.contact, solver.contact.global_step, friction_jacobian=friction_jacobian
-        )
     th = math.radians(angle)
     down = -np.array([math.cos(th), math.sin(th), 0.0])
     m = model.mass[:, None]

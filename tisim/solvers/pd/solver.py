@@ -149,16 +149,15 @@ class SolverPD(Solver):
         self.contact = None
         scene = model.scene
         if (len(model.colliders) > 0 or len(model.object_names) > 1) and scene.contact.enabled:
-            try:
-                from tisim.contact.pd_contact import PDContact
-            except ImportError as e:  # pragma: no cover - only while the module is being written
-                log.warning(
-                    "contact is enabled but tisim.contact.pd_contact is unavailable (%s); "
-                    "running without contact",
-                    e,
-                )
-            else:
-                self.contact = PDContact(model, scene.contact, _GlobalStepProxy(self))
+            from tisim.contact.pd_contact import PDContact
+
+            self.contact = PDContact(
+                model,
+                scene.contact,
+                _GlobalStepProxy(self),
+                newton_iterations=scene.contact.newton_iterations,
+                friction_jacobian=scene.contact.friction_jacobian,
+            )
 
     # ------------------------------------------------------------------ system
     @property
