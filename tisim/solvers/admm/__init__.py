@@ -1,0 +1,6 @@
+"""Variational (midpoint-rule) elastodynamics solved per step by ADMM.
+
+``config`` is Taichi-free (read by the scene loader); ``prox`` holds the per-element
+operators as Taichi functions, ``kernels`` the element/vertex kernels and
+``solver`` the :class:`~tisim.solvers.admm.solver.SolverADMM` orchestration.
+"""

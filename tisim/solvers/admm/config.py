@@ -1,0 +1,72 @@
+"""Configuration of the variational ADMM integrator (the ``[solver]`` table with type = "admm").
+
+Imported by the scene loader, so it must not import Taichi.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from tisim.config import ConfigError, num
+
+
+@dataclass(frozen=True, kw_only=True)
+class ADMMConfig:
+    """ADMM settings of the midpoint variational integrator (:class:`SolverADMM`).
+
+    Stiffness: the notes' kappa (and lambda) come from each object's Lame
+    parameters (mu, lam) = ``ObjectConfig.lame`` as documented in
+    :mod:`tisim.solvers.admm.solver`; nothing here overrides them.
+
+    Residuals (both dimensionless, volume-weighted RMS over the elements):
+    primal = RMS ||F_i(q_mid) - R_i S_i||_F (a strain error), with contact also
+    RMS ||q - q'|| / (mean edge length); dual = RMS rho_i/(w_i k_i) ||R_i S_i - (R_i S_i)_previous||_F
+    (the unconverged part of the q-step's elastic force, as a stress relative to the
+    stiffness k_i), with contact also RMS ||q' - q'_previous|| / (mean edge length).
+    A step stops when both are below their tolerance (after ``min_iterations``)
+    or at ``max_iterations`` (then the step is flagged as stalled and a warning
+    is logged).
+    """
+
+    type: Literal["admm"] = "admm"
+    tolerance: float = num(1e-6, gt=0, doc="primal residual tolerance (RMS strain error)")
+    dual_tolerance: float = num(0.0, ge=0, doc="dual residual tolerance; 0: same as tolerance")
+    max_iterations: int = num(1000, ge=1, doc="ADMM iteration cap per time step")
+    min_iterations: int = num(1, ge=1, doc="ADMM iterations always done per step")
+    rho_scale: float = num(
+        1.0, gt=0, doc="penalty rho_i = rho_scale * w_i * k_i (k_i: stiffness of the material at rest)"
+    )
+    eta_fraction: float = num(0.05, ge=0, doc="proximal weight of the rotation step, eta_i / rho_i")
+    adaptive_rho: bool = True  # residual balancing (doubles/halves rho and refactors)
+    rho_balance: float = num(10.0, gt=1, doc="rescale rho when one residual exceeds the other by this factor")
+    rho_update_interval: int = num(20, ge=1, doc="ADMM iterations between residual-balancing checks")
+    rho_min_scale: float = num(0.5, gt=0, doc="lower limit of the adaptive rho relative to its start")
+    rho_max_scale: float = num(1e3, gt=0, doc="upper limit of the adaptive rho relative to its start")
+    local_rho: bool = True  # raise rho_i of elements much stiffer than at rest (see SolverADMM)
+    local_rho_threshold: float = num(1.0, gt=0, doc="local rho level = ceil(log2(threshold * need)), see SolverADMM")
+    local_rho_max_level: int = num(12, ge=0, doc="local rho is at most 2^level times the rest rho")
+    contact_penalty_scale: float = num(
+        1.0, gt=0, doc="ADMM penalty of the contact copy q' per vertex, mu_v = scale * m_v / h^2"
+    )
+    warn_every: int = num(50, ge=1, doc="log one warning per this many stalled steps (the first always)")
+
+    def __post_init__(self):
+        if self.min_iterations > self.max_iterations:
+            raise ConfigError("min_iterations", f"must not exceed max_iterations ({self.max_iterations})")
+        if self.rho_min_scale > 1.0 or self.rho_max_scale < 1.0:
+            raise ConfigError("rho_min_scale", "expected rho_min_scale <= 1 <= rho_max_scale")
+
+    @property
+    def dual_tol(self) -> float:
+        return self.dual_tolerance if self.dual_tolerance > 0 else self.tolerance
+
+    @classmethod
+    def accurate(cls, **kw) -> ADMMConfig:
+        """Tight tolerances for verification (conservation tests)."""
+        return cls(**{"tolerance": 1e-9, "max_iterations": 5000, **kw})
+
+    @classmethod
+    def realtime(cls, **kw) -> ADMMConfig:
+        """Loose tolerance and a small cap for interactive use."""
+        return cls(**{"tolerance": 1e-4, "max_iterations": 50, **kw})

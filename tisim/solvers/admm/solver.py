@@ -1,0 +1,606 @@
+"""Variational midpoint integrator for elastodynamics, solved per time step by ADMM.
+
+One step k -> k+1 minimises (notes §2.4)
+
+    1/(2 h^2) ||q - z^k||_M^2 + sum_i w_i psi_i(S_i) + g(q_mid)
+    s.t.  F_i(q_mid) = R_i S_i,  R_i in SO(3),  S_i symmetric PSD,
+
+with q_mid = (q^k + q)/2, z^k = q^k + h v^k and g the external potential
+(gravity, penalty contact). Its stationary points are the implicit midpoint
+rule; velocities follow the midpoint recursion v^{k+1} = 2/h (q^{k+1} - q^k) - v^k.
+
+Stiffness (kappa, lambda of the notes) from each object's Lame parameters
+(mu, lam) (``ObjectConfig.lame``, from Young's modulus and Poisson's ratio):
+
+=====================  =======================================  ===================
+scene material         energy integrated (zero at rest)         notes' parameters
+=====================  =======================================  ===================
+arap                   mu ||F - R||^2 = kappa/2 ||S - I||^2     kappa = 2 mu
+symmetric-dirichlet    mu/2 (||F||^2 + ||F^-1||^2) - 3 mu       kappa = mu
+symmetric-gradient     mu/2 (||F||^2 - 3) - mu log J            kappa = mu
+neo-hookean            mu/2 (||F||^2 - 3) - mu log J            kappa = mu, lambda = lam
+                       + lam/2 (log J)^2 (the notes' NH; the
+                       stable NH of tisim.materials is not used)
+corotated              mu ||F - R||^2 + lam/2 (J - 1)^2         not in the notes
+=====================  =======================================  ===================
+
+So kappa = 35 for Neo-Hookean/SymG means mu = 35 Pa, e.g. E = 93.33 Pa with
+nu = 1/3 (then lam = 4 mu = 4 kappa, the notes' armadillo setting).
+
+ADMM (notes §2.5, §3): the q-step solves A q = B with A = M/h^2 + sum_i rho_i/4
+G_i^T G_i (+ mu_v I with contact), factored once per (dt, rho scale, set of held
+vertices); the R-step is the proximal Procrustes problem by signed SVD; the
+S-step each energy's proximal operator on the PSD cone; then the dual update.
+Penalties rho_i = rho_scale * w_i * k_i with k_i the largest eigenvalue of the
+energy's Hessian in the singular values at rest (2 mu, 2 mu + 3 lam, 4 mu); with
+``adaptive_rho`` all rho_i are doubled or halved together (residual balancing)
+and A is refactored. Contact with analytic colliders is a penalty
+k_c/2 max(0, -d(x_mid))^2 per vertex and collider (k_c = ``contact.stiffness``),
+handled by the proximal step on the copy q' (notes §2.7): along the collider's
+normal at the point, which is the exact prox for planes, spheres and cylinder
+sides, and for boxes inside one face's region. Held vertices (handles, mouse
+drag) are eliminated from the q-step.
+
+References:
+    Variational elastodynamic simulation with ADMM (algorithm note
+    ``shared/papers/admm-variational.md``); S. Boyd et al., Distributed
+    Optimization and Statistical Learning via ADMM, 2011 (residual balancing);
+    J. C. Simo, N. Tarnow, K. K. Wong, Exact energy-momentum conserving
+    algorithms, 1992 (midpoint rule and its momentum maps).
+
+Limitations:
+    * No self-collision or object-object contact; contact is a frictionless
+      penalty (its stiffness limits the time step, a stiff penalty needs a small h).
+    * Neo-Hookean with lam != 0 and corotated leave the convexity assumption of
+      the convergence theory (their prox is a damped Newton solve); ARAP and
+      corotated only guarantee det >= 0 (the PSD cone), the others det > 0 - at the
+      midpoint Jacobian and up to the primal residual, not at q^{k+1} itself.
+    * Angular momentum and energy are conserved only to the ADMM tolerance;
+      linear momentum exactly (without handles, gravity or contact).
+    * Handles and moving colliders inject energy; mass damping (``sim.damping``)
+      scales velocities by 1/(1 + c h) after each step.
+    * Iteration counts grow with deformation and stiffness relative to M/h^2
+      (hundreds to thousands for stiff, large-deformation steps).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+
+from tisim import backend
+from tisim.geometry.precompute import gradient_operator
+from tisim.linalg.cholesky import factorize
+from tisim.scene import MATERIALS
+from tisim.solvers.admm.config import ADMMConfig
+from tisim.solvers.base import Solver, StepStats, Tunable
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class _Factorization:
+    key: tuple
+    free: np.ndarray  # (n_f,) indices of the unknowns
+    held: np.ndarray  # (n_h,) indices of the prescribed vertices
+    factor: object  # tisim.linalg.cholesky.Factor of A[free][:, free]
+    A_fh: sp.csr_matrix  # A[free][:, held]
+
+
+class SolverADMM(Solver):
+    """ADMM solver of the variational midpoint integrator (see the module doc).
+
+    ``step(state_in, state_out, dt)`` writes q^{k+1} and the midpoint-recursion
+    velocity v^{k+1} into ``state_out`` and returns StepStats with iterations,
+    residual (primal), converged, potential (elastic + gravity + penalty at
+    state_out, J) and extra columns ``primal_residual``, ``dual_residual``,
+    ``stress_residual`` (see :class:`ADMMConfig`), ``admm_stalled`` (0/1),
+    ``admm_stalled_total`` (stalled steps since reset), ``rho_scale`` (global rho
+    factor), ``rho_local_max`` (largest local rho raise), ``min_det_mid`` (min det F at
+    the midpoint) and ``min_det`` (at state_out).
+    Warm-start data (R, S, Y per element, W per vertex) stay in the solver; a
+    token in ``state.warm["admm"]`` tells whether ``state_in`` is the state the
+    solver last produced (otherwise the splitting is re-initialised).
+    """
+
+    name = "admm"
+
+    def __init__(self, model, config: ADMMConfig | None = None):
+        import taichi as ti
+
+        from tisim.solvers.admm import kernels as K
+        from tisim.solvers.admm.prox import rest_stiffness
+
+        super().__init__(model, config if config is not None else ADMMConfig())
+        self._K = K
+        cfg = self.config
+        real = backend.real()
+        self._np_real = backend.np_real()
+        n, m = model.vertex_count, model.element_count
+        self.n, self.m = n, m
+        self.tolerance = float(cfg.tolerance)
+        self.dual_tolerance = float(cfg.dual_tol)
+        self.max_iterations = int(cfg.max_iterations)
+        self.rho_scale = float(cfg.rho_scale)
+
+        self._topo = ti.ndarray(ti.i32, shape=(m, 5))
+        self._grad = ti.ndarray(real, shape=(m, 4, 3))
+        self._grad.from_numpy(np.ascontiguousarray(model.rest.grad, dtype=self._np_real))
+        self._params = ti.ndarray(real, shape=(m, K.N_PARAMS))
+        self._split = ti.ndarray(ti.types.matrix(3, 3, real), shape=(m, 4))
+
+        self._rest_stiffness = rest_stiffness
+        self._G = gradient_operator(model.mesh.tets, model.rest.grad, n).tocsr()
+        self._set_materials()
+        self.rho_levels_changed = 0
+
+        vol = model.rest.volume
+        self._edge = float(np.mean(np.cbrt(6.0 * np.sqrt(2.0) * vol))) if m else 1.0
+        self._mass = np.asarray(model.mass, dtype=np.float64)
+        if np.any(self._mass <= 0):
+            raise ValueError("every vertex needs a positive mass (a vertex belongs to no tet?)")
+        scene = model.scene
+        self._colliders = list(model.colliders) if scene.contact.enabled else []
+        self._kc = float(scene.contact.stiffness)
+        self._damping = float(scene.sim.damping)
+
+        self.trace: list | None = None  # set to [] to record (iteration, primal, dual, stress, min det, rho factor)
+        self._fact: _Factorization | None = None
+        self._token: int | None = None
+        self._counter = 0
+        self._W = np.zeros((n, 3))
+        self._stalled_steps = 0
+        self._last_time = 0.0
+        self._x_scratch = np.zeros((n, 3), dtype=self._np_real)
+        self._rhs = np.zeros((n, 3), dtype=self._np_real)
+
+    # ------------------------------------------------------------------ setup
+    def _set_materials(self) -> None:
+        model = self.model
+        mat = np.asarray(model.element_material, dtype=np.int32)
+        w = np.asarray(model.rest.volume, dtype=np.float64)
+        mu = np.asarray(model.element_mu, dtype=np.float64)
+        lam = np.asarray(model.element_lam, dtype=np.float64)
+        k = np.empty(self.m)
+        for code, name in enumerate(MATERIALS):
+            sel = mat == code
+            if np.any(sel):
+                k[sel] = self._rest_stiffness(name, mu[sel], lam[sel])
+        self._wk = w * k  # the unit of the stress residuals, N m
+        self._level = np.zeros(self.m, dtype=np.int64)  # local rho = 2^level * rest rho
+        self._rho_factor = 1.0
+        topo = np.empty((self.m, 5), dtype=np.int32)
+        topo[:, :4] = model.mesh.tets
+        topo[:, 4] = mat
+        self._topo.from_numpy(topo)
+        K = self._K
+        params = np.empty((self.m, K.N_PARAMS))
+        params[:, K.W] = w
+        params[:, K.MU] = mu
+        params[:, K.LAM] = lam
+        params[:, K.WK] = self._wk
+        self._params_np = params
+        self._set_rho0()
+
+    def _set_rho0(self) -> None:
+        """rho at rho factor 1: rho_scale * w * k * 2^level; rebuilds sum rho/4 G^T G."""
+        self._rho0 = self.rho_scale * self._wk * np.exp2(self._level)
+        self._apply_rho()
+        # sum_i rho0_i/4 G_i^T G_i: the scalar part of A (A is (this) kron I_3)
+        d = np.repeat(self._rho0 / 4.0, 3)
+        self._L0 = (self._G.T @ sp.diags(d) @ self._G).tocsc()
+        self._rho_version = getattr(self, "_rho_version", 0) + 1
+        self._fact = None
+
+    def _apply_rho(self) -> None:
+        """Upload the element parameters with rho = rho0 * rho factor (resets Taichi's copy of rho)."""
+        K = self._K
+        rho = self._rho0 * self._rho_factor
+        self._params_np[:, K.RHO] = rho
+        self._params_np[:, K.ETA] = self.config.eta_fraction * rho
+        self._params.from_numpy(self._params_np.astype(self._np_real))
+
+    def _update_local_rho(self, allow_lower: bool) -> bool:
+        """Raise rho_i of elements that need it now (compressed barrier elements: see
+        ``kernels.stiffness_ratio``), in powers of two of the rest value; with
+        ``allow_lower`` (at the start of a step) lower it again once an element needs two
+        levels less. Returns whether any rho changed (A is then refactored).
+
+        Why: ADMM on this nonconvex problem cycles when rho_i is below the element's
+        curvature or compressive stress; an element squeezed to sigma_3 = 0.4 already
+        needs about 4 times its rest-state rho, one at sigma_3 = 0.05 hundreds of times.
+        """
+        cfg = self.config
+        ratio = np.zeros(self.m, dtype=self._np_real)
+        self._K.stiffness_ratio(self._topo, self._params, self._split, self.rho_scale, ratio)
+        need = np.log2(np.maximum(ratio.astype(np.float64), 1e-300) * cfg.local_rho_threshold)
+        target = np.clip(np.ceil(need), 0, cfg.local_rho_max_level).astype(np.int64)
+        new = np.maximum(target, self._level)
+        if allow_lower:
+            new = np.where(target < self._level - 1, target + 1, new)
+        if np.array_equal(new, self._level):
+            return False
+        self._level = new
+        self._set_rho0()
+        return True
+
+    def _contact_mu(self, h: float) -> np.ndarray:
+        if not self._colliders:
+            return np.zeros(self.n)
+        return self.config.contact_penalty_scale * self._mass / (h * h)
+
+    def _factorization(self, h: float, held: np.ndarray) -> _Factorization:
+        key = (h, self._rho_factor, self._rho_version, held.tobytes())
+        if self._fact is not None and self._fact.key == key:
+            return self._fact
+        t0 = time.perf_counter()
+        A = self.global_matrix(h)
+        mask = np.ones(self.n, dtype=bool)
+        mask[held] = False
+        free = np.flatnonzero(mask)
+        Aff = A[free][:, free]
+        A_fh = A[free][:, held].tocsr()
+        self._fact = _Factorization(key, free, held, factorize(Aff), A_fh)
+        log.debug("ADMM: factored A (%d unknowns) in %.1f ms", len(free), 1e3 * (time.perf_counter() - t0))
+        return self._fact
+
+    # --------------------------------------------------------------- helpers
+    def _held(self, t: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Indices (h,), positions (h, 3) and velocities (h, 3) of vertices prescribed at time t."""
+        idx, tgt = self.model.handle_targets(t)
+        _, vel = self.model.handle_velocities(t)
+        idx = np.asarray(idx, dtype=np.int64)
+        if self._drag is not None:
+            v, target = self._drag
+            keep = idx != v
+            idx = np.concatenate([idx[keep], [v]])
+            tgt = np.concatenate([tgt[keep], target[None, :]])
+            vel = np.concatenate([vel[keep], np.zeros((1, 3))])
+        order = np.argsort(idx, kind="stable")
+        return idx[order], tgt[order], vel[order]
+
+    def _as_real(self, x: np.ndarray) -> np.ndarray:
+        if x.dtype == self._np_real and x.flags.c_contiguous:
+            return x
+        out = self._x_scratch
+        np.copyto(out, x, casting="unsafe")
+        return out
+
+    def _init_splitting(self, x: np.ndarray) -> None:
+        """R, S from the polar decomposition of F(x); Y = w P(F) (the static dual); W = 0."""
+        K = self._K
+        K.store_deformation_gradients(self._as_real(x), self._topo, self._grad, self._split)
+        K.init_splitting(self._topo, self._params, self._split, 1, 1e-6)
+        self._W[:] = 0.0
+
+    def _penalty(self, x: np.ndarray, t: float) -> tuple[float, int, float]:
+        """Penalty energy (J), vertices in contact and deepest penetration (m) at positions x, time t."""
+        e, count, depth = 0.0, 0, 0.0
+        for c in self._colliders:
+            d, _ = c.signed_distance(x, t)
+            pen = np.minimum(d, 0.0)
+            e += 0.5 * self._kc * float(pen @ pen)
+            inside = d < 0
+            count += int(np.count_nonzero(inside))
+            if np.any(inside):
+                depth = max(depth, float(-d.min()))
+        return e, count, depth
+
+    def _elastic_energy(self, x: np.ndarray) -> tuple[float, float]:
+        """Elastic energy (J) and min det F at positions x."""
+        r = self._K.elastic_energy(self._as_real(x), self._topo, self._grad, self._params)
+        return float(r[0]), float(r[1])
+
+    def elastic_forces(self, positions: np.ndarray) -> np.ndarray:
+        """-dE/dx (n, 3) in N of the elastic energy ADMM integrates (for tests and diagnostics)."""
+        f = np.zeros((self.n, 3), dtype=self._np_real)
+        self._K.elastic_forces(self._as_real(positions), self._topo, self._grad, self._params, f)
+        return f.astype(np.float64)
+
+    def potential_energy(self, positions: np.ndarray, t: float | None = None) -> float:
+        """Elastic + gravity + contact penalty energy in J at ``positions`` (n, 3)."""
+        x = np.asarray(positions, dtype=np.float64)
+        e, _ = self._elastic_energy(x)
+        e -= float(self._mass @ (x @ self.model.gravity))
+        e += self._penalty(x, self._last_time if t is None else t)[0]
+        return e
+
+    # ----------------------------------------------------------- diagnostics
+    def global_matrix(self, h: float) -> sp.csr_matrix:
+        """A = M/h^2 + sum_i rho_i/4 G_i^T G_i (+ mu_v I with contact), the scalar n x n
+        matrix of the q-step (notes §2.5a; the 3D matrix is A kron I_3)."""
+        return (sp.diags(self._mass / (h * h) + self._contact_mu(h)) + self._rho_factor * self._L0).tocsr()
+
+    def splitting(self) -> dict[str, np.ndarray]:
+        """The current per-element splitting: R, S, Y (m, 3, 3) and rho (m,)."""
+        sp_ = self._split.to_numpy()
+        return {"R": sp_[:, 0].copy(), "S": sp_[:, 1].copy(), "Y": sp_[:, 2].copy(),
+                "rho": self._params_np[:, self._K.RHO].copy()}
+
+    def set_splitting(self, R: np.ndarray, S: np.ndarray, Y: np.ndarray) -> None:
+        """Overwrite the splitting (m, 3, 3) each (tests)."""
+        sp_ = self._split.to_numpy()
+        sp_[:, 0], sp_[:, 1], sp_[:, 2] = R, S, Y
+        self._split.from_numpy(np.ascontiguousarray(sp_, dtype=self._np_real))
+
+    def q_step(self, positions: np.ndarray, velocities: np.ndarray, h: float) -> np.ndarray:
+        """One q-step from the current splitting, without contact or handles:
+        solves A q = B (notes §2.5a) for q^k = positions, z = q^k + h v^k; returns q (n, 3)."""
+        x0 = np.asarray(positions, dtype=np.float64)
+        z = x0 + h * np.asarray(velocities, dtype=np.float64)
+        K = self._K
+        K.store_deformation_gradients(self._as_real(x0), self._topo, self._grad, self._split)
+        rhs = np.ascontiguousarray(self._mass[:, None] * z / (h * h)
+                                   + 0.5 * self._mass[:, None] * self.model.gravity[None, :], dtype=self._np_real)
+        K.assemble_rhs(rhs, self._topo, self._grad, self._params, self._split)
+        return factorize(self.global_matrix(h)).solve(rhs.astype(np.float64))
+
+    # ------------------------------------------------------------------ step
+    def step(self, state_in, state_out, dt: float) -> StepStats:
+        if not (isinstance(dt, (int, float)) and math.isfinite(dt) and dt > 0):
+            raise ValueError(f"ADMM step: the time step must be a finite number > 0, got {dt!r}")
+        x0 = np.asarray(state_in.positions, dtype=np.float64)
+        v0 = np.asarray(state_in.velocities, dtype=np.float64)
+        if x0.shape != (self.n, 3) or v0.shape != (self.n, 3):
+            raise ValueError(f"ADMM step: expected positions and velocities of shape ({self.n}, 3), "
+                             f"got {x0.shape} and {v0.shape}")
+        if not (np.all(np.isfinite(x0)) and np.all(np.isfinite(v0))):
+            bad = np.flatnonzero(~(np.isfinite(x0).all(1) & np.isfinite(v0).all(1)))
+            raise ValueError(f"ADMM step: the input state has NaN/inf positions or velocities "
+                             f"({bad.size} vertices, first {bad[0]})")
+        K = self._K
+        cfg = self.config
+        h = float(dt)
+        t0 = float(state_in.time)
+        t1 = t0 + h
+        tmid = t0 + 0.5 * h
+        timings = {"q_step": 0.0, "local": 0.0, "contact": 0.0, "factor": 0.0}
+
+        if self._token is None or state_in.warm.get("admm") != self._token:
+            self._init_splitting(x0)
+        K.store_deformation_gradients(self._as_real(x0), self._topo, self._grad, self._split)
+
+        if cfg.local_rho and self._update_local_rho(allow_lower=True):
+            self.rho_levels_changed += 1
+        held, held_x, held_v = self._held(t1)
+        tf = time.perf_counter()
+        fact = self._factorization(h, held)
+        timings["factor"] += 1e3 * (time.perf_counter() - tf)
+        z = x0 + h * v0
+        fext = self._mass[:, None] * self.model.gravity[None, :]
+        mu_c = self._contact_mu(h)
+        contact = bool(self._colliders)
+        qp = W = mu_col = None
+        if contact:
+            qp = z.copy()
+            qp[held] = held_x
+            W = self._W
+            W[held] = 0.0
+            mu_col = mu_c[:, None]
+        held_term = fact.A_fh @ held_x if len(held) else 0.0
+        q = z.copy()
+        q[held] = held_x
+        q_last_good = q.copy()
+
+        rhs = self._rhs
+        rp = rd = rs = math.inf
+        min_det_mid = math.nan
+        converged = False
+        nonfinite = False
+        it = 0
+        base_vertex = self._mass[:, None] * z / (h * h) + 0.5 * fext
+
+        def vertex_rhs():
+            np.copyto(rhs, base_vertex, casting="unsafe")
+            if contact:
+                rhs[:] += mu_col * qp - W
+
+        vertex_rhs()
+        K.assemble_rhs(rhs, self._topo, self._grad, self._params, self._split)
+        for it in range(1, self.max_iterations + 1):
+            # q-step (notes §2.5a): A q = B
+            ts = time.perf_counter()
+            qf = fact.factor.solve(rhs[fact.free].astype(np.float64) - held_term)
+            q[fact.free] = qf
+            timings["q_step"] += 1e3 * (time.perf_counter() - ts)
+            if not np.all(np.isfinite(qf)):
+                nonfinite = True
+                q[:] = q_last_good
+                break
+            # R-, S- and dual steps (notes §2.5b-d), and the element part of the next B
+            ts = time.perf_counter()
+            np.copyto(rhs, base_vertex, casting="unsafe")
+            check = it >= cfg.min_iterations and rp <= self.tolerance and rd <= self.dual_tolerance
+            s = K.iterate(self._as_real(q), rhs, self._topo, self._params, self._grad, self._split,
+                          1 if check else 0)
+            timings["local"] += 1e3 * (time.perf_counter() - ts)
+            vol = max(float(s[K.VOLUME]), 1e-300)
+            rp = math.sqrt(max(float(s[K.PRIMAL]), 0.0) / vol)
+            # RMS rho_i ||dZ_i|| / (w_i k_i): the change of the stress rho dZ relative to the
+            # stiffness, the part of the q-step force that has not converged yet
+            rd = math.sqrt(max(float(s[K.DUAL]), 0.0) / vol)
+            rs = math.sqrt(float(s[K.STRESS]) / vol) if check else math.inf
+            min_det_mid = float(s[K.MIN_DET_F])
+            if s[K.NONFINITE] > 0:
+                nonfinite = True
+            # proximal step on the contact copy q' (notes §2.7), then its dual
+            if contact:
+                ts = time.perf_counter()
+                qp_old = qp
+                qp = self._contact_prox(q, W, mu_c, x0, tmid)
+                qp[held] = q[held]
+                W += mu_col * (q - qp)
+                rhs[:] += mu_col * qp - W
+                gap = q - qp
+                rp = max(rp, math.sqrt(float(np.mean(np.einsum("ij,ij->i", gap, gap)))) / self._edge)
+                dq = qp - qp_old
+                rd = max(rd, math.sqrt(float(np.mean(np.einsum("ij,ij->i", dq, dq)))) / self._edge)
+                timings["contact"] += 1e3 * (time.perf_counter() - ts)
+            if self.trace is not None:
+                self.trace.append((it, rp, rd, rs, min_det_mid, self._rho_factor))
+            if not (math.isfinite(rp) and math.isfinite(rd)) or nonfinite:
+                nonfinite = True
+                q[:] = q_last_good
+                break
+            q_last_good[:] = q
+            if check and rp <= self.tolerance and rd <= self.dual_tolerance and rs <= self.dual_tolerance:
+                converged = True
+                break
+            if it % cfg.rho_update_interval == 0 and it < self.max_iterations:
+                changed = False
+                if cfg.local_rho and self._update_local_rho(allow_lower=False):
+                    self.rho_levels_changed += 1
+                    changed = True
+                factor = 1.0
+                if cfg.adaptive_rho:
+                    if rp > cfg.rho_balance * rd:
+                        factor = 2.0
+                    elif rd > cfg.rho_balance * rp:
+                        factor = 0.5
+                new = self._rho_factor * factor
+                if factor != 1.0 and cfg.rho_min_scale <= new <= cfg.rho_max_scale:
+                    self._rho_factor = new
+                    K.scale_penalties(self._params, factor)
+                    self._params_np[:, [K.RHO, K.ETA]] *= factor
+                    changed = True
+                if changed:
+                    tf = time.perf_counter()
+                    fact = self._factorization(h, held)
+                    timings["factor"] += 1e3 * (time.perf_counter() - tf)
+                    held_term = fact.A_fh @ held_x if len(held) else 0.0
+                    vertex_rhs()  # B depends on rho
+                    K.assemble_rhs(rhs, self._topo, self._grad, self._params, self._split)
+
+        stalled = not converged
+        if stalled:
+            self._stalled_steps += 1
+            if self._stalled_steps == 1 or self._stalled_steps % cfg.warn_every == 0:
+                why = "non-finite iterate" if nonfinite else f"{self.max_iterations} iterations"
+                log.warning(
+                    "ADMM did not converge at t=%.6g s (%s): primal residual %.3g (tolerance %.3g), "
+                    "dual %.3g; the step ends at the last iterate (%d stalled steps so far). "
+                    "A smaller time step or a larger max_iterations may help.",
+                    t1, why, rp, self.tolerance, rd, self._stalled_steps,
+                )
+
+        # q^{k+1}, the midpoint-recursion velocity
+        v1 = 2.0 / h * (q - x0) - v0
+        if len(held):
+            v1[held] = held_v
+        if self._damping > 0:
+            v1 /= 1.0 + self._damping * h
+        np.copyto(state_out.positions, q)
+        np.copyto(state_out.velocities, v1)
+        state_out.time = t1
+        self._last_time = t1
+        if nonfinite:  # the splitting is unusable: the next step starts afresh
+            self._token = None
+        else:
+            self._counter += 1
+            self._token = self._counter
+        state_out.warm["admm"] = self._token
+
+        e_el, min_det = self._elastic_energy(q)
+        e_pen, n_contacts, depth = self._penalty(q, t1)
+        potential = e_el - float(self._mass @ (q @ self.model.gravity)) + e_pen
+        return StepStats(
+            iterations=it,
+            residual=rp,
+            converged=converged,
+            potential=potential,
+            n_contacts=n_contacts,
+            max_penetration=depth if self._colliders else math.nan,
+            timings=timings,
+            extra={
+                "primal_residual": rp,
+                "dual_residual": rd,
+                "stress_residual": rs,
+                "admm_stalled": 1.0 if stalled else 0.0,
+                "admm_stalled_total": float(self._stalled_steps),  # since reset (kept right under substeps)
+                "rho_scale": self.rho_scale * self._rho_factor,
+                "rho_local_max": float(2 ** int(self._level.max())) if self.m else 1.0,
+                "min_det_mid": min_det_mid,
+                "min_det": min_det,
+            },
+        )
+
+    def _contact_prox(self, q: np.ndarray, W: np.ndarray, mu: np.ndarray, x0: np.ndarray, tmid: float) -> np.ndarray:
+        """q' = argmin g((x0 + q')/2) + mu/2 ||q + W/mu - q'||^2 per vertex (notes §2.7).
+
+        In the midpoint x = (x0 + q')/2 this is argmin k/2 max(0, -d(x))^2 + 2 mu ||x - x_y||^2,
+        x_y = (x0 + y)/2, y = q + W/mu: x = x_y - k d(x_y) / (k + 4 mu) n(x_y) where d(x_y) < 0.
+        Colliders are applied one after the other.
+        """
+        y = q + W / mu[:, None]
+        xm = 0.5 * (x0 + y)
+        k = self._kc
+        for c in self._colliders:
+            d, nrm = c.signed_distance(xm, tmid)
+            pen = d < 0
+            if np.any(pen):
+                tau = -k * d[pen] / (k + 4.0 * mu[pen])
+                xm[pen] += tau[:, None] * nrm[pen]
+        return 2.0 * xm - x0
+
+    # ------------------------------------------------------------- interface
+    def reset(self, state) -> None:
+        state.warm.clear()
+        self._token = None
+        self._W[:] = 0.0
+        self._stalled_steps = 0
+
+    def notify_model_changed(self, what: str) -> None:
+        """"stiffness"/"material": recompute mu, lam, rho and refactor; "dt", "handles",
+        anything else: refactor at the next step."""
+        if what in ("stiffness", "material", "materials", "all"):
+            self._set_materials()
+        self._fact = None
+
+    def tunables(self) -> list[Tunable]:
+        return [
+            Tunable("tolerance", self.tolerance, 1e-10, 1e-2, log=True),
+            Tunable("rho_scale", self.rho_scale, 1e-2, 1e3, log=True),
+            Tunable("max_iterations", float(self.max_iterations), 1, 10000, log=True),
+        ]
+
+    def set_tunable(self, name: str, value: float) -> None:
+        if name == "tolerance":
+            self.tolerance = float(value)
+            self.dual_tolerance = float(value)
+        elif name == "rho_scale":
+            self.rho_scale = float(value)
+            self._set_rho0()
+        elif name == "max_iterations":
+            self.max_iterations = max(1, int(round(value)))
+        else:
+            raise KeyError(name)
+
+    def info(self) -> dict:
+        """Parameters for run.json: the notes' kappa/lambda per object, penalties, factorization."""
+        model = self.model
+        objects = {}
+        for i, name in enumerate(model.object_names):
+            sl = model.object_tet_slices[i]
+            if sl.stop == sl.start:
+                continue
+            mat = model.material_of(i)
+            mu = float(model.element_mu[sl.start])
+            lam = float(model.element_lam[sl.start])
+            kappa = 2.0 * mu if mat in ("arap", "corotated") else mu
+            objects[name] = {"material": mat, "kappa": kappa,
+                             "lambda": lam if mat in ("neo-hookean", "corotated") else 0.0}
+        return {
+            "solver": "admm",
+            "objects": objects,
+            "tolerance": self.tolerance,
+            "dual_tolerance": self.dual_tolerance,
+            "max_iterations": self.max_iterations,
+            "rho_scale": self.rho_scale * self._rho_factor,
+            "contact_stiffness": self._kc if self._colliders else None,
+            "factorization": None if self._fact is None else self._fact.factor.backend,
+        }
