@@ -79,6 +79,22 @@ class Solver(ABC):
         """Total potential energy in J at ``positions``: elastic + gravity. NaN if unknown."""
         return math.nan
 
+    def held_vertices(self, t: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Vertices prescribed at time ``t``: the active handles plus the mouse drag
+        (held at its target, at rest). Returns sorted indices (h,), positions (h, 3)
+        and velocities (h, 3)."""
+        idx, tgt = self.model.handle_targets(t)
+        _, vel = self.model.handle_velocities(t)
+        idx = np.asarray(idx, dtype=np.int64)
+        if self._drag is not None:
+            v, target = self._drag
+            keep = idx != v
+            idx = np.concatenate([idx[keep], [v]])
+            tgt = np.concatenate([tgt[keep], target[None, :]])
+            vel = np.concatenate([vel[keep], np.zeros((1, 3))])
+        order = np.argsort(idx, kind="stable")
+        return idx[order], tgt[order], vel[order]
+
     # viewer interaction ------------------------------------------------------
     def set_drag(self, vertex: int | None, target: np.ndarray | None = None) -> None:
         """Pull ``vertex`` towards ``target`` (3,) as a temporary handle; None releases it."""

@@ -61,18 +61,6 @@ class SolverImplicitEuler(Solver):
         self._damping = float(model.scene.sim.damping)
         self._warned = 0
 
-    def _held(self, t: float):
-        idx, tgt = self.model.handle_targets(t)
-        _, vel = self.model.handle_velocities(t)
-        idx = np.asarray(idx, dtype=np.int64)
-        if self._drag is not None:
-            v, target = self._drag
-            keep = idx != v
-            idx = np.concatenate([idx[keep], [v]])
-            tgt = np.concatenate([tgt[keep], target[None, :]])
-            vel = np.concatenate([vel[keep], np.zeros((1, 3))])
-        return idx, tgt, vel
-
     def _phi(self, x, x_hat, h, t1):
         d = x - x_hat
         inertia = 0.5 / (h * h) * float(np.sum(self.mass[:, None] * d * d))
@@ -92,7 +80,7 @@ class SolverImplicitEuler(Solver):
         h = float(dt)
         t1 = float(state_in.time) + h
         n = len(x0)
-        held, held_x, held_v = self._held(t1)
+        held, held_x, held_v = self.held_vertices(t1)
         free = np.ones(n, dtype=bool)
         free[held] = False
         free_dof = np.flatnonzero(np.repeat(free, 3))

@@ -232,18 +232,6 @@ class SolverXPBD(Solver):
     def colors(self) -> int:
         return len(self._starts) - 1
 
-    def _held(self, t: float):
-        idx, tgt = self.model.handle_targets(t)
-        _, vel = self.model.handle_velocities(t)
-        idx = np.asarray(idx, dtype=np.int64)
-        if self._drag is not None:
-            v, target = self._drag
-            keep = idx != v
-            idx = np.concatenate([idx[keep], [v]])
-            tgt = np.concatenate([tgt[keep], target[None, :]])
-            vel = np.concatenate([vel[keep], np.zeros((1, 3))])
-        return idx, tgt, vel
-
     def step(self, state_in, state_out, dt: float) -> StepStats:
         if not (math.isfinite(dt) and dt > 0):
             raise ValueError(f"XPBD step: the time step must be a finite number > 0, got {dt!r}")
@@ -258,7 +246,7 @@ class SolverXPBD(Solver):
         penalty = cfg.contact == "penalty"
         for s in range(cfg.substeps):
             ts = t + (s + 1) * hs
-            held, held_x, held_v = self._held(ts)
+            held, held_x, held_v = self.held_vertices(ts)
             invm = np.ascontiguousarray(1.0 / self.mass, dtype=self._real)
             invm[held] = 0.0
             acc = np.broadcast_to(g, v.shape).copy()
