@@ -250,20 +250,6 @@ class SolverADMM(Solver):
         return self._fact
 
     # --------------------------------------------------------------- helpers
-    def _held(self, t: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Indices (h,), positions (h, 3) and velocities (h, 3) of vertices prescribed at time t."""
-        idx, tgt = self.model.handle_targets(t)
-        _, vel = self.model.handle_velocities(t)
-        idx = np.asarray(idx, dtype=np.int64)
-        if self._drag is not None:
-            v, target = self._drag
-            keep = idx != v
-            idx = np.concatenate([idx[keep], [v]])
-            tgt = np.concatenate([tgt[keep], target[None, :]])
-            vel = np.concatenate([vel[keep], np.zeros((1, 3))])
-        order = np.argsort(idx, kind="stable")
-        return idx[order], tgt[order], vel[order]
-
     def _as_real(self, x: np.ndarray) -> np.ndarray:
         if x.dtype == self._np_real and x.flags.c_contiguous:
             return x
@@ -367,7 +353,7 @@ class SolverADMM(Solver):
 
         if cfg.local_rho and self._update_local_rho(allow_lower=True):
             self.rho_levels_changed += 1
-        held, held_x, held_v = self._held(t1)
+        held, held_x, held_v = self.held_vertices(t1)
         tf = time.perf_counter()
         fact = self._factorization(h, held)
         timings["factor"] += 1e3 * (time.perf_counter() - tf)
