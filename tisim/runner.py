@@ -342,7 +342,9 @@ def _accumulate(agg: StepStats, st: StepStats) -> None:
     )
     for k, v in st.timings.items():
         agg.timings[k] = agg.timings.get(k, 0.0) + v
-    agg.extra.update(st.extra)
+    for k, v in st.extra.items():
+        # a frame has stalled if any of its substeps did; other columns keep the last substep's value
+        agg.extra[k] = max(agg.extra.get(k, v), v) if "stalled" in k else v
 
 
 def _view_info(model, scene, solver):

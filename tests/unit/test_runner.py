@@ -158,3 +158,14 @@ def test_headless_render_writes_frames_and_video(tmp_path):
     assert first.shape[:2] == (64, 96)
     assert np.abs(first.astype(int) - last.astype(int)).sum() > 0  # the box moved
     assert res.video is not None and res.video.exists() and res.video.stat().st_size > 0
+
+
+def test_substep_stall_flags_are_not_lost():
+    from tisim.runner import _accumulate
+
+    agg = StepStats(iterations=0)
+    _accumulate(agg, StepStats(iterations=3, extra={"admm_stalled": 1.0, "primal_residual": 1e-3}))
+    _accumulate(agg, StepStats(iterations=2, extra={"admm_stalled": 0.0, "primal_residual": 1e-9}))
+    assert agg.iterations == 5
+    assert agg.extra["admm_stalled"] == 1.0  # any substep stalled -> the frame stalled
+    assert agg.extra["primal_residual"] == 1e-9  # last substep's value

@@ -248,9 +248,15 @@ def compare(
         backend.init(arch, precision)
         out_dir = out if out is not None else Path("out") / f"{sc.name}-compare"
         summary = do_compare(sc, chosen, out_dir, frames=frames)
-        typer.echo(f"wrote {out_dir}/")
-        for k, v in summary.get("integrators", summary).items() if isinstance(summary, dict) else []:
-            typer.echo(f"  {k}: {v}")
+        typer.echo(f"{'integrator':16s} {'ended':10s} {'energy drift':>12s} {'|dL|/L0':>9s} "
+                   f"{'min det F':>9s} {'ms/frame':>9s}")
+        for k, v in summary["integrators"].items():
+            typer.echo(
+                f"{k:16s} {v.get('ended', ''):10s} {v.get('energy_max_drift_rel', float('nan')):12.2e} "
+                f"{v.get('angular_momentum_max_drift_rel', float('nan')):9.2e} "
+                f"{v.get('min_volume_ratio', float('nan')):9.3f} {v.get('median_wall_ms', float('nan')):9.1f}"
+            )
+        typer.echo(f"wrote {out_dir}/ (per-integrator stats.csv, energy/momentum plots)")
         return 0
 
     raise typer.Exit(_guard(go))
