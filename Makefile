@@ -30,7 +30,7 @@ test-fast: setup
 
 bench: setup
 	$(BIN)/python tools/bench_pd.py --quick
-	$(BIN)/python tools/bench_contact.py --quick
+	$(BIN)/python tools/bench_contact.py --resolution 17.6493
 	$(BIN)/python tools/bench_admm.py --quick
 
 clean:
