@@ -146,7 +146,11 @@ def versions() -> dict[str, str]:
 
 
 def machine() -> dict:
-    cpu = platform.processor() or ""
+    """What the numbers were measured on: CPU model, logical cores, system, Python,
+    load average (benchmarks on shared machines must say how busy it was) and date."""
+    import os
+
+    cpu = platform.processor() or platform.machine()
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
@@ -154,9 +158,13 @@ def machine() -> dict:
                 break
     except OSError:
         pass
-    import os
-
-    return {"cpu": cpu, "cores": os.cpu_count(), "system": platform.platform()}
+    try:
+        load = list(os.getloadavg())
+    except OSError:
+        load = None
+    return {"cpu": cpu, "cores": os.cpu_count(), "system": platform.platform(),
+            "python": platform.python_version(), "load_average": load,
+            "date": time.strftime("%Y-%m-%d %H:%M:%S")}
 
 
 def build(scene: Scene, arch: str = "auto", precision: str | None = None):

@@ -19,8 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
-import sys
 import time
 from pathlib import Path
 
@@ -31,18 +29,11 @@ DEMOS = {"spinning-bar": 30, "bouncing-ball": 60, "beam": 20, "stretch": 20}  # 
 
 
 def machine() -> dict:
-    cpu = platform.processor() or ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    import taichi as ti
+    from tisim.runner import machine as base, versions
 
-    return {"cpu": cpu, "logical_cores": os.cpu_count(), "python": sys.version.split()[0],
-            "platform": platform.platform(), "taichi": ".".join(map(str, ti.__version__))}
+    m = base()
+    m["taichi"] = versions()["taichi"]
+    return m
 
 
 def bench_size(cells: int, iterations: int, steps: int) -> dict:
@@ -164,7 +155,7 @@ def main(argv=None) -> int:
     import taichi as ti
 
     mach["taichi_cpu_threads"] = int(ti.lang.impl.current_cfg().cpu_max_num_threads)
-    print(f"\nmachine: {mach['cpu']}, {mach['logical_cores']} logical cores, {mach['platform']}, "
+    print(f"\nmachine: {mach['cpu']}, {mach['cores']} logical cores, {mach['system']}, "
           f"taichi {mach['taichi']} ({info.arch}, {info.precision}, {mach['taichi_cpu_threads']} CPU threads)")
     result = {"machine": mach, "scaling": rows, "slope": float(slope), "slope_ok": bool(0.9 <= slope <= 1.15),
               "iterations_per_sample": iterations, "demos": demos, "compare": comparison}

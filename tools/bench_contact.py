@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import sys
 import time
 from pathlib import Path
@@ -29,24 +27,9 @@ SCENE = ROOT / "demos" / "squeeze-ball.toml"
 
 
 def machine() -> dict:
-    info = {
-        "system": platform.system(),
-        "machine": platform.machine(),
-        "python": platform.python_version(),
-        "cpus": os.cpu_count(),
-    }
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                info["cpu"] = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    try:
-        info["load_average_at_start"] = os.getloadavg()
-    except OSError:
-        pass
-    return info
+    from tisim.runner import machine as base
+
+    return base()
 
 
 def bench(resolution: float, frames: int, overrides: list[str]) -> dict:
@@ -149,7 +132,7 @@ def main(argv=None) -> int:
     b = backend.init("cpu", "f64")
     mach = machine()
     print(
-        f"machine: {mach.get('cpu', mach['machine'])}, {mach['cpus']} CPUs, load {mach.get('load_average_at_start')}, "
+        f"machine: {mach['cpu']}, {mach['cores']} CPUs, load {mach['load_average']}, "
         f"taichi {b.arch}/{b.precision}"
     )
     results = []

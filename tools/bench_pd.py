@@ -20,7 +20,6 @@ import argparse
 import json
 import multiprocessing as mp
 import os
-import platform
 import time
 from pathlib import Path
 
@@ -110,33 +109,13 @@ def _measure(size, backend_name, frames, warmup, iterations, arch) -> dict:
 
 
 def machine() -> dict:
-    cpu = platform.processor() or ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    try:
-        import taichi
-
-        ti_version = ".".join(str(v) for v in taichi.__version__)
-    except Exception:
-        ti_version = "?"
     from tisim.linalg.cholesky import cholmod_available
+    from tisim.runner import machine as base, versions
 
-    return {
-        "cpu": cpu,
-        "cores": os.cpu_count(),
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "numpy": np.__version__,
-        "taichi": ti_version,
-        "cholmod": cholmod_available(),
-        "loadavg_start": os.getloadavg(),
-        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
-    }
+    v = versions()
+    m = base()
+    m.update(numpy=v["numpy"], taichi=v["taichi"], cholmod=cholmod_available(), loadavg_start=m["load_average"])
+    return m
 
 
 def main(argv=None) -> int:
