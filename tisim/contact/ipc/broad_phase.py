@@ -1,0 +1,496 @@
+"""Broad phase: point-triangle and edge-edge candidate pairs from a spatial hash, in Taichi.
+
+Each primitive (vertex, edge, face) gets an axis-aligned box over its vertices at x
+(and at x + alpha dx for the swept boxes of CCD), grown by inflation / 2 on every
+side, so two boxes overlap whenever the primitives' distance is below ``inflation``
+(the solver passes dhat + thickness, the barrier's activation distance).
+
+Faces and edges are inserted into a uniform grid (cell size from the mean box size),
+stored as a hash table built with a counting pass: count the (primitive, cell) entries
+per bucket with atomics, an exclusive prefix sum over the buckets, scatter the entries
+with per-bucket atomic cursors. Then every surface vertex queries the faces and every
+edge queries the edges with a larger index in the cells its box covers. A pair is
+reported only from the one cell that holds the lower corner of the two boxes'
+intersection, so each unordered pair appears once without a global de-duplication,
+and only when the boxes really overlap (hash collisions cost time, never pairs).
+
+All loops over primitives run in Taichi kernels; counters are atomics and nothing
+depends on the order of the outermost loop, so the kernels are GPU-safe. The output
+order of the pairs is not deterministic (atomic slots).
+
+This module has no ``from __future__ import annotations``: Taichi reads the kernels'
+type annotations when they are decorated.
+
+Limitations: a uniform grid suits meshes of similar edge lengths; a few primitives
+with huge (swept) boxes enlarge the cells (at most ``MAX_CELLS_PER_AXIS`` cells per
+axis for the largest box), which makes the query slower but never incomplete.
+"""
+
+import logging
+import time
+
+import numpy as np
+import taichi as ti
+
+from tisim import backend
+
+log = logging.getLogger(__name__)
+
+CELL_SCALE = 2.0  # cell size / mean box size (the largest side of each face and edge box)
+MAX_CELLS_PER_AXIS = 16  # the largest box spans at most this many cells per axis
+_SCAN_BLOCK = 256  # buckets summed per thread in the prefix sum's first pass
+_MAX_GRID_CELLS = 1 << 20  # cells per axis over the whole domain (keeps i32 cell ids safe)
+
+
+@ti.func
+def _cell_of(p, origin, inv_cell):
+    """Integer grid cell of point p. The same (monotone) formula everywhere, so the cell of
+    a point inside a box lies within the box's cell range."""
+    return ti.cast(ti.floor((p - origin) * inv_cell), ti.i32)
+
+
+@ti.func
+def _hash(cx, cy, cz, mask):
+    # unsigned arithmetic: the products wrap instead of overflowing a signed int
+    h = (
+        (ti.cast(cx, ti.u32) * ti.u32(73856093))
+        ^ (ti.cast(cy, ti.u32) * ti.u32(19349663))
+        ^ (ti.cast(cz, ti.u32) * ti.u32(83492791))
+    )
+    return ti.cast(h & ti.cast(mask, ti.u32), ti.i32)
+
+
+@ti.func
+def _overlap(lo_a, hi_a, lo_b, hi_b):
+    return (
+        lo_a[0] <= hi_b[0]
+        and lo_b[0] <= hi_a[0]
+        and lo_a[1] <= hi_b[1]
+        and lo_b[1] <= hi_a[1]
+        and lo_a[2] <= hi_b[2]
+        and lo_b[2] <= hi_a[2]
+    )
+
+
+@ti.kernel
+def gather_positions(
+    x: ti.template(), dx: ti.template(), n: ti.i32, X: ti.types.ndarray(), DX: ti.types.ndarray()
+):
+    """Copy the positions and step fields into the broad phase's arrays (X, DX: (n,) vec3).
+
+    The heavy kernels work on arrays, compiled once per process; only this small copy is
+    specialised for each pair of caller fields.
+    """
+    for v in range(n):
+        X[v] = x[v]
+        DX[v] = dx[v]
+
+
+@ti.kernel
+def copy_pairs(src: ti.types.ndarray(), count: ti.i32, dst: ti.template()):
+    """dst[k] = src[k, :] for k < count (pair arrays (m, 4) into a Vector.field(4, i32))."""
+    for k in range(count):
+        dst[k] = ti.Vector([src[k, 0], src[k, 1], src[k, 2], src[k, 3]])
+
+
+@ti.kernel
+def _compute_boxes(
+    X: ti.types.ndarray(),
+    DX: ti.types.ndarray(),
+    alpha: float,
+    pad: float,
+    faces: ti.types.ndarray(),
+    edges: ti.types.ndarray(),
+    n: ti.i32,
+    nf: ti.i32,
+    ne: ti.i32,
+    lo: ti.types.ndarray(),
+    hi: ti.types.ndarray(),
+    stats: ti.types.ndarray(),
+):
+    """Boxes of vertices [0, n), faces [n, n + nf), edges [n + nf, n + nf + ne).
+
+    stats: [sum of the primitives' largest box side, largest side, domain min (3),
+    domain max (3)].
+    """
+    stats[0] = 0.0
+    stats[1] = 0.0
+    for k in ti.static(range(3)):
+        stats[2 + k] = ti.math.inf
+        stats[5 + k] = -ti.math.inf
+    for v in range(n):
+        a = X[v]
+        b = a + alpha * DX[v]
+        lo[v] = ti.min(a, b) - pad
+        hi[v] = ti.max(a, b) + pad
+        for k in ti.static(range(3)):
+            ti.atomic_min(stats[2 + k], lo[v][k])
+            ti.atomic_max(stats[5 + k], hi[v][k])
+    for i in range(nf + ne):
+        l = ti.Vector([0.0, 0.0, 0.0])  # noqa: E741
+        h = ti.Vector([0.0, 0.0, 0.0])
+        if i < nf:
+            f0, f1, f2 = faces[i, 0], faces[i, 1], faces[i, 2]
+            l = ti.min(lo[f0], lo[f1], lo[f2])
+            h = ti.max(hi[f0], hi[f1], hi[f2])
+        else:
+            e0, e1 = edges[i - nf, 0], edges[i - nf, 1]
+            l = ti.min(lo[e0], lo[e1])
+            h = ti.max(hi[e0], hi[e1])
+        lo[n + i] = l
+        hi[n + i] = h
+        ext = (h - l).max()
+        ti.atomic_add(stats[0], ext)
+        ti.atomic_max(stats[1], ext)
+
+
+@ti.kernel
+def _count_entries(
+    lo: ti.types.ndarray(),
+    hi: ti.types.ndarray(),
+    first: ti.i32,
+    count: ti.i32,
+    origin: ti.types.vector(3, float),
+    inv_cell: float,
+    buckets: ti.types.ndarray(),
+    total: ti.types.ndarray(),
+):
+    """buckets[:, 0] = number of (primitive, cell) entries per hash bucket; total[0] = sum."""
+    n_buckets = buckets.shape[0]
+    for j in range(n_buckets):
+        buckets[j, 0] = 0
+    total[0] = 0
+    mask = n_buckets - 1
+    for i in range(count):
+        c0 = _cell_of(lo[first + i], origin, inv_cell)
+        c1 = _cell_of(hi[first + i], origin, inv_cell)
+        for cx, cy, cz in ti.ndrange((c0[0], c1[0] + 1), (c0[1], c1[1] + 1), (c0[2], c1[2] + 1)):
+            ti.atomic_add(buckets[_hash(cx, cy, cz, mask), 0], 1)
+        span = c1 - c0 + 1
+        ti.atomic_add(total[0], span[0] * span[1] * span[2])
+
+
+@ti.kernel
+def _scan_buckets(buckets: ti.types.ndarray(), block_sums: ti.types.ndarray()):
+    """Exclusive prefix sum buckets[:, 1] = scan(buckets[:, 0]): per-block sums in parallel,
+    a serial scan over the (few) blocks, then a parallel add of the block offsets."""
+    n = buckets.shape[0]
+    n_blocks = (n + _SCAN_BLOCK - 1) // _SCAN_BLOCK
+    for b in range(n_blocks):
+        acc = 0
+        for j in range(b * _SCAN_BLOCK, ti.min((b + 1) * _SCAN_BLOCK, n)):
+            buckets[j, 1] = acc
+            acc += buckets[j, 0]
+        block_sums[b] = acc
+    ti.loop_config(serialize=True)
+    for b in range(1, n_blocks):
+        # serial: block b's offset needs blocks < b
+        block_sums[b] += block_sums[b - 1]
+    for j in range(n):
+        b = j // _SCAN_BLOCK
+        if b > 0:
+            buckets[j, 1] += block_sums[b - 1]
+        buckets[j, 2] = 0  # the fill cursor
+
+
+@ti.kernel
+def _fill_entries(
+    lo: ti.types.ndarray(),
+    hi: ti.types.ndarray(),
+    first: ti.i32,
+    count: ti.i32,
+    origin: ti.types.vector(3, float),
+    inv_cell: float,
+    buckets: ti.types.ndarray(),
+    entries: ti.types.ndarray(),
+):
+    """Scatter the entries (box index, cell x, y, z) into their buckets."""
+    mask = buckets.shape[0] - 1
+    for i in range(count):
+        c0 = _cell_of(lo[first + i], origin, inv_cell)
+        c1 = _cell_of(hi[first + i], origin, inv_cell)
+        for cx, cy, cz in ti.ndrange((c0[0], c1[0] + 1), (c0[1], c1[1] + 1), (c0[2], c1[2] + 1)):
+            h = _hash(cx, cy, cz, mask)
+            k = buckets[h, 1] + ti.atomic_add(buckets[h, 2], 1)
+            entries[k, 0] = first + i
+            entries[k, 1] = cx
+            entries[k, 2] = cy
+            entries[k, 3] = cz
+
+
+@ti.kernel
+def _query_pairs(
+    lo: ti.types.ndarray(),
+    hi: ti.types.ndarray(),
+    points: ti.types.ndarray(),
+    faces: ti.types.ndarray(),
+    edges: ti.types.ndarray(),
+    active: ti.types.ndarray(),
+    n: ti.i32,
+    n_points: ti.i32,
+    nf: ti.i32,
+    ne: ti.i32,
+    origin: ti.types.vector(3, float),
+    inv_cell: float,
+    buckets: ti.types.ndarray(),
+    entries: ti.types.ndarray(),
+    pt: ti.types.ndarray(),
+    ee: ti.types.ndarray(),
+    counts: ti.types.ndarray(),
+):
+    """Points against faces, edges against edges of larger index; atomically appended."""
+    counts[0] = 0
+    counts[1] = 0
+    mask = buckets.shape[0] - 1
+    cap_pt = pt.shape[0]
+    cap_ee = ee.shape[0]
+    for i in range(n_points + ne):
+        is_point = i < n_points
+        v = 0
+        ea0 = 0
+        ea1 = 0
+        box = 0
+        if is_point:
+            v = points[i]
+            box = v
+        else:
+            ea0 = edges[i - n_points, 0]
+            ea1 = edges[i - n_points, 1]
+            box = n + nf + (i - n_points)
+        lo_a = lo[box]
+        hi_a = hi[box]
+        c0 = _cell_of(lo_a, origin, inv_cell)
+        c1 = _cell_of(hi_a, origin, inv_cell)
+        for cx, cy, cz in ti.ndrange((c0[0], c1[0] + 1), (c0[1], c1[1] + 1), (c0[2], c1[2] + 1)):
+            h = _hash(cx, cy, cz, mask)
+            for k in range(buckets[h, 1], buckets[h, 1] + buckets[h, 0]):
+                other = entries[k, 0]
+                # the entry must be this cell (not a hash collision) and of the right kind
+                same_cell = entries[k, 1] == cx and entries[k, 2] == cy and entries[k, 3] == cz
+                if not same_cell:
+                    continue
+                if is_point:
+                    if other >= n + nf:
+                        continue  # an edge
+                    f0, f1, f2 = faces[other - n, 0], faces[other - n, 1], faces[other - n, 2]
+                    if v == f0 or v == f1 or v == f2:
+                        continue
+                    if active[v] + active[f0] + active[f1] + active[f2] == 0:
+                        continue  # obstacle-obstacle
+                    lo_b = lo[other]
+                    hi_b = hi[other]
+                    if not _overlap(lo_a, hi_a, lo_b, hi_b):
+                        continue
+                    corner = _cell_of(ti.max(lo_a, lo_b), origin, inv_cell)
+                    if corner[0] != cx or corner[1] != cy or corner[2] != cz:
+                        continue  # reported from another cell
+                    slot = ti.atomic_add(counts[0], 1)
+                    if slot < cap_pt:
+                        pt[slot, 0] = v
+                        pt[slot, 1] = f0
+                        pt[slot, 2] = f1
+                        pt[slot, 3] = f2
+                else:
+                    if other <= box:
+                        continue  # a face, or an edge of smaller or equal index
+                    eb0 = edges[other - n - nf, 0]
+                    eb1 = edges[other - n - nf, 1]
+                    if ea0 == eb0 or ea0 == eb1 or ea1 == eb0 or ea1 == eb1:
+                        continue
+                    if active[ea0] + active[ea1] + active[eb0] + active[eb1] == 0:
+                        continue
+                    lo_b = lo[other]
+                    hi_b = hi[other]
+                    if not _overlap(lo_a, hi_a, lo_b, hi_b):
+                        continue
+                    corner = _cell_of(ti.max(lo_a, lo_b), origin, inv_cell)
+                    if corner[0] != cx or corner[1] != cy or corner[2] != cz:
+                        continue
+                    slot = ti.atomic_add(counts[1], 1)
+                    if slot < cap_ee:
+                        ee[slot, 0] = ea0
+                        ee[slot, 1] = ea1
+                        ee[slot, 2] = eb0
+                        ee[slot, 3] = eb1
+
+
+def _next_pow2(k: int) -> int:
+    return 1 << max(0, int(k - 1).bit_length())
+
+
+class BroadPhase:
+    """Point-triangle and edge-edge candidates whose (inflated, optionally swept) boxes overlap.
+
+    vertex_count: n, the number of vertices of the shared position array (cloth and
+    obstacle vertices together).
+    faces: (nf, 3) int, triangles over those vertices; edges: (ne, 2) int, unique
+    undirected edges. Points are the vertices used by a face or an edge.
+    vertex_active: (n,) bool; False for kinematic obstacle vertices: a pair whose four
+    vertices are all inactive is never reported. None: all active.
+    initial_capacity: rows of the pair buffers to start with; they grow (and the query
+    reruns) when a detection finds more pairs, so no pair is ever dropped.
+
+    After ``n_pt, n_ee = bp.detect(x, inflation, dx=None, alpha=1.0)``, ``bp.pt[:n_pt]``
+    holds rows (point, t0, t1, t2) and ``bp.ee[:n_ee]`` rows (ea0, ea1, eb0, eb1)
+    (``ti.Vector.field(4, ti.i32, capacity)``), each unordered pair once, skipping a
+    point on its own triangle and edges that share a vertex. Read ``bp.pt`` / ``bp.ee``
+    after each detect: growth replaces the fields. ``last_timings`` holds the build and
+    query wall times (seconds) of the last call.
+
+    Internal buffers are Taichi ndarrays, so the kernels compile once per process
+    whatever the number of instances; only two small copy kernels are specialised per
+    caller field.
+    """
+
+    def __init__(
+        self,
+        vertex_count: int,
+        faces,
+        edges,
+        vertex_active=None,
+        *,
+        initial_capacity: int = 1 << 14,
+    ):
+        n = int(vertex_count)
+        faces = np.asarray(faces, dtype=np.int64).reshape(-1, 3)
+        edges = np.asarray(edges, dtype=np.int64).reshape(-1, 2)
+        for name, arr in (("faces", faces), ("edges", edges)):
+            if arr.size and (arr.min() < 0 or arr.max() >= n):
+                raise ValueError(f"{name} index out of range [0, {n})")
+        if vertex_active is None:
+            vertex_active = np.ones(n, dtype=bool)
+        vertex_active = np.asarray(vertex_active, dtype=bool)
+        if vertex_active.shape != (n,):
+            raise ValueError(f"vertex_active must have shape ({n},), got {vertex_active.shape}")
+        if initial_capacity < 1:
+            raise ValueError("initial_capacity must be >= 1")
+        points = np.unique(np.concatenate([faces.ravel(), edges.ravel()]))
+
+        self.vertex_count = n
+        self.face_count = len(faces)
+        self.edge_count = len(edges)
+        self.point_count = len(points)
+        real = backend.real()
+
+        def int_array(data: np.ndarray, shape: tuple[int, ...]):
+            # Taichi arrays cannot be empty: keep one unused row for empty inputs
+            shape = (max(1, shape[0]),) + shape[1:]
+            a = ti.ndarray(ti.i32, shape=shape)
+            buf = np.zeros(shape, dtype=np.int32)
+            buf[: len(data)] = data
+            a.from_numpy(buf)
+            return a
+
+        self._faces = int_array(faces, (len(faces), 3))
+        self._edges = int_array(edges, (len(edges), 2))
+        self._points = int_array(points, (len(points),))
+        self._active = int_array(vertex_active.astype(np.int32), (n,))
+        n_boxes = n + self.face_count + self.edge_count
+        self._x = ti.Vector.ndarray(3, real, max(1, n))  # positions at the start, metres
+        self._dx = ti.Vector.ndarray(3, real, max(1, n))  # step direction, metres
+        self._lo = ti.Vector.ndarray(3, real, max(1, n_boxes))
+        self._hi = ti.Vector.ndarray(3, real, max(1, n_boxes))
+        self._stats = ti.ndarray(real, 8)
+        # Hash table: about 2 buckets per inserted primitive (collisions only cost time);
+        # columns (count, start, fill cursor).
+        n_buckets = max(1024, _next_pow2(2 * (self.face_count + self.edge_count)))
+        self._buckets = ti.ndarray(ti.i32, shape=(n_buckets, 3))
+        self._block_sums = ti.ndarray(ti.i32, (n_buckets + _SCAN_BLOCK - 1) // _SCAN_BLOCK)
+        self._total = ti.ndarray(ti.i32, 1)
+        self._entries = ti.ndarray(ti.i32, shape=(max(1024, 4 * (n_boxes - n)), 4))
+        self._counts = ti.ndarray(ti.i32, 2)
+        cap = int(initial_capacity)
+        self._pt_buf = ti.ndarray(ti.i32, shape=(cap, 4))
+        self._ee_buf = ti.ndarray(ti.i32, shape=(cap, 4))
+        self.pt = ti.Vector.field(4, ti.i32, cap)
+        self.ee = ti.Vector.field(4, ti.i32, cap)
+        self.n_pt = 0
+        self.n_ee = 0
+        self.cell_size = 0.0
+        self.last_timings: dict[str, float] = {}
+
+    @property
+    def capacity(self) -> tuple[int, int]:
+        """Rows of the (pt, ee) buffers."""
+        return self._pt_buf.shape[0], self._ee_buf.shape[0]
+
+    def detect(self, x, inflation: float, dx=None, alpha: float = 1.0) -> tuple[int, int]:
+        """Find the candidate pairs; returns (n_pt, n_ee).
+
+        x: ti.Vector.field(3, real, n), positions in metres.
+        inflation: metres; pairs closer than this (at x, or anywhere between x and
+        x + alpha dx when dx is given) are always found (each box grows by inflation/2).
+        dx: optional ti.Vector.field(3, real, n), the step direction (metres); the boxes
+        then also cover x + alpha dx (swept boxes for CCD).
+        """
+        n_pt, n_ee = self._detect(x, inflation, dx, alpha)
+        if n_pt:
+            copy_pairs(self._pt_buf, n_pt, self.pt)
+        if n_ee:
+            copy_pairs(self._ee_buf, n_ee, self.ee)
+        return n_pt, n_ee
+
+    def _detect(self, x, inflation: float, dx, alpha: float) -> tuple[int, int]:
+        """detect() without filling the public fields (the pairs stay in the arrays)."""
+        if not inflation >= 0:
+            raise ValueError(f"inflation must be >= 0, got {inflation}")
+        t0 = time.perf_counter()
+        n, nf, ne = self.vertex_count, self.face_count, self.edge_count
+        if dx is None:
+            dx, alpha = x, 0.0  # the same compiled kernels, with zero sweep
+        gather_positions(x, dx, n, self._x, self._dx)
+        _compute_boxes(
+            self._x, self._dx, float(alpha), 0.5 * float(inflation), self._faces, self._edges,
+            n, nf, ne, self._lo, self._hi, self._stats,
+        )  # fmt: skip
+        n_prims = nf + ne
+        self.n_pt = self.n_ee = 0
+        if n_prims == 0 or self.point_count == 0:
+            return 0, 0
+        st = self._stats.to_numpy()
+        if not np.all(np.isfinite(st)):
+            raise FloatingPointError("broad phase: non-finite positions")
+        mean_ext, max_ext = st[0] / n_prims, st[1]
+        domain = float(np.max(st[5:8] - st[2:5]))
+        cell = max(CELL_SCALE * mean_ext, max_ext / MAX_CELLS_PER_AXIS, domain / _MAX_GRID_CELLS, 1e-12)
+        self.cell_size = cell
+        origin = ti.Vector([float(c) for c in st[2:5]])
+        inv_cell = 1.0 / cell
+
+        _count_entries(self._lo, self._hi, n, n_prims, origin, inv_cell, self._buckets, self._total)
+        total = int(self._total.to_numpy()[0])
+        if total > self._entries.shape[0]:
+            self._entries = ti.ndarray(ti.i32, shape=(_next_pow2(total), 4))
+        _scan_buckets(self._buckets, self._block_sums)
+        _fill_entries(
+            self._lo, self._hi, n, n_prims, origin, inv_cell, self._buckets, self._entries
+        )
+        t1 = time.perf_counter()
+        while True:
+            _query_pairs(
+                self._lo, self._hi, self._points, self._faces, self._edges, self._active,
+                n, self.point_count, nf, ne, origin, inv_cell, self._buckets, self._entries,
+                self._pt_buf, self._ee_buf, self._counts,
+            )  # fmt: skip
+            n_pt, n_ee = (int(c) for c in self._counts.to_numpy())
+            cap_pt, cap_ee = self.capacity
+            if n_pt <= cap_pt and n_ee <= cap_ee:
+                break
+            # Grow and query again (the arrays change size, the kernels do not recompile).
+            if n_pt > cap_pt:
+                self._pt_buf = ti.ndarray(ti.i32, shape=(_next_pow2(n_pt + n_pt // 2), 4))
+            if n_ee > cap_ee:
+                self._ee_buf = ti.ndarray(ti.i32, shape=(_next_pow2(n_ee + n_ee // 2), 4))
+            log.debug("broad phase: pair buffers grown to %s", self.capacity)
+        if self.pt.shape[0] < self._pt_buf.shape[0]:
+            self.pt = ti.Vector.field(4, ti.i32, self._pt_buf.shape[0])
+        if self.ee.shape[0] < self._ee_buf.shape[0]:
+            self.ee = ti.Vector.field(4, ti.i32, self._ee_buf.shape[0])
+        t2 = time.perf_counter()
+        self.n_pt, self.n_ee = n_pt, n_ee
+        self.last_timings = {"build": t1 - t0, "query": t2 - t1}
+        return n_pt, n_ee
+
+    def pairs_numpy(self) -> tuple[np.ndarray, np.ndarray]:
+        """The current pairs as (n_pt, 4) and (n_ee, 4) int arrays (copies; for tests and tools)."""
+        return self._pt_buf.to_numpy()[: self.n_pt], self._ee_buf.to_numpy()[: self.n_ee]

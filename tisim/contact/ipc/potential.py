@@ -1,0 +1,767 @@
+"""C-IPC barrier and lagged-friction potentials over batches of candidate pairs.
+
+The solver's Newton loop calls these classes with device-resident fields:
+
+* ``x``: ``ti.Vector.field(3, real, n)`` positions (m);
+* ``pt``: ``ti.Vector.field(4, ti.i32, cap)`` point-triangle rows (p, t0, t1, t2) and
+  ``ee``: ``ti.Vector.field(4, ti.i32, cap)`` edge-edge rows (ea0, ea1, eb0, eb1), with
+  host counts ``n_pt``, ``n_ee`` (rows past the counts are ignored);
+* gradients are *added* into ``g: ti.Vector.field(3, real, n)``;
+* local Hessians land in ``hessians: ti.field(real, (cap_total, 12, 12))`` with
+  ``stencils: ti.Vector.field(4, ti.i32, cap_total)``: row k is the k-th pair, point-
+  triangle pairs first, then edge-edge pairs (row n_pt + j is ee[j]). Stencil slot i
+  holds the global vertex of the 12 x 12 block rows 3i..3i+2, or -1 where the pair's
+  term does not depend on that vertex (the Hessian's rows and columns there are zero);
+  an inactive pair has stencil (-1, -1, -1, -1) and a zero Hessian. Assemble
+  ``K[3 s_i + a, 3 s_j + b] += H[k, 3 i + a, 3 j + b]`` over slots with s_i, s_j >= 0.
+
+Barrier (notes §2.4 and §7 "C-IPC constants"), thickness xi and activation distance
+dhat in metres, stiffness kappa in J/m^4:
+
+    B(x) = kappa sum_k m_k(x) b(d_k^2 - xi^2, dhat^2 + 2 dhat xi)
+
+with m_k the edge-edge mollifier (m = 1 for point-triangle pairs), eps_x from the rest
+positions. An overlapping pair (d <= xi) makes the energy +inf (and contributes no
+gradient/Hessian): the solver keeps iterates feasible with CCD.
+
+Friction: see :mod:`tisim.contact.ipc.friction`; lambda_k = -kappa db/dd (d unsquared)
+and the pair's mu, tangent basis and closest-point weights are lagged by
+:meth:`FrictionPotential.update`.
+
+This module has no ``from __future__ import annotations``: Taichi reads the kernels'
+type annotations when they are decorated.
+
+References: Li et al. 2020, "Incremental Potential Contact"; Li et al. 2021,
+"Codimensional Incremental Potential Contact"; IPC Toolkit (``BarrierPotential``,
+``FrictionPotential``; checked against in tests).
+
+Limitations: pairs sharing a vertex must not be passed (their distance is zero);
+duplicate pairs count twice (the broad phase must not repeat pairs). Edge-edge pairs
+whose mollifier is active get no friction (like IPC Toolkit: nearly parallel edge
+contacts are carried by the point-triangle pairs around them).
+"""
+
+import logging
+import math
+
+import numpy as np
+import taichi as ti
+
+from tisim.contact.ipc import barrier as bar
+from tisim.contact.ipc import distance as dist
+from tisim.contact.ipc import friction as fr
+from tisim.linalg.psd import PSDProjector
+
+log = logging.getLogger(__name__)
+
+# ---------------------------------------------------------------------------------
+# pair helpers shared by the kernels
+
+
+@ti.func
+def _load_pair(k, x: ti.template(), pt: ti.template(), n_pt, ee: ti.template()):
+    """(is_ee, vertex indices (4), x0..x3) of row k (PT rows first, then EE rows)."""
+    is_ee = k >= n_pt
+    idx = ti.Vector([0, 0, 0, 0], ti.i32)
+    if is_ee:
+        idx = ee[k - n_pt]
+    else:
+        idx = pt[k]
+    return is_ee, idx, x[idx[0]], x[idx[1]], x[idx[2]], x[idx[3]]
+
+
+@ti.func
+def _pair_type(is_ee, x0, x1, x2, x3):
+    """(dtype, kind, blocks) of a pair (see distance.point_triangle_stencil)."""
+    dtype = 0
+    if is_ee:
+        dtype = dist.edge_edge_distance_type(x0, x1, x2, x3)
+    else:
+        dtype = dist.point_triangle_distance_type(x0, x1, x2, x3)
+    kind = dist.KIND_PP
+    blk = ti.Vector([0, 0, 0, 0, 0, 0], ti.i32)
+    if is_ee:
+        kind, blk = dist.edge_edge_stencil(dtype)
+    else:
+        kind, blk = dist.point_triangle_stencil(dtype)
+    return dtype, kind, blk
+
+
+@ti.func
+def _eps_x(rest: ti.template(), idx):
+    return dist.edge_edge_mollifier_threshold(
+        rest[idx[0]], rest[idx[1]], rest[idx[2]], rest[idx[3]]
+    )
+
+
+@ti.func
+def _masked(idx, mask):
+    r = ti.Vector([-1, -1, -1, -1], ti.i32)
+    for s in ti.static(range(4)):
+        if mask[s] != 0:
+            r[s] = idx[s]
+    return r
+
+
+# ---------------------------------------------------------------------------------
+# barrier kernels
+
+
+@ti.kernel
+def _barrier_energy(
+    x: ti.template(),
+    rest: ti.template(),
+    pt: ti.template(),
+    n_pt: ti.i32,
+    ee: ti.template(),
+    n_ee: ti.i32,
+    dhat: float,
+    xi: float,
+    out: ti.template(),
+):
+    out[None] = 0.0
+    for k in range(n_pt + n_ee):
+        is_ee, idx, x0, x1, x2, x3 = _load_pair(k, x, pt, n_pt, ee)
+        _dtype, kind, blk = _pair_type(is_ee, x0, x1, x2, x3)
+        w, u, v = dist._gather(x0, x1, x2, x3, blk)
+        s, sh = bar.shell_barrier_arguments(dist._reduced_value(kind, w, u, v), dhat, xi)
+        if s < sh:
+            b = bar.barrier(s, sh)
+            if is_ee and s > 0.0:
+                b *= dist.edge_edge_mollifier(x0, x1, x2, x3, _eps_x(rest, idx))
+            out[None] += b
+
+
+@ti.kernel
+def _barrier_gradient(
+    x: ti.template(),
+    rest: ti.template(),
+    pt: ti.template(),
+    n_pt: ti.i32,
+    ee: ti.template(),
+    n_ee: ti.i32,
+    dhat: float,
+    xi: float,
+    kappa: float,
+    g: ti.template(),
+):
+    for k in range(n_pt + n_ee):
+        is_ee, idx, x0, x1, x2, x3 = _load_pair(k, x, pt, n_pt, ee)
+        _dtype, kind, blk = _pair_type(is_ee, x0, x1, x2, x3)
+        w, u, v = dist._gather(x0, x1, x2, x3, blk)
+        d, gy = dist._reduced_gradient(kind, w, u, v)
+        s, sh = bar.shell_barrier_arguments(d, dhat, xi)
+        if 0.0 < s < sh:
+            gd = dist._scatter_gradient(blk, gy)
+            gv = kappa * bar.barrier_first_derivative(s, sh) * gd
+            mask = dist.stencil_slot_mask(blk)
+            if is_ee:
+                m, gm = dist.edge_edge_mollifier_gradient(x0, x1, x2, x3, _eps_x(rest, idx))
+                if m < 1.0:
+                    gv = m * gv + kappa * bar.barrier(s, sh) * gm
+                    mask = ti.Vector([1, 1, 1, 1], ti.i32)
+            for a in ti.static(range(4)):
+                if mask[a] != 0:
+                    g[idx[a]] += ti.Vector([gv[3 * a], gv[3 * a + 1], gv[3 * a + 2]])
+
+
+@ti.kernel
+def _zero_rows(H: ti.template(), rows: ti.i32):
+    """H[k] = 0 for k < rows (its own kernel: a zeroing loop inside the Hessian kernels
+    costs more compile time than the whole of this one)."""
+    for k, i, j in ti.ndrange(rows, 12, 12):
+        H[k, i, j] = 0.0
+
+
+@ti.kernel
+def _barrier_classify(
+    x: ti.template(),
+    rest: ti.template(),
+    pt: ti.template(),
+    n_pt: ti.i32,
+    ee: ti.template(),
+    n_ee: ti.i32,
+    dhat: float,
+    xi: float,
+    kappa: float,
+    dtypes: ti.template(),
+    coefs: ti.template(),
+):
+    """First half of the local Hessians: per row the distance type (-1: inactive) and
+    the scalar factors (kappa m b', kappa b, kappa m b'', kappa b', m', m'').
+
+    Split from the assembly because Taichi's compile time grows faster than the size
+    of a kernel: two halves compile in well under the time of the whole."""
+    for k in range(n_pt + n_ee):
+        dtypes[k] = -1
+        is_ee, idx, x0, x1, x2, x3 = _load_pair(k, x, pt, n_pt, ee)
+        dtype, kind, blk = _pair_type(is_ee, x0, x1, x2, x3)
+        w, u, v = dist._gather(x0, x1, x2, x3, blk)
+        s, sh = bar.shell_barrier_arguments(dist._reduced_value(kind, w, u, v), dhat, xi)
+        if 0.0 < s < sh:
+            db = bar.barrier_first_derivative(s, sh)
+            b = bar.barrier(s, sh)
+            m = 1.0
+            dm = 0.0
+            d2m = 0.0
+            if is_ee:
+                c = dist.edge_edge_cross_squarednorm(x0, x1, x2, x3)
+                m, dm, d2m = dist.mollifier(c, _eps_x(rest, idx))
+            dtypes[k] = dtype
+            d2b = bar.barrier_second_derivative(s, sh)
+            coefs[k] = ti.Vector([kappa * m * db, kappa * b, kappa * m * d2b, kappa * db, dm, d2m])
+
+
+@ti.kernel
+def _barrier_hessians(
+    x: ti.template(),
+    pt: ti.template(),
+    n_pt: ti.i32,
+    ee: ti.template(),
+    n_ee: ti.i32,
+    dtypes: ti.template(),
+    coefs: ti.template(),
+    H: ti.template(),
+    stencils: ti.template(),
+):
+    """Second half: H = kappa [m b' Hd + b Hm + m b'' gd gd^T + b' (gm gd^T + gd gm^T)]
+    added into rows zeroed by ``_zero_rows``."""
+    for k in range(n_pt + n_ee):
+        stencils[k] = ti.Vector([-1, -1, -1, -1], ti.i32)
+        dtype = dtypes[k]
+        if dtype >= 0:
+            is_ee, idx, x0, x1, x2, x3 = _load_pair(k, x, pt, n_pt, ee)
+            kind = dist.KIND_PP
+            blk = ti.Vector([0, 0, 0, 0, 0, 0], ti.i32)
+            if is_ee:
+                kind, blk = dist.edge_edge_stencil(dtype)
+            else:
+                kind, blk = dist.point_triangle_stencil(dtype)
+            cf = coefs[k]
+            dm = cf[4]
+            mask = dist.stencil_slot_mask(blk)
+            gm = ti.Vector.zero(float, 12)
+            if dm != 0.0:  # mollifier active
+                _c, gc = dist._mollifier_cross_gradient(x1 - x0, x3 - x2)
+                gm = dist._scatter_gradient(dist._mollifier_blocks(), dm * gc)
+                mask = ti.Vector([1, 1, 1, 1], ti.i32)
+            # pass 0 adds kappa m b' Hess(d), pass 1 kappa b Hess(m) where the mollifier
+            # is active: one run-time loop, so the Hessian code is inlined once
+            gd = ti.Vector.zero(float, 12)
+            w, u, v = dist._gather(x0, x1, x2, x3, blk)
+            for pass_ in range(2):
+                if pass_ == 0 or dm != 0.0:
+                    mode = kind
+                    blk_p = blk
+                    scale = cf[0]
+                    if pass_ == 1:
+                        mode = dist.MODE_MOLLIFIER
+                        blk_p = dist._mollifier_blocks()
+                        w = x1 - x0
+                        u = x1 - x0
+                        v = x3 - x2
+                        scale = cf[1]
+                    _d, gy = dist._reduced_hessian_add(mode, w, u, v, blk_p, H, k, scale, dm, cf[5])
+                    if pass_ == 0:
+                        gd = dist._scatter_gradient(blk, gy)
+            for i in range(12):
+                for j in range(12):
+                    h = cf[2] * gd[i] * gd[j] + cf[3] * (gm[i] * gd[j] + gd[i] * gm[j])
+                    H[k, i, j] = H[k, i, j] + h
+            stencils[k] = _masked(idx, mask)
+
+
+@ti.kernel
+def _pair_stats(
+    x: ti.template(),
+    pt: ti.template(),
+    n_pt: ti.i32,
+    ee: ti.template(),
+    n_ee: ti.i32,
+    dhat: float,
+    xi: float,
+    min_dsq: ti.template(),
+    active: ti.template(),
+):
+    """Smallest squared distance and number of pairs with s < s_hat (one kernel for
+    both: each kernel that classifies pairs costs seconds of compile time)."""
+    min_dsq[None] = ti.math.inf
+    active[None] = 0
+    for k in range(n_pt + n_ee):
+        is_ee, _idx, x0, x1, x2, x3 = _load_pair(k, x, pt, n_pt, ee)
+        _dtype, kind, blk = _pair_type(is_ee, x0, x1, x2, x3)
+        w, u, v = dist._gather(x0, x1, x2, x3, blk)
+        d = dist._reduced_value(kind, w, u, v)
+        ti.atomic_min(min_dsq[None], d)
+        s, sh = bar.shell_barrier_arguments(d, dhat, xi)
+        if s < sh:
+            active[None] += 1
+
+
+# ---------------------------------------------------------------------------------
+# friction kernels
+
+
+@ti.kernel
+def _friction_update(
+    x: ti.template(),
+    rest: ti.template(),
+    use_rest: ti.i32,
+    pt: ti.template(),
+    n_pt: ti.i32,
+    ee: ti.template(),
+    n_ee: ti.i32,
+    dhat: float,
+    xi: float,
+    kappa: float,
+    mu: ti.template(),
+    coef: ti.template(),
+    stencil: ti.template(),
+    weights: ti.template(),
+    basis: ti.template(),
+):
+    for k in range(n_pt + n_ee):
+        coef[k] = 0.0
+        stencil[k] = ti.Vector([-1, -1, -1, -1], ti.i32)
+        is_ee, idx, x0, x1, x2, x3 = _load_pair(k, x, pt, n_pt, ee)
+        dtype, kind, blk = _pair_type(is_ee, x0, x1, x2, x3)
+        w, u, v = dist._gather(x0, x1, x2, x3, blk)
+        d = dist._reduced_value(kind, w, u, v)
+        s, sh = bar.shell_barrier_arguments(d, dhat, xi)
+        active = 0.0 < s < sh
+        if active and is_ee and use_rest != 0:
+            # IPC Toolkit drops friction of mollified (nearly parallel) edge-edge pairs
+            if dist.edge_edge_cross_squarednorm(x0, x1, x2, x3) < _eps_x(rest, idx):
+                active = False
+        if active:
+            lam = bar.shell_barrier_force_magnitude(d, dhat, xi, kappa)
+            wt = ti.Vector.zero(float, 4)
+            nrm = ti.Vector.zero(float, 3)
+            hint = ti.Vector.zero(float, 3)
+            axis = False
+            mu_pair = 0.0
+            if is_ee:
+                wt, nrm, hint, axis = fr.edge_edge_frame_data(x0, x1, x2, x3, dtype)
+                mu_pair = 0.25 * (mu[idx[0]] + mu[idx[1]] + mu[idx[2]] + mu[idx[3]])
+            else:
+                wt, nrm, hint, axis = fr.point_triangle_frame_data(x0, x1, x2, x3, dtype)
+                mu_pair = 0.5 * mu[idx[0]] + (mu[idx[1]] + mu[idx[2]] + mu[idx[3]]) / 6.0
+            coef[k] = mu_pair * lam
+            weights[k] = wt
+            basis[k] = fr.frame_basis(nrm, hint, axis)
+            mask = ti.Vector([0, 0, 0, 0], ti.i32)
+            for a in ti.static(range(4)):
+                if wt[a] != 0.0:
+                    mask[a] = 1
+            stencil[k] = _masked(idx, mask)
+
+
+@ti.func
+def _tangential(
+    k,
+    x: ti.template(),
+    x_ref: ti.template(),
+    stencil: ti.template(),
+    weights: ti.template(),
+    basis: ti.template(),
+):
+    """u = T^T sum_i w_i (x_i - x_ref_i) (2, m) of a lagged friction row."""
+    sidx = stencil[k]
+    wt = weights[k]
+    rel = ti.Vector.zero(float, 3)
+    for a in ti.static(range(4)):
+        if sidx[a] >= 0:
+            rel += wt[a] * (x[sidx[a]] - x_ref[sidx[a]])
+    return basis[k].transpose() @ rel
+
+
+@ti.kernel
+def _friction_energy(
+    x: ti.template(),
+    x_ref: ti.template(),
+    n: ti.i32,
+    eps: float,
+    coef: ti.template(),
+    stencil: ti.template(),
+    weights: ti.template(),
+    basis: ti.template(),
+    out: ti.template(),
+):
+    out[None] = 0.0
+    for k in range(n):
+        if coef[k] != 0.0:
+            u = _tangential(k, x, x_ref, stencil, weights, basis)
+            out[None] += coef[k] * fr.smooth_friction_f0(u.norm(), eps)
+
+
+@ti.kernel
+def _friction_gradient(
+    x: ti.template(),
+    x_ref: ti.template(),
+    n: ti.i32,
+    eps: float,
+    coef: ti.template(),
+    stencil: ti.template(),
+    weights: ti.template(),
+    basis: ti.template(),
+    g: ti.template(),
+):
+    for k in range(n):
+        if coef[k] != 0.0:
+            u = _tangential(k, x, x_ref, stencil, weights, basis)
+            f = coef[k] * fr.smooth_friction_f1_over_x(u.norm(), eps) * (basis[k] @ u)
+            sidx = stencil[k]
+            wt = weights[k]
+            for a in ti.static(range(4)):
+                if sidx[a] >= 0:
+                    g[sidx[a]] += wt[a] * f
+
+
+@ti.kernel
+def _friction_hessians(
+    x: ti.template(),
+    x_ref: ti.template(),
+    n: ti.i32,
+    eps: float,
+    project: ti.i32,
+    coef: ti.template(),
+    stencil: ti.template(),
+    weights: ti.template(),
+    basis: ti.template(),
+    H: ti.template(),
+    stencils_out: ti.template(),
+):
+    for k in range(n):
+        stencils_out[k] = stencil[k]
+        if coef[k] != 0.0:
+            u = _tangential(k, x, x_ref, stencil, weights, basis)
+            T = basis[k]
+            K = coef[k] * (T @ fr.inner_matrix(u, eps, project != 0) @ T.transpose())
+            wt = weights[k]
+            for a in range(4):
+                for b in range(4):
+                    wab = wt[a] * wt[b]
+                    for i in range(3):
+                        for j in range(3):
+                            H[k, 3 * a + i, 3 * b + j] = wab * K[i, j]
+
+
+# ---------------------------------------------------------------------------------
+# classes
+
+
+class _Rows:
+    """Growable per-row output fields: hessians (cap, 12, 12) and stencils (cap)."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = 0
+        self._tree = None
+        self.hessians = None
+        self.stencils = None
+        self._psd: PSDProjector | None = None
+        self.reserve(capacity)
+
+    def reserve(self, rows: int) -> bool:
+        """Make room for ``rows`` rows; True when the fields were reallocated."""
+        if rows <= self.capacity:
+            return False
+        from tisim import backend
+
+        cap = max(int(rows), 2 * self.capacity, 1)
+        if self._tree is not None:
+            self._tree.destroy()
+        fb = ti.FieldsBuilder()
+        self.hessians = ti.field(backend.real())
+        self.stencils = ti.Vector.field(4, ti.i32)
+        fb.dense(ti.ijk, (cap, 12, 12)).place(self.hessians)
+        fb.dense(ti.i, cap).place(self.stencils)
+        self._tree = fb.finalize()
+        self.capacity = cap
+        self._on_grow(cap)
+        log.debug("%s: room for %d pairs", type(self).__name__, cap)
+        return True
+
+    def _on_grow(self, cap: int) -> None:
+        pass
+
+    def _project(self, rows: int) -> None:
+        if self._psd is None:
+            self._psd = PSDProjector(max(rows, 1), 12)
+        self._psd.project(self.hessians, rows)
+
+
+class BarrierPotential(_Rows):
+    """C-IPC barrier potential over point-triangle and edge-edge pairs.
+
+    vertex_count: number of vertices n of the position fields.
+    capacity: initial number of pair rows (n_pt + n_ee) the Hessian fields can hold;
+        grows (doubling) when a call passes more pairs.
+    rest_positions: (n, 3) float, metres: rest shape, for the edge-edge mollifier
+        thresholds eps_x = 1e-3 |ea_rest|^2 |eb_rest|^2.
+
+    Fields: ``hessians`` (capacity, 12, 12) and ``stencils`` (capacity,) of the last
+    :meth:`local_hessians` call (layout in the module docstring).
+
+    Scalars: dhat (m) activation distance between the shells' surfaces, thickness xi (m),
+    kappa (J/m^4) barrier stiffness.
+    """
+
+    def __init__(self, vertex_count: int, capacity: int, rest_positions: np.ndarray) -> None:
+        from tisim import backend
+
+        rest = np.asarray(rest_positions, dtype=np.float64)
+        if rest.shape != (int(vertex_count), 3):
+            raise ValueError(
+                f"rest_positions has shape {rest.shape}; expected ({int(vertex_count)}, 3)"
+            )
+        self.vertex_count = int(vertex_count)
+        real = backend.real()
+        self.rest = ti.Vector.field(3, real, shape=max(self.vertex_count, 1))
+        if self.vertex_count:
+            self.rest.from_numpy(rest.astype(backend.np_real()))
+        self._sum = ti.field(real, shape=())
+        self._count = ti.field(ti.i32, shape=())
+        self._scratch_tree = None
+        super().__init__(max(int(capacity), 1))
+
+    def _on_grow(self, cap: int) -> None:
+        from tisim import backend
+
+        if self._scratch_tree is not None:
+            self._scratch_tree.destroy()
+        fb = ti.FieldsBuilder()
+        self._dtypes = ti.field(ti.i32)
+        self._coefs = ti.Vector.field(6, backend.real())
+        fb.dense(ti.i, cap).place(self._dtypes, self._coefs)
+        self._scratch_tree = fb.finalize()
+
+    def energy(
+        self, x, pt, n_pt: int, ee, n_ee: int, dhat: float, thickness: float, kappa: float
+    ) -> float:
+        """kappa sum_k m_k b(s_k, s_hat) (J); +inf if a pair overlaps (d <= thickness)."""
+        if n_pt + n_ee == 0:
+            return 0.0
+        _barrier_energy(
+            x, self.rest, pt, int(n_pt), ee, int(n_ee), float(dhat), float(thickness), self._sum
+        )
+        return float(kappa) * float(self._sum[None])
+
+    def add_gradient(
+        self, x, pt, n_pt: int, ee, n_ee: int, dhat: float, thickness: float, kappa: float, g
+    ) -> None:
+        """g += dB/dx (N; g a ti.Vector.field(3, real, n)). Overlapping pairs add nothing."""
+        if n_pt + n_ee == 0:
+            return
+        _barrier_gradient(
+            x,
+            self.rest,
+            pt,
+            int(n_pt),
+            ee,
+            int(n_ee),
+            float(dhat),
+            float(thickness),
+            float(kappa),
+            g,
+        )
+
+    def local_hessians(
+        self,
+        x,
+        pt,
+        n_pt: int,
+        ee,
+        n_ee: int,
+        dhat: float,
+        thickness: float,
+        kappa: float,
+        project: bool,
+    ) -> int:
+        """Fill ``hessians`` / ``stencils`` rows 0..n_pt+n_ee-1 (N/m); returns that count.
+        ``project``: clamp each local Hessian's negative eigenvalues to 0."""
+        rows = int(n_pt) + int(n_ee)
+        if rows == 0:
+            return 0
+        self.reserve(rows)
+        _barrier_classify(
+            x,
+            self.rest,
+            pt,
+            int(n_pt),
+            ee,
+            int(n_ee),
+            float(dhat),
+            float(thickness),
+            float(kappa),
+            self._dtypes,
+            self._coefs,
+        )
+        _zero_rows(self.hessians, rows)
+        _barrier_hessians(
+            x, pt, int(n_pt), ee, int(n_ee), self._dtypes, self._coefs, self.hessians, self.stencils
+        )
+        if project:
+            self._project(rows)
+        return rows
+
+    def min_distance(self, x, pt, n_pt: int, ee, n_ee: int) -> float:
+        """Smallest unsigned distance over the pairs (m, not squared); +inf without pairs."""
+        if n_pt + n_ee == 0:
+            return math.inf
+        _pair_stats(x, pt, int(n_pt), ee, int(n_ee), 0.0, 0.0, self._sum, self._count)
+        return math.sqrt(max(float(self._sum[None]), 0.0))
+
+    def active_count(self, x, pt, n_pt: int, ee, n_ee: int, dhat: float, thickness: float) -> int:
+        """Number of pairs within the activation distance (s < s_hat, overlapping ones included)."""
+        if n_pt + n_ee == 0:
+            return 0
+        _pair_stats(
+            x, pt, int(n_pt), ee, int(n_ee), float(dhat), float(thickness), self._sum, self._count
+        )
+        return int(self._count[None])
+
+
+class FrictionPotential(_Rows):
+    """Lagged smoothed friction over point-triangle and edge-edge pairs (IPC).
+
+    vertex_count: number of vertices n; capacity: initial number of pair rows.
+    rest_positions: optional (n, 3) rest shape; when given, edge-edge pairs whose
+        mollifier is active (nearly parallel edges) get no friction, as in IPC Toolkit.
+
+    :meth:`update` lags, per pair active in the barrier, the normal force
+    lambda = -kappa db/dd (N), the friction coefficient (mean of the two sides' mean
+    vertex mu), the tangent basis and the closest-point weights; :meth:`energy`,
+    :meth:`add_gradient` and :meth:`local_hessians` then evaluate
+    D = sum_k mu_k lambda_k f0(|T_k^T sum_i w_ki (x_i - x_ref_i)|) with eps = eps_v h.
+    eps_v (m/s) is the static-friction speed threshold and h (s) the time step.
+    """
+
+    def __init__(
+        self, vertex_count: int, capacity: int, rest_positions: np.ndarray | None = None
+    ) -> None:
+        from tisim import backend
+
+        self.vertex_count = int(vertex_count)
+        real = backend.real()
+        self._use_rest = rest_positions is not None
+        self.rest = ti.Vector.field(3, real, shape=max(self.vertex_count, 1))
+        if self._use_rest:
+            rest = np.asarray(rest_positions, dtype=np.float64)
+            if rest.shape != (self.vertex_count, 3):
+                raise ValueError(
+                    f"rest_positions has shape {rest.shape}; expected ({self.vertex_count}, 3)"
+                )
+            if self.vertex_count:
+                self.rest.from_numpy(rest.astype(backend.np_real()))
+        self._sum = ti.field(real, shape=())
+        self.rows = 0
+        self._lag_tree = None
+        super().__init__(max(int(capacity), 1))
+
+    def _on_grow(self, cap: int) -> None:
+        from tisim import backend
+
+        if self._lag_tree is not None:
+            self._lag_tree.destroy()
+        real = backend.real()
+        fb = ti.FieldsBuilder()
+        self.coef = ti.field(real)
+        self.lag_stencils = ti.Vector.field(4, ti.i32)
+        self.weights = ti.Vector.field(4, real)
+        self.basis = ti.Matrix.field(3, 2, real)
+        fb.dense(ti.i, cap).place(self.coef, self.lag_stencils, self.weights, self.basis)
+        self._lag_tree = fb.finalize()
+        self.rows = 0  # lagged data does not survive a reallocation
+
+    def update(
+        self,
+        x,
+        pt,
+        n_pt: int,
+        ee,
+        n_ee: int,
+        dhat: float,
+        thickness: float,
+        kappa: float,
+        vertex_mu,
+    ) -> int:
+        """Lag normal forces, coefficients, bases and weights at positions x; returns the
+        number of pairs with friction. vertex_mu: ti.field(real, n), dimensionless."""
+        rows = int(n_pt) + int(n_ee)
+        self.reserve(rows)
+        self.rows = rows
+        if rows == 0:
+            return 0
+        _friction_update(
+            x,
+            self.rest,
+            int(self._use_rest),
+            pt,
+            int(n_pt),
+            ee,
+            int(n_ee),
+            float(dhat),
+            float(thickness),
+            float(kappa),
+            vertex_mu,
+            self.coef,
+            self.lag_stencils,
+            self.weights,
+            self.basis,
+        )
+        return int(np.count_nonzero(self.coef.to_numpy()[:rows]))
+
+    def energy(self, x, x_ref, eps_v: float, h: float) -> float:
+        """D(x) (J) for the lagged pairs, displacements x - x_ref (both fields (n, 3), m)."""
+        if self.rows == 0:
+            return 0.0
+        _friction_energy(
+            x,
+            x_ref,
+            self.rows,
+            float(eps_v) * float(h),
+            self.coef,
+            self.lag_stencils,
+            self.weights,
+            self.basis,
+            self._sum,
+        )
+        return float(self._sum[None])
+
+    def add_gradient(self, x, x_ref, eps_v: float, h: float, g) -> None:
+        """g += dD/dx (N)."""
+        if self.rows == 0:
+            return
+        _friction_gradient(
+            x,
+            x_ref,
+            self.rows,
+            float(eps_v) * float(h),
+            self.coef,
+            self.lag_stencils,
+            self.weights,
+            self.basis,
+            g,
+        )
+
+    def local_hessians(self, x, x_ref, eps_v: float, h: float, project: bool) -> int:
+        """Fill ``hessians`` / ``stencils`` rows 0..rows-1 (N/m, layout as the barrier's);
+        returns the row count. The friction Hessian is PSD by construction;
+        ``project`` only clamps its along-slip eigenvalue against round-off."""
+        if self.rows == 0:
+            return 0
+        _zero_rows(self.hessians, self.rows)
+        _friction_hessians(
+            x,
+            x_ref,
+            self.rows,
+            float(eps_v) * float(h),
+            int(bool(project)),
+            self.coef,
+            self.lag_stencils,
+            self.weights,
+            self.basis,
+            self.hessians,
+            self.stencils,
+        )
+        return self.rows

@@ -1,0 +1,222 @@
+"""Batched projection of small symmetric matrices onto the PSD cone, on the device.
+
+``project_psd(A, count)`` replaces each ``A[k]`` (k < count) of a
+``ti.field(real, (capacity, d, d))`` by ``V diag(max(lambda, 0)) V^T``, its eigenvalues
+clamped at zero (the closest PSD matrix in the Frobenius norm), the projected Newton
+step of notes §2.4. Used for the 12 x 12 contact Hessians, the 9 x 9 membrane and the
+12 x 12 bending Hessians (any d <= 12; larger d works but costs O(d^3) a sweep).
+
+Method: cyclic Jacobi eigenvalue sweeps, one thread per matrix, with every loop a
+run-time loop over field indices (GPU-safe: no shared state between matrices, no
+large register arrays, short compile). The input is first symmetrised; a matrix whose
+diagonal dominates its rows (Gershgorin: PSD for sure) is skipped, and one whose Jacobi
+eigenvalues are all >= 0 is left bit-for-bit unchanged, so already-PSD inputs cost one
+eigen-decomposition at most and never pick up round-off.
+
+Accuracy: sweeps stop when the off-diagonal Frobenius norm falls below
+``tol * ||A||_F`` (default 4 machine epsilons of the precision), so the result agrees
+with a LAPACK eigen-clamp to ~1e-14 relative in f64.
+
+This module has no ``from __future__ import annotations``: Taichi reads the kernel's
+type annotations when it is decorated.
+
+References: Golub & Van Loan, Matrix Computations, §8.5 (cyclic Jacobi, the
+symmetric 2 x 2 Schur rotation); Teran et al. 2005 / IPC for per-element PSD projection.
+"""
+
+import logging
+
+import numpy as np
+import taichi as ti
+
+log = logging.getLogger(__name__)
+
+
+@ti.kernel
+def _project_psd_kernel(
+    A: ti.template(),
+    W: ti.template(),
+    V: ti.template(),
+    count: ti.i32,
+    dim: ti.i32,
+    tol: float,
+    max_sweeps: ti.i32,
+):
+    # Few, plain loops on purpose: each loop nest costs LLVM compile time.
+    for m in range(count):
+        # copy the symmetric part, V = I, and Gershgorin's test (a symmetric matrix
+        # whose diagonal dominates every row is PSD: nothing to do)
+        dominant = True
+        frob2 = 0.0
+        for i in range(dim):
+            radius = 0.0
+            for j in range(dim):
+                a = 0.5 * (A[m, i, j] + A[m, j, i])
+                W[m, i, j] = a
+                V[m, i, j] = 1.0 if i == j else 0.0
+                frob2 += a * a
+                if j != i:
+                    radius += ti.abs(a)
+            if W[m, i, i] < radius:
+                dominant = False
+        if not dominant:
+            thresh2 = tol * tol * frob2
+            tiny = tol * ti.sqrt(frob2) * 1e-3
+            for _sweep in range(max_sweeps):
+                off2 = 0.0
+                for p in range(dim):
+                    for q in range(p + 1, dim):
+                        apq = W[m, p, q]
+                        off2 += apq * apq
+                        if ti.abs(apq) > tiny:
+                            # symmetric 2x2 Schur rotation zeroing W[p, q] (G&VL 8.5.2)
+                            app = W[m, p, p]
+                            aqq = W[m, q, q]
+                            tau = (aqq - app) / (2.0 * apq)
+                            t = 0.5 / tau  # the limit, where sqrt(1 + tau^2) would overflow
+                            if ti.abs(tau) < 1e30:
+                                sgn = 1.0 if tau >= 0.0 else -1.0
+                                t = sgn / (ti.abs(tau) + ti.sqrt(1.0 + tau * tau))
+                            c = 1.0 / ti.sqrt(1.0 + t * t)
+                            s = t * c
+                            for k in range(dim):
+                                if k != p and k != q:
+                                    akp = W[m, k, p]
+                                    akq = W[m, k, q]
+                                    W[m, k, p] = c * akp - s * akq
+                                    W[m, p, k] = c * akp - s * akq
+                                    W[m, k, q] = s * akp + c * akq
+                                    W[m, q, k] = s * akp + c * akq
+                                vkp = V[m, k, p]
+                                vkq = V[m, k, q]
+                                V[m, k, p] = c * vkp - s * vkq
+                                V[m, k, q] = s * vkp + c * vkq
+                            W[m, p, p] = app - t * apq
+                            W[m, q, q] = aqq + t * apq
+                            W[m, p, q] = 0.0
+                            W[m, q, p] = 0.0
+                # off2: the off-diagonal mass at the start of this sweep
+                if 2.0 * off2 <= thresh2:
+                    break
+            negative = False
+            for i in range(dim):
+                if W[m, i, i] < 0.0:
+                    negative = True
+            if negative:
+                for i in range(dim):
+                    for j in range(i, dim):
+                        acc = 0.0
+                        for k in range(dim):
+                            acc += ti.max(W[m, k, k], 0.0) * V[m, i, k] * V[m, j, k]
+                        A[m, i, j] = acc
+                        A[m, j, i] = acc
+
+
+def default_tolerance() -> float:
+    """Relative off-diagonal tolerance of the Jacobi sweeps for the current precision."""
+    from tisim import backend
+
+    return 4.0 * float(np.finfo(backend.np_real()).eps)
+
+
+class PSDProjector:
+    """Scratch space for projecting up to ``capacity`` matrices of size ``dim`` at once.
+
+    capacity: number of matrices; dim: their size d (<= 12 in practice).
+    Allocates two ``(capacity, d, d)`` fields (work copy and eigenvectors) once; grows
+    them geometrically when asked for more.
+    """
+
+    def __init__(self, capacity: int, dim: int, *, max_sweeps: int = 30) -> None:
+        self.dim = int(dim)
+        self.max_sweeps = int(max_sweeps)
+        self.capacity = 0
+        self._tree = None
+        self.W = None
+        self.V = None
+        self.reserve(max(int(capacity), 1))
+
+    def reserve(self, capacity: int) -> None:
+        """Make room for ``capacity`` matrices (reallocates, doubling, when needed)."""
+        if capacity <= self.capacity:
+            return
+        from tisim import backend
+
+        new_cap = max(int(capacity), 2 * self.capacity)
+        if self._tree is not None:
+            self._tree.destroy()
+        fb = ti.FieldsBuilder()
+        real = backend.real()
+        self.W = ti.field(real)
+        self.V = ti.field(real)
+        fb.dense(ti.ijk, (new_cap, self.dim, self.dim)).place(self.W, self.V)
+        self._tree = fb.finalize()
+        self.capacity = new_cap
+        log.debug("PSDProjector scratch: %d matrices of %d x %d", new_cap, self.dim, self.dim)
+
+    def project(self, A, count: int, *, tol: float | None = None) -> None:
+        """Project A[k] for k < count in place. A: ti.field(real, (>= count, d, d))."""
+        count = int(count)
+        if count <= 0:
+            return
+        if A.shape[1] != self.dim or A.shape[2] != self.dim or A.shape[0] < count:
+            raise ValueError(
+                f"A has shape {A.shape}; expected (>= {count}, {self.dim}, {self.dim})"
+            )
+        self.reserve(count)
+        _project_psd_kernel(
+            A,
+            self.W,
+            self.V,
+            count,
+            self.dim,
+            default_tolerance() if tol is None else float(tol),
+            self.max_sweeps,
+        )
+
+
+def project_psd(A, count: int, projector: PSDProjector | None = None) -> PSDProjector:
+    """Project ``A[k]`` (k < count) of a ``ti.field(real, (k, d, d))`` onto the PSD cone
+    in place; returns the projector (pass it back in to reuse its scratch fields)."""
+    if projector is None or projector.dim != A.shape[1]:
+        projector = PSDProjector(max(int(count), 1), A.shape[1])
+    projector.project(A, count)
+    return projector
+
+
+# project_psd_numpy's fields by matrix size d: (capacity, field, tree, projector).
+# Kept between calls because a Taichi kernel compiles once per set of field arguments.
+_numpy_cache: dict[int, tuple] = {}
+
+
+def project_psd_numpy(mats: np.ndarray) -> np.ndarray:
+    """Convenience for tests and scripts: mats (k, d, d) or (d, d) float -> projected
+    copy of the same shape (runs the Taichi kernel on fields cached per d)."""
+    from tisim import backend
+
+    a = np.asarray(mats, dtype=np.float64)
+    single = a.ndim == 2
+    if single:
+        a = a[None]
+    if a.ndim != 3 or a.shape[1] != a.shape[2]:
+        raise ValueError(f"expected (k, d, d) or (d, d) matrices, got shape {np.shape(mats)}")
+    k, d, _ = a.shape
+    if k == 0:
+        return a.copy()
+    entry = _numpy_cache.get(d)
+    if entry is None or entry[0] < k:
+        if entry is not None:
+            entry[2].destroy()
+        cap = max(k, 2 * entry[0]) if entry is not None else k
+        fb = ti.FieldsBuilder()
+        A = ti.field(backend.real())
+        fb.dense(ti.ijk, (cap, d, d)).place(A)
+        entry = (cap, A, fb.finalize(), entry[3] if entry is not None else PSDProjector(cap, d))
+        _numpy_cache[d] = entry
+    cap, A, _tree, proj = entry
+    buf = np.zeros((cap, d, d), dtype=backend.np_real())
+    buf[:k] = a
+    A.from_numpy(buf)
+    proj.project(A, k)
+    out = A.to_numpy().astype(np.float64)[:k]
+    return out[0] if single else out
