@@ -1,0 +1,1 @@
+"""Energies with their assembly: shell membrane, hinge bending, strain limiting."""

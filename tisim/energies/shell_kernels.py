@@ -1,0 +1,568 @@
+"""Taichi kernels of the shell energies: Neo-Hookean membrane, hinge bending, strain limiting.
+
+Orchestration (rest data, fields, numpy helpers) lives in :mod:`tisim.energies.shell`;
+this module only defines ``@ti.func``s and ``@ti.kernel``s. Kernels take their
+fields as ``ti.template()`` arguments, so each (energy object, positions field)
+pair compiles its own instance once and reuses it on every call.
+
+Conventions shared by every kernel:
+
+* A triangle (x0, x1, x2) has edge matrix E = [x1 - x0, x2 - x0] (3 x 2) and the
+  membrane deformation F = E G (3 x 2), with G = L^{-T} (2 x 2 upper triangular)
+  from the Cholesky factor a_bar = L L^T of the rest first fundamental form, so
+  C = F^T F = L^{-1} a L^{-T} is similar to a_bar^{-1} a (same invariants and
+  singular values) and C = I at rest.
+* A per-face gradient dPsi/dF (3 x 2) goes to the vertices through the 3 x 2
+  matrix BG = B G with B = [[-1, -1], [1, 0], [0, 1]]: g_v = dPsi/dF BG[v, :]^T;
+  a Hessian in F, blocks H_F[c][d] (3 x 3, d(dPsi/dF[:, c]) / dF[:, d]), goes to
+  vertex blocks H[v][w] = sum_cd BG[v, c] BG[w, d] H_F[c][d].
+* Local Hessians are stored row-major by (local vertex, coordinate): entry
+  [e, 3 a + k, 3 b + l] = d^2 Psi / (dx_{a,k} dx_{b,l}).
+* A hinge (e0, e1, o0, o1) has faces (e0, e1, o0) and (e1, e0, o1) (both in the
+  winding that makes e0 -> e1 an edge of the first face); its signed dihedral
+  angle is theta = atan2((n0 x n1) . e_hat, n0 . n1), 0 when flat, positive when
+  the hinge bends away from the normals (like a convex surface with outward
+  normals), in (-pi, pi].
+
+This module has no ``from __future__ import annotations``: Taichi reads the
+kernels' type annotations when they are decorated.
+"""
+
+import taichi as ti
+
+# Packed per-face data of the membrane (columns of ``face_data``, real).
+M_G00, M_G01, M_G11, M_AREA, M_MU, M_LAM, M_THICK = 0, 1, 2, 3, 4, 5, 6
+MEMBRANE_COLS = 7
+# Packed per-hinge data of the bending (columns of ``hinge_data``, real):
+# rest angle, weight 3 |e_bar|^2 / A_bar_e, stiffness k.
+B_THETA, B_WEIGHT, B_K = 0, 1, 2
+BENDING_COLS = 3
+# Packed per-face data of the strain limit: G (3 entries), rest area, stiffness.
+S_G00, S_G01, S_G11, S_AREA, S_KAPPA = 0, 1, 2, 3, 4
+STRAIN_COLS = 5
+
+# For hinge face i, the hinge-local vertex of role (e0, e1, opposite).
+_ROLE_VERTEX = ((0, 1, 2), (0, 1, 3))
+
+
+# ---------------------------------------------------------------------------
+# shared helpers
+
+
+@ti.func
+def skew(v):
+    """[v]_x, the matrix of the cross product v x (.)."""
+    return ti.Matrix([[0.0, -v[2], v[1]], [v[2], 0.0, -v[0]], [-v[1], v[0], 0.0]])
+
+
+@ti.func
+def face_frame(data: ti.template(), f):
+    """BG (3 x 2) of face f: maps vertex positions to F = X^T BG and back."""
+    g00 = data[f, 0]
+    g01 = data[f, 1]
+    g11 = data[f, 2]
+    # B G with G = [[g00, g01], [0, g11]]
+    return ti.Matrix([[-g00, -g01 - g11], [g00, g01], [0.0, g11]])
+
+
+@ti.func
+def deformation(x: ti.template(), faces: ti.template(), f, BG):
+    """F = sum_v x_v BG[v, :] (3 x 2), the membrane deformation of face f."""
+    F = ti.Matrix.zero(float, 3, 2)
+    for v in ti.static(range(3)):
+        xv = x[faces[f, v]]
+        for c in ti.static(range(2)):
+            F[:, c] += BG[v, c] * xv
+    return F
+
+
+@ti.func
+def scatter_gradient(g: ti.template(), faces: ti.template(), f, BG, P):
+    """Add dPsi/dF = P (3 x 2) of face f to the vertex gradients (atomics)."""
+    for v in ti.static(range(3)):
+        g[faces[f, v]] += BG[v, 0] * P[:, 0] + BG[v, 1] * P[:, 1]
+
+
+@ti.func
+def store_face_hessian(out: ti.template(), f, BG, H00, H01, H11):
+    """Write the 9 x 9 vertex Hessian of face f from the F-space blocks
+    H00, H01, H11 (H10 = H01^T); runtime loops keep the traced code small."""
+    H10 = H01.transpose()
+    for v, w in ti.ndrange(3, 3):
+        blk = (
+            (BG[v, 0] * BG[w, 0]) * H00
+            + (BG[v, 0] * BG[w, 1]) * H01
+            + (BG[v, 1] * BG[w, 0]) * H10
+            + (BG[v, 1] * BG[w, 1]) * H11
+        )
+        for k, l in ti.ndrange(3, 3):
+            out[f, 3 * v + k, 3 * w + l] = blk[k, l]
+
+
+@ti.func
+def inverse2(C):
+    det = C[0, 0] * C[1, 1] - C[0, 1] * C[1, 0]
+    return ti.Matrix([[C[1, 1], -C[0, 1]], [-C[1, 0], C[0, 0]]]) / det
+
+
+# ---------------------------------------------------------------------------
+# Neo-Hookean membrane (notes §2.4, §7): with C = F^T F (= a_bar^-1 a up to similarity),
+# Psi = tau A [mu/2 (tr C - 2 - 2 ln J) + lam/2 ln^2 J],  ln J = 1/2 ln det C.
+# dPsi/dC = kap [mu I + beta C^-1] =: S, kap = tau A / 2, beta = lam ln J - mu;
+# dPsi/dF = 2 F S. With A = C^-1 and P = F A, the F-space Hessian blocks are
+# H_F[c][d] = 2 S_cd I + 2 kap lam P_c P_d^T - 2 kap beta (A_cd F A F^T + P_d P_c^T).
+
+
+@ti.func
+def membrane_psi(F, area, mu, lam, tau):
+    C = F.transpose() @ F
+    det = C[0, 0] * C[1, 1] - C[0, 1] * C[1, 0]
+    psi = ti.math.inf
+    if det > 0.0:
+        lnJ = 0.5 * ti.log(det)
+        psi = (
+            tau * area * (0.5 * mu * (C[0, 0] + C[1, 1] - 2.0 - 2.0 * lnJ) + 0.5 * lam * lnJ * lnJ)
+        )
+    return psi
+
+
+@ti.func
+def membrane_stress(F, area, mu, lam, tau):
+    """(dPsi/dF (3 x 2), S = dPsi/dC, A = C^-1, beta, kap)."""
+    C = F.transpose() @ F
+    det = C[0, 0] * C[1, 1] - C[0, 1] * C[1, 0]
+    lnJ = 0.5 * ti.log(det)
+    A = inverse2(C)
+    kap = 0.5 * tau * area
+    beta = lam * lnJ - mu
+    S = kap * (mu * ti.Matrix.identity(float, 2) + beta * A)
+    return 2.0 * F @ S, S, A, beta, kap
+
+
+@ti.kernel
+def membrane_energy(
+    x: ti.template(), faces: ti.template(), data: ti.template(), out: ti.template()
+):
+    """out[None] += sum over faces of Psi_m (J)."""
+    for f in range(faces.shape[0]):
+        BG = face_frame(data, f)
+        F = deformation(x, faces, f, BG)
+        out[None] += membrane_psi(
+            F, data[f, M_AREA], data[f, M_MU], data[f, M_LAM], data[f, M_THICK]
+        )
+
+
+@ti.kernel
+def membrane_gradient(
+    x: ti.template(), faces: ti.template(), data: ti.template(), g: ti.template()
+):
+    """g += dPsi_m/dx (N)."""
+    for f in range(faces.shape[0]):
+        BG = face_frame(data, f)
+        F = deformation(x, faces, f, BG)
+        P, _S, _A, _beta, _kap = membrane_stress(
+            F, data[f, M_AREA], data[f, M_MU], data[f, M_LAM], data[f, M_THICK]
+        )
+        scatter_gradient(g, faces, f, BG, P)
+
+
+@ti.kernel
+def membrane_hessian(
+    x: ti.template(), faces: ti.template(), data: ti.template(), out: ti.template()
+):
+    """out[f] = raw 9 x 9 Hessian of Psi_m of face f (N/m)."""
+    for f in range(faces.shape[0]):
+        BG = face_frame(data, f)
+        F = deformation(x, faces, f, BG)
+        lam = data[f, M_LAM]
+        _P, S, A, beta, kap = membrane_stress(
+            F, data[f, M_AREA], data[f, M_MU], lam, data[f, M_THICK]
+        )
+        PA = F @ A
+        P0 = ti.Vector([PA[0, 0], PA[1, 0], PA[2, 0]])
+        P1 = ti.Vector([PA[0, 1], PA[1, 1], PA[2, 1]])
+        FAF = PA @ F.transpose()
+        I3 = ti.Matrix.identity(float, 3)
+        c1 = 2.0 * kap * lam
+        c2 = 2.0 * kap * beta
+        H00 = (
+            2.0 * S[0, 0] * I3
+            + c1 * P0.outer_product(P0)
+            - c2 * (A[0, 0] * FAF + P0.outer_product(P0))
+        )
+        H11 = (
+            2.0 * S[1, 1] * I3
+            + c1 * P1.outer_product(P1)
+            - c2 * (A[1, 1] * FAF + P1.outer_product(P1))
+        )
+        H01 = (
+            2.0 * S[0, 1] * I3
+            + c1 * P0.outer_product(P1)
+            - c2 * (A[0, 1] * FAF + P1.outer_product(P0))
+        )
+        store_face_hessian(out, f, BG, H00, H01, H11)
+
+
+# ---------------------------------------------------------------------------
+# Hinge bending: Psi_b = k w (theta - theta_bar)^2, w = 3 |e_bar|^2 / A_bar_e.
+# Gradient of theta (Bridson et al. 2003 form): with N_i the unnormalised normal
+# of hinge face i and q_i = N_i / |N_i|^2,
+#   dtheta/dx_v = sum_i c_{i,v} q_i,  c_{i,o_i} = -|e|,  c_{i,e1} = d_i . e_hat,
+#   c_{i,e0} = |e| - d_i . e_hat,  d_i = x_{o_i} - x_{e0}.
+# Its Hessian is the exact derivative of that expression:
+#   d^2theta/dx_v dx_w = sum_i q_i (grad_w c_{i,v})^T + c_{i,v} Q_i dN_i/dx_w,
+#   Q_i = (I - 2 n_i n_i^T) / |N_i|^2, dN/da = [c - b]_x (cyclic over face (a, b, c)).
+
+
+@ti.func
+def hinge_positions(x: ti.template(), hinges: ti.template(), h):
+    return x[hinges[h, 0]], x[hinges[h, 1]], x[hinges[h, 2]], x[hinges[h, 3]]
+
+
+@ti.func
+def dihedral_angle(xe0, xe1, xo0, xo1):
+    e = xe1 - xe0
+    n0 = e.cross(xo0 - xe0)
+    n1 = (xe0 - xe1).cross(xo1 - xe1)
+    return ti.atan2(n0.cross(n1).dot(e) / e.norm(), n0.dot(n1))
+
+
+@ti.func
+def dihedral_gradient(xe0, xe1, xo0, xo1):
+    """(dtheta/dx_e0, dtheta/dx_e1, dtheta/dx_o0, dtheta/dx_o1)."""
+    e = xe1 - xe0
+    el = e.norm()
+    eh = e / el
+    N0 = e.cross(xo0 - xe0)
+    N1 = (xe0 - xe1).cross(xo1 - xe1)
+    q0 = N0 / N0.norm_sqr()
+    q1 = N1 / N1.norm_sqr()
+    s0 = (xo0 - xe0).dot(eh)
+    s1 = (xo1 - xe0).dot(eh)
+    return (el - s0) * q0 + (el - s1) * q1, s0 * q0 + s1 * q1, -el * q0, -el * q1
+
+
+@ti.kernel
+def bending_energy(
+    x: ti.template(), hinges: ti.template(), data: ti.template(), out: ti.template()
+):
+    """out[None] += sum over hinges of Psi_b (J)."""
+    for h in range(hinges.shape[0]):
+        xe0, xe1, xo0, xo1 = hinge_positions(x, hinges, h)
+        d = dihedral_angle(xe0, xe1, xo0, xo1) - data[h, B_THETA]
+        out[None] += data[h, B_K] * data[h, B_WEIGHT] * d * d
+
+
+@ti.kernel
+def bending_gradient(
+    x: ti.template(), hinges: ti.template(), data: ti.template(), g: ti.template()
+):
+    """g += dPsi_b/dx (N)."""
+    for h in range(hinges.shape[0]):
+        xe0, xe1, xo0, xo1 = hinge_positions(x, hinges, h)
+        c = (
+            2.0
+            * data[h, B_K]
+            * data[h, B_WEIGHT]
+            * (dihedral_angle(xe0, xe1, xo0, xo1) - data[h, B_THETA])
+        )
+        g0, g1, g2, g3 = dihedral_gradient(xe0, xe1, xo0, xo1)
+        g[hinges[h, 0]] += c * g0
+        g[hinges[h, 1]] += c * g1
+        g[hinges[h, 2]] += c * g2
+        g[hinges[h, 3]] += c * g3
+
+
+# Coefficients of dc_{i, role r} / dx_{role s} = A[r][s] e_hat + B[r][s] p_i, with
+# p_i = (d_i - (d_i . e_hat) e_hat) / |e| (roles e0, e1, opposite).
+_DC_E = ((0, 1, -1), (-1, 0, 1), (1, -1, 0))
+_DC_P = ((1, -1, 0), (-1, 1, 0), (0, 0, 0))
+
+
+@ti.func
+def outer(a, b):
+    """a b^T of two 3-vectors (cheaper to trace than Matrix.outer_product)."""
+    return ti.Matrix.cols([b[0] * a, b[1] * a, b[2] * a])
+
+
+@ti.func
+def store_block(out: ti.template(), e, v, w, blk):
+    """out[e, 3 v + k, 3 w + l] = blk[k, l] (a runtime loop: traced once)."""
+    for k, l in ti.ndrange(3, 3):
+        out[e, 3 * v + k, 3 * w + l] = blk[k, l]
+
+
+@ti.kernel
+def bending_hessian(
+    x: ti.template(),
+    hinges: ti.template(),
+    data: ti.template(),
+    out: ti.template(),
+    full: ti.template(),
+):
+    """out[h] = 12 x 12 Hessian of Psi_b of hinge h (N/m), vertex order (e0, e1, o0, o1):
+    c (theta - theta_bar) Hess(theta) + c grad(theta) grad(theta)^T with c = 2 k w.
+    full=False drops the first term (a Gauss-Newton, positive semi-definite
+    approximation: the cheap analytic projection)."""
+    for h in range(hinges.shape[0]):
+        xe0, xe1, xo0, xo1 = hinge_positions(x, hinges, h)
+        c = 2.0 * data[h, B_K] * data[h, B_WEIGHT]
+        dtheta = dihedral_angle(xe0, xe1, xo0, xo1) - data[h, B_THETA]
+        e = xe1 - xe0
+        el = e.norm()
+        eh = e / el
+        N0 = e.cross(xo0 - xe0)
+        N1 = (xe0 - xe1).cross(xo1 - xe1)
+        nn0 = N0.norm_sqr()
+        nn1 = N1.norm_sqr()
+        q0 = N0 / nn0
+        q1 = N1 / nn1
+        d0 = xo0 - xe0
+        d1 = xo1 - xe0
+        s0 = d0.dot(eh)
+        s1 = d1.dot(eh)
+        # dtheta/dx_v = alpha_v q0 + beta_v q1 (alpha_v = c_{0, v}, beta_v = c_{1, v})
+        alpha = [el - s0, s0, -el, 0.0]
+        beta = [el - s1, s1, 0.0, -el]
+        G00 = c * outer(q0, q0)
+        G01 = c * outer(q0, q1)
+        G11 = c * outer(q1, q1)
+        q = [q0, q1]
+        N = [N0, N1]
+        nn = [nn0, nn1]
+        # Q_i [u]_x = ([u]_x - 2 q_i (N_i x u)^T) / |N_i|^2 for u of each role's dN_i/dx:
+        # face 0 = (e0, e1, o0), face 1 = (e1, e0, o1), dN/da = [c - b]_x cyclically.
+        U = [[xo0 - xe1, xe0 - xo0, xe1 - xe0], [xe1 - xo1, xo1 - xe0, xe0 - xe1]]
+        cd = c * dtheta
+        QK = [
+            [ti.Matrix.zero(float, 3, 3) for _ in ti.static(range(3))] for _ in ti.static(range(2))
+        ]
+        EA = [ti.Matrix.zero(float, 3, 3) for _ in ti.static(range(2))]
+        PB = [ti.Matrix.zero(float, 3, 3) for _ in ti.static(range(2))]
+        if ti.static(full):
+            p = [(d0 - s0 * eh) / el, (d1 - s1 * eh) / el]
+            for i in ti.static(range(2)):
+                EA[i] = cd * outer(q[i], eh)
+                PB[i] = cd * outer(q[i], p[i])
+                for r in ti.static(range(3)):
+                    u = U[i][r]
+                    QK[i][r] = (cd / nn[i]) * (skew(u) - 2.0 * outer(q[i], N[i].cross(u)))
+        for v in ti.static(range(4)):
+            for w in ti.static(range(v, 4)):
+                blk = (
+                    (alpha[v] * alpha[w]) * G00
+                    + (alpha[v] * beta[w]) * G01
+                    + (beta[v] * alpha[w]) * G01.transpose()
+                    + (beta[v] * beta[w]) * G11
+                )
+                if ti.static(full):
+                    for i in ti.static(range(2)):
+                        if ti.static(v in _ROLE_VERTEX[i] and w in _ROLE_VERTEX[i]):
+                            r = ti.static(_ROLE_VERTEX[i].index(v))
+                            s = ti.static(_ROLE_VERTEX[i].index(w))
+                            cv = alpha[v] if ti.static(i == 0) else beta[v]
+                            blk += cv * QK[i][s]
+                            if ti.static(_DC_E[r][s] != 0):
+                                blk += ti.static(float(_DC_E[r][s])) * EA[i]
+                            if ti.static(_DC_P[r][s] != 0):
+                                blk += ti.static(float(_DC_P[r][s])) * PB[i]
+                store_block(out, h, v, w, blk)
+                if ti.static(w != v):
+                    store_block(out, h, w, v, blk.transpose())
+
+
+# ---------------------------------------------------------------------------
+# Strain limiting (C-IPC): Phi = kappa A sum_i b(s_max - sigma_i, s_hat), written as a
+# spectral function of C = F^T F: Phi = sum_i g(lambda_i), lambda_i = sigma_i^2, with
+#   g(l) = kappa A b(s_max - sqrt(l), s_hat),
+#   g'(l) = -kappa A b'(d) / (2 sigma),  g''(l) = kappa A (b''(d) / (4 sigma^2) + b'(d) / (4 sigma^3)).
+# dPhi/dC = V diag(g') V^T =: S, dPhi/dF = 2 F S, and with f_i = F v_i,
+# H_F[c][d] = 2 S_cd I + sum_i 4 g''_i v_i[c] v_i[d] f_i f_i^T + 2 gamma w_c w_d^T,
+# w_c = v2[c] f1 + v1[c] f2, gamma = (g'_1 - g'_2) / (lambda_1 - lambda_2)
+# (-> g''(mean) when the eigenvalues meet; ``tol`` picks the switch).
+
+
+@ti.func
+def barrier(d, dhat):
+    """IPC log barrier b(d, dhat) = -(d - dhat)^2 ln(d / dhat) on 0 < d < dhat, 0 beyond,
+    +inf for d <= 0; returns (b, b', b'')."""
+    b = 0.0
+    b1 = 0.0
+    b2 = 0.0
+    if d <= 0.0:
+        b = ti.math.inf
+    elif d < dhat:
+        r = d - dhat
+        lg = ti.log(d / dhat)
+        b = -r * r * lg
+        b1 = -2.0 * r * lg - r * r / d
+        b2 = -2.0 * lg - 4.0 * r / d + r * r / (d * d)
+    return b, b1, b2
+
+
+@ti.func
+def sym_eigen2(C):
+    """Eigenvalues l1 >= l2 and unit eigenvectors (v1, v2) of a symmetric 2 x 2 C."""
+    m = 0.5 * (C[0, 0] + C[1, 1])
+    hd = 0.5 * (C[0, 0] - C[1, 1])
+    r = ti.sqrt(hd * hd + C[0, 1] * C[0, 1])
+    phi = 0.5 * ti.atan2(C[0, 1], hd)
+    cs = ti.cos(phi)
+    sn = ti.sin(phi)
+    return m + r, m - r, ti.Vector([cs, sn]), ti.Vector([-sn, cs])
+
+
+@ti.func
+def strain_scalar(lam, ka, s_max, s_hat):
+    """(g, g', g'') of one eigenvalue lam = sigma^2 of C."""
+    sig = ti.sqrt(ti.max(lam, 0.0))
+    b, b1, b2 = barrier(s_max - sig, s_hat)
+    g1 = 0.0
+    g2 = 0.0
+    if b1 != 0.0 or b2 != 0.0:
+        g1 = -ka * b1 / (2.0 * sig)
+        g2 = ka * (b2 / (4.0 * sig * sig) + b1 / (4.0 * sig * sig * sig))
+    return ka * b, g1, g2
+
+
+@ti.func
+def max_singular_value(F):
+    C = F.transpose() @ F
+    l1, _l2, _v1, _v2 = sym_eigen2(C)
+    return ti.sqrt(ti.max(l1, 0.0))
+
+
+@ti.kernel
+def strain_energy(
+    x: ti.template(),
+    faces: ti.template(),
+    data: ti.template(),
+    out: ti.template(),
+    s_max: float,
+    s_hat: float,
+):
+    """out[None] += sum over faces of Phi (J); +inf where a sigma_i >= s_max."""
+    for f in range(faces.shape[0]):
+        BG = face_frame(data, f)
+        F = deformation(x, faces, f, BG)
+        l1, l2, _v1, _v2 = sym_eigen2(F.transpose() @ F)
+        ka = data[f, S_KAPPA] * data[f, S_AREA]
+        e1, _a1, _b1 = strain_scalar(l1, ka, s_max, s_hat)
+        e2, _a2, _b2 = strain_scalar(l2, ka, s_max, s_hat)
+        if e1 + e2 != 0.0:
+            out[None] += e1 + e2
+
+
+@ti.kernel
+def strain_gradient(
+    x: ti.template(),
+    faces: ti.template(),
+    data: ti.template(),
+    g: ti.template(),
+    s_max: float,
+    s_hat: float,
+):
+    """g += dPhi/dx (N), faces below activation skipped."""
+    for f in range(faces.shape[0]):
+        BG = face_frame(data, f)
+        F = deformation(x, faces, f, BG)
+        l1, l2, v1, v2 = sym_eigen2(F.transpose() @ F)
+        if ti.sqrt(ti.max(l1, 0.0)) > s_max - s_hat:
+            ka = data[f, S_KAPPA] * data[f, S_AREA]
+            _e1, gp1, _gq1 = strain_scalar(l1, ka, s_max, s_hat)
+            _e2, gp2, _gq2 = strain_scalar(l2, ka, s_max, s_hat)
+            S = gp1 * v1.outer_product(v1) + gp2 * v2.outer_product(v2)
+            scatter_gradient(g, faces, f, BG, 2.0 * F @ S)
+
+
+@ti.kernel
+def strain_hessian(
+    x: ti.template(),
+    faces: ti.template(),
+    data: ti.template(),
+    out: ti.template(),
+    s_max: float,
+    s_hat: float,
+    tol: float,
+):
+    """out[f] = raw 9 x 9 Hessian of Phi of face f (N/m); zero below activation."""
+    for f in range(faces.shape[0]):
+        BG = face_frame(data, f)
+        F = deformation(x, faces, f, BG)
+        l1, l2, v1, v2 = sym_eigen2(F.transpose() @ F)
+        H00 = ti.Matrix.zero(float, 3, 3)
+        H01 = ti.Matrix.zero(float, 3, 3)
+        H11 = ti.Matrix.zero(float, 3, 3)
+        if ti.sqrt(ti.max(l1, 0.0)) > s_max - s_hat:
+            ka = data[f, S_KAPPA] * data[f, S_AREA]
+            _e1, gp1, gq1 = strain_scalar(l1, ka, s_max, s_hat)
+            _e2, gp2, gq2 = strain_scalar(l2, ka, s_max, s_hat)
+            gamma = 0.0
+            if l1 - l2 > tol:
+                gamma = (gp1 - gp2) / (l1 - l2)
+            else:
+                # the divided difference tends to g'' at the mean eigenvalue
+                _em, _gpm, gqm = strain_scalar(0.5 * (l1 + l2), ka, s_max, s_hat)
+                gamma = gqm
+            S = gp1 * v1.outer_product(v1) + gp2 * v2.outer_product(v2)
+            f1 = F @ v1
+            f2 = F @ v2
+            w0 = v2[0] * f1 + v1[0] * f2
+            w1 = v2[1] * f1 + v1[1] * f2
+            F11 = 4.0 * gq1 * f1.outer_product(f1)
+            F22 = 4.0 * gq2 * f2.outer_product(f2)
+            I3 = ti.Matrix.identity(float, 3)
+            H00 = (
+                2.0 * S[0, 0] * I3
+                + v1[0] * v1[0] * F11
+                + v2[0] * v2[0] * F22
+                + 2.0 * gamma * w0.outer_product(w0)
+            )
+            H01 = (
+                2.0 * S[0, 1] * I3
+                + v1[0] * v1[1] * F11
+                + v2[0] * v2[1] * F22
+                + 2.0 * gamma * w0.outer_product(w1)
+            )
+            H11 = (
+                2.0 * S[1, 1] * I3
+                + v1[1] * v1[1] * F11
+                + v2[1] * v2[1] * F22
+                + 2.0 * gamma * w1.outer_product(w1)
+            )
+        store_face_hessian(out, f, BG, H00, H01, H11)
+
+
+@ti.kernel
+def face_stretch(
+    x: ti.template(),
+    faces: ti.template(),
+    data: ti.template(),
+    sigma: ti.template(),
+    out: ti.template(),
+):
+    """sigma[f] = largest singular value of F of face f; out[None] = max over faces
+    (out must be reset by the caller)."""
+    for f in range(faces.shape[0]):
+        BG = face_frame(data, f)
+        s = max_singular_value(deformation(x, faces, f, BG))
+        sigma[f] = s
+        ti.atomic_max(out[None], s)
+
+
+@ti.kernel
+def count_infeasible(
+    x: ti.template(), faces: ti.template(), data: ti.template(), out: ti.template(), s_max: float
+):
+    """out[None] += number of faces with sigma_1 >= s_max (or a degenerate F)."""
+    for f in range(faces.shape[0]):
+        BG = face_frame(data, f)
+        s = max_singular_value(deformation(x, faces, f, BG))
+        if not (s < s_max):
+            out[None] += 1
+
+
+@ti.kernel
+def zero_vectors(g: ti.template()):
+    for i in g:
+        g[i] = ti.Vector([0.0, 0.0, 0.0])
