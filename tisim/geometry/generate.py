@@ -509,3 +509,100 @@ def cloth_grid(
     if (u_axis + 1) % 3 != v_axis:
         faces = faces[:, [0, 2, 1]]
     return TriMesh(vertices, faces)
+
+
+def _cloth_axes(normal: str | int) -> tuple[int, int, int]:
+    """(normal axis, first in-plane axis, second in-plane axis), as cloth_grid."""
+    axis = _AXES.get(normal, normal) if isinstance(normal, str) else int(normal)
+    if axis not in (0, 1, 2):
+        raise MeshError(f"cloth normal must be 'x', 'y' or 'z', got {normal!r}")
+    u_axis, v_axis = [a for a in range(3) if a != axis]
+    return axis, u_axis, v_axis
+
+
+def cloth_rectangle(
+    size=(1.0, 1.0),
+    resolution=(20, 20),
+    center=(0.0, 0.0, 0.0),
+    normal: str | int = "y",
+):
+    """``cloth_grid`` as a ``ClothMesh`` with texture coordinates.
+
+    Arguments and vertex/face layout as ``cloth_grid``. uv: (n, 2) in [0, 1]^2,
+    (0, 0) at the corner with the smallest in-plane coordinates, u along the
+    first in-plane axis, v along the second; one UV per vertex (face_uv = faces).
+    """
+    from tisim.geometry.cloth import ClothMesh
+
+    grid = cloth_grid(size, resolution, center, normal)
+    n0, n1 = (int(r) for r in np.asarray(resolution, dtype=np.int64).reshape(2))
+    i, j = np.meshgrid(np.arange(n0 + 1), np.arange(n1 + 1), indexing="ij")
+    uv = np.stack([i.ravel() / n0, j.ravel() / n1], axis=1)
+    return ClothMesh(grid.vertices, grid.faces, uv, grid.faces.copy())
+
+
+def cloth_disc(
+    radius: float = 0.5,
+    target_edge: float = 0.05,
+    seed: int = 0,
+    center=(0.0, 0.0, 0.0),
+    normal: str | int = "y",
+):
+    """An unstructured, irregular triangulation of a flat disc (a ``ClothMesh``).
+
+    radius, target_edge: metres. seed: random seed; the same seed gives the same
+    mesh. center: (3,) metres. normal: "x" | "y" | "z" (or 0, 1, 2), the axis
+    the disc faces; faces are counter-clockwise seen from the +axis side, with
+    in-plane axes as in ``cloth_grid``.
+
+    Boundary points sit on the circle at roughly ``target_edge`` spacing with
+    angular jitter; interior points are a hexagonal lattice of spacing
+    ``target_edge``, rotated by a random angle and jittered by up to 0.2 of the
+    spacing, kept at least half a spacing inside the circle. Their Delaunay
+    triangulation (scipy) fills the disc (the boundary points are the convex
+    hull); slivers made only of boundary points are removed. Edge lengths vary
+    around ``target_edge``; no grid direction dominates, which is the point of
+    this mesh: a cloth shape the code has never seen. uv: the disc mapped to
+    [0, 1]^2 (u, v = (p / radius + 1) / 2 in the in-plane axes), one per vertex.
+    """
+    from scipy.spatial import Delaunay
+
+    from tisim.geometry.cloth import ClothMesh
+
+    r, h = float(radius), float(target_edge)
+    if not r > 0:
+        raise MeshError(f"disc radius must be positive, got {radius}")
+    if not 0 < h <= r:
+        raise MeshError(f"disc target_edge must be in (0, radius], got {target_edge}")
+    axis, u_axis, v_axis = _cloth_axes(normal)
+    rng = np.random.default_rng(seed)
+    nb = max(8, int(np.ceil(2 * np.pi * r / h)))
+    theta = 2 * np.pi * (np.arange(nb) + rng.uniform(-0.25, 0.25, nb)) / nb
+    boundary = r * np.stack([np.cos(theta), np.sin(theta)], axis=1)
+    k = int(np.ceil(r / h)) + 1
+    i, j = np.meshgrid(np.arange(-k, k + 1), np.arange(-2 * k, 2 * k + 1), indexing="ij")
+    lattice = np.stack([h * (i + 0.5 * (j % 2)), h * np.sqrt(3) / 2 * j], -1).reshape(-1, 2)
+    phi = rng.uniform(0, 2 * np.pi)
+    rot = np.array([[np.cos(phi), -np.sin(phi)], [np.sin(phi), np.cos(phi)]])
+    interior = lattice @ rot.T + rng.uniform(-0.2 * h, 0.2 * h, lattice.shape)
+    interior = interior[np.linalg.norm(interior, axis=1) < r - 0.5 * h]
+    pts = np.concatenate([boundary, interior])
+    tri = Delaunay(pts).simplices.astype(np.int64)
+    p = pts[tri]
+    e1, e2 = p[:, 1] - p[:, 0], p[:, 2] - p[:, 0]
+    area2 = e1[:, 0] * e2[:, 1] - e1[:, 1] * e2[:, 0]
+    tri[area2 < 0] = tri[area2 < 0][:, [0, 2, 1]]  # counter-clockwise in (u, v)
+    # Quality 4 sqrt(3) A / sum(l^2): 1 for equilateral, -> 0 for slivers.
+    l2 = sum(np.sum((p[:, a] - p[:, b]) ** 2, axis=1) for a, b in ((0, 1), (1, 2), (2, 0)))
+    quality = 2 * np.sqrt(3) * np.abs(area2) / l2
+    sliver = (quality < 0.1) & np.all(tri < nb, axis=1)
+    tri = tri[~sliver]
+    used = np.unique(tri)
+    pts, tri = pts[used], np.searchsorted(used, tri)
+    vertices = np.zeros((len(pts), 3))
+    vertices[:, u_axis], vertices[:, v_axis] = pts[:, 0], pts[:, 1]
+    vertices += np.asarray(center, dtype=np.float64).reshape(3)
+    if (u_axis + 1) % 3 != v_axis:  # e_u x e_v = -e_axis: flip to face +axis
+        tri = tri[:, [0, 2, 1]]
+    uv = (pts / r + 1.0) / 2.0
+    return ClothMesh(vertices, tri, uv, tri.copy())
