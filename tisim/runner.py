@@ -175,6 +175,11 @@ def build(scene: Scene, arch: str = "auto", precision: str | None = None):
 
     info = backend.init(arch, precision)
     model = Model.from_scene(scene)
+    if model.cloth is not None and scene.solver.type != "cloth":
+        from tisim.config import ConfigError
+
+        raise ConfigError("solver.type", f"cloth objects need solver.type = 'cloth', got {scene.solver.type!r}",
+                          scene.path)
     solver = solver_class(scene.solver.type)(model, scene.solver)
     return info, model, solver
 
@@ -236,6 +241,7 @@ def run_scene(
     ended, message = "completed", ""
     done = 0
     bar = _progress(progress and not live, n_frames, scene.name)
+    guards = DivergenceGuards(model, scene.sim.on_divergence)
 
     if viewer is not None:
         viewer.open(_view_info(model, scene, solver))
@@ -260,9 +266,7 @@ def run_scene(
         if viewer is not None:
             viewer.draw(frame, state.time, state.positions)
         if export_meshes:
-            from tisim.geometry.io import save_mesh
-
-            save_mesh(str(mesh_dir / f"frame_{frame:05d}.ply"), state.positions, model.surface)
+            export_frame_meshes(model, mesh_dir, frame, state.positions)
         if on_frame is not None:
             on_frame(frame, state)
 
@@ -304,6 +308,7 @@ def run_scene(
                         f"the simulation diverged at frame {frame + 1} (t = {state.time:.4g} s): "
                         f"NaN or Inf in the positions or velocities; the {frame} frames before are kept"
                     )
+                guards.check(state, st, frame + 1)
             wall_ms = (time.perf_counter() - t0) * 1e3
             frame += 1
             frame_ms.append(wall_ms)
@@ -334,9 +339,102 @@ def run_scene(
             },
             solver_info=solver.info() if hasattr(solver, "info") else {},
             video=str(video) if video else None,
+            guards=guards.info(),
         )
         _write_json(run_json, run_info)
     return RunResult(out, done, ended, message, video, frame_ms, run_info)
+
+
+_SUMMED = {"newton_iterations", "ccd_clamps"}
+
+
+def export_frame_meshes(model, mesh_dir: Path, frame: int, positions: np.ndarray) -> None:
+    """Write one frame's meshes: the solids' surface as ``frame_NNNNN.ply`` and every
+    cloth object as ``NAME_NNNNN.obj`` with its original UVs."""
+    from tisim.geometry.io import save_mesh
+
+    cloth = model.cloth
+    n_cloth_faces = len(cloth.faces) if cloth is not None else 0
+    solid_surface = model.surface[: len(model.surface) - n_cloth_faces]
+    if len(solid_surface):
+        save_mesh(str(mesh_dir / f"frame_{frame:05d}.ply"), positions, solid_surface)
+    if cloth is not None:
+        from tisim.geometry.cloth import save_cloth_obj
+
+        for name, sl, mesh in cloth.meshes:
+            x = positions[cloth.offset + sl.start: cloth.offset + sl.stop]
+            save_cloth_obj(mesh_dir / f"{name}_{frame:05d}.obj", x, mesh)
+
+
+MAX_CAPPED_STEPS = 20  # consecutive non-converged solver steps that count as a divergence
+
+
+class DivergenceGuards:
+    """Divergence checks after every solver step, beyond the NaN check (any solver):
+
+    * an infinite or NaN total energy (``StepStats.potential`` inf or NaN while the state
+      is finite; a potential of NaN counts only from a solver that reported a finite one
+      before, since NaN also means "not computed");
+    * an inverted element (det F <= 0) in the end-of-step state, for tet meshes only
+      (``model.element_count > 0``; cloth has no tets);
+    * ``MAX_CAPPED_STEPS`` consecutive steps with ``StepStats.converged`` false.
+
+    ``on_divergence = "stop"`` raises :class:`Diverged` naming the frame and the cause;
+    "continue" logs each cause once and records its first occurrence (``info()``, in run.json).
+    """
+
+    def __init__(self, model, on_divergence: str = "stop", max_capped_steps: int = MAX_CAPPED_STEPS):
+        self.model = model
+        self.stop = on_divergence != "continue"
+        self.max_capped_steps = int(max_capped_steps)
+        self.capped_run = 0
+        self.capped_steps = 0
+        self._capped_since = math.nan
+        self._reports_potential = False
+        self.events: list[dict] = []
+        self._seen: set[str] = set()
+
+    def check(self, state, st: StepStats, frame: int) -> None:
+        """Raise :class:`Diverged` (or record the event) if the step that produced ``state``
+        (the end of the step, reported by ``st``, within frame ``frame``) diverged."""
+        causes: list[tuple[str, str]] = []
+        pot = st.potential
+        if math.isfinite(pot):
+            self._reports_potential = True
+        elif math.isinf(pot) or self._reports_potential:
+            causes.append(("energy", f"the energy is {'infinite' if math.isinf(pot) else 'NaN'} "
+                                     f"(potential = {pot} J)"))
+        m = self.model.element_count
+        if m > 0:
+            J = np.linalg.det(deformation_gradients(state.positions, self.model.mesh.tets, self.model.rest.Dm_inv))
+            bad = int(np.count_nonzero(~(J > 0)))
+            if bad:
+                causes.append(("inversion", f"{bad} of {m} tets inverted at the end of the step "
+                                            f"(min det F = {float(np.nanmin(J)):.3g})"))
+        if st.converged:
+            self.capped_run = 0
+        else:
+            self.capped_steps += 1
+            if self.capped_run == 0:
+                self._capped_since = float(state.time)
+            self.capped_run += 1
+            if self.capped_run >= self.max_capped_steps:
+                causes.append(("capped", f"{self.capped_run} consecutive solver steps did not converge "
+                                         f"(since t = {self._capped_since:.4g} s)"))
+        for kind, text in causes:
+            msg = f"the simulation diverged at frame {frame} (t = {state.time:.4g} s): {text}"
+            if self.stop:
+                raise Diverged(f"{msg}; the {frame - 1} frames before are kept "
+                               f"(sim.on_divergence = \"continue\" runs on)")
+            if kind not in self._seen:
+                self._seen.add(kind)
+                self.events.append({"frame": frame, "time": float(state.time), "cause": kind, "message": msg})
+                log.warning("%s; continuing (sim.on_divergence = \"continue\")", msg)
+
+    def info(self) -> dict:
+        """For run.json: the policy, the capped-step limit and count, first events per cause."""
+        return {"on_divergence": "stop" if self.stop else "continue", "max_capped_steps": self.max_capped_steps,
+                "capped_steps": self.capped_steps, "events": self.events}
 
 
 def _accumulate(agg: StepStats, st: StepStats) -> None:
@@ -351,8 +449,19 @@ def _accumulate(agg: StepStats, st: StepStats) -> None:
     for k, v in st.timings.items():
         agg.timings[k] = agg.timings.get(k, 0.0) + v
     for k, v in st.extra.items():
-        # a frame has stalled if any of its substeps did; other columns keep the last substep's value
-        agg.extra[k] = max(agg.extra.get(k, v), v) if "stalled" in k else v
+        # a frame has stalled if any of its substeps did; extremes and counts combine over
+        # the substeps; other columns keep the last substep's value
+        prev = agg.extra.get(k)
+        if prev is None or (isinstance(prev, float) and math.isnan(prev)):
+            agg.extra[k] = v
+        elif "stalled" in k or k.startswith("max_"):
+            agg.extra[k] = max(prev, v)
+        elif k.startswith("min_"):
+            agg.extra[k] = min(prev, v)
+        elif k in _SUMMED:
+            agg.extra[k] = prev + v
+        else:
+            agg.extra[k] = v
 
 
 def _view_info(model, scene, solver):

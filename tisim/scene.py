@@ -42,6 +42,9 @@ class SimConfig:
     substeps: int = num(1, ge=1, doc="solver steps per output frame")
     gravity: Vec3 = (0.0, -9.81, 0.0)
     damping: float = num(0.0, ge=0, doc="mass-proportional (Rayleigh-like) damping, 1/s")
+    # what the runner does when a step diverges beyond NaN (infinite energy, an inverted
+    # element, a run of non-converged steps): "stop" (exit code 3) or "continue" (logged, in run.json)
+    on_divergence: Literal["stop", "continue"] = "stop"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -72,10 +75,20 @@ class HandleConfig:
 
 @dataclass(frozen=True, kw_only=True)
 class ObjectConfig:
-    """A soft body: a mesh file or a generator, a material and an initial state."""
+    """A soft body (``kind = "solid"``, tets) or a cloth / shell (``kind = "cloth"``,
+    triangles): a mesh file or a generator, a material and an initial state.
 
+    Cloth keys: ``generator = "cloth"`` makes a ``cloth_size`` (m) rectangle with
+    ``cloth_resolution`` cells facing ``cloth_normal``; ``thickness`` (m) and ``density``
+    (kg/m^3) give the areal density; ``bending_stiffness`` (N m) overrides the plate
+    value E t^3 / (24 (1 - nu^2)); ``pin`` pins "corners", "top-edge" (largest y) or
+    the edge of the sheet at the smallest/largest x or z; ``friction`` overrides
+    ``contact.mu`` for this object.
+    """
+
+    kind: Literal["solid", "cloth"] = "solid"
     mesh: str | None = None
-    generator: Literal["box", "ball"] | None = None
+    generator: Literal["box", "ball", "cloth"] | None = None
     size: Vec3 = (1.0, 1.0, 1.0)
     resolution: Int3 = (4, 4, 4)
     tets_per_cell: Literal[5, 6] = 5
@@ -94,10 +107,30 @@ class ObjectConfig:
     velocity: Vec3 = (0.0, 0.0, 0.0)
     angular_velocity: Vec3 = (0.0, 0.0, 0.0)  # rad/s about the centre of mass
     handles: dict[str, HandleConfig] = field(default_factory=dict)
+    # cloth
+    cloth_size: tuple[float, float] = (1.0, 1.0)
+    cloth_resolution: tuple[int, int] = (20, 20)
+    cloth_normal: Literal["x", "y", "z"] = "y"
+    thickness: float = num(1e-3, gt=0, doc="shell thickness, m (mass and bending)")
+    bending_stiffness: float | None = None
+    pin: Literal["corners", "top-edge", "x-min", "x-max", "z-min", "z-max"] | None = None
+    friction: float | None = None
 
     def __post_init__(self):
         if (self.mesh is None) == (self.generator is None):
             raise ConfigError("", "an object needs exactly one of 'mesh' (a file) or 'generator'")
+        if self.kind == "cloth" and self.generator not in (None, "cloth"):
+            raise ConfigError("generator", f"a cloth object takes generator = 'cloth' or a mesh, got {self.generator!r}")
+        if self.kind == "solid" and self.generator == "cloth":
+            raise ConfigError("kind", "generator = 'cloth' needs kind = 'cloth'")
+        if any(r < 1 for r in self.cloth_resolution):
+            raise ConfigError("cloth_resolution", f"expected two integers >= 1, got {list(self.cloth_resolution)}")
+        if any(s <= 0 for s in self.cloth_size):
+            raise ConfigError("cloth_size", f"expected two numbers > 0, got {list(self.cloth_size)}")
+        for k in ("bending_stiffness", "friction"):
+            v = getattr(self, k)
+            if v is not None and v < 0:
+                raise ConfigError(k, f"expected a number >= 0, got {v}")
         if any(r < 1 for r in self.resolution):
             raise ConfigError("resolution", f"expected three integers >= 1, got {list(self.resolution)}")
         if any(s <= 0 for s in self.size):
@@ -109,10 +142,26 @@ class ObjectConfig:
         E, nu = self.youngs_modulus, self.poisson_ratio
         return E / (2 * (1 + nu)), E * nu / ((1 + nu) * (1 - 2 * nu))
 
+    @property
+    def lame_plane_stress(self) -> tuple[float, float]:
+        """(mu, lambda_2D) for a shell membrane in plane stress, Pa."""
+        E, nu = self.youngs_modulus, self.poisson_ratio
+        return E / (2 * (1 + nu)), E * nu / (1 - nu * nu)
+
+    @property
+    def plate_bending_stiffness(self) -> float:
+        """k = E t^3 / (24 (1 - nu^2)) in N m, or the user's ``bending_stiffness``."""
+        if self.bending_stiffness is not None:
+            return self.bending_stiffness
+        E, nu, t = self.youngs_modulus, self.poisson_ratio, self.thickness
+        return E * t**3 / (24 * (1 - nu * nu))
+
 
 @dataclass(frozen=True, kw_only=True)
 class ColliderConfig:
-    """An analytic obstacle: plane, sphere, box or cylinder (roller).
+    """An obstacle: plane, sphere, box or cylinder (roller), or a triangle mesh
+    (``type = "mesh"``, only for the cloth solver; ``mesh`` names the file, placed by
+    ``scale``, ``rotation`` and ``position``).
 
     ``position``: a point of the plane / the centre. ``normal``: plane normal.
     ``axis``, ``length``: cylinder axis direction and length (inf = unbounded).
@@ -121,7 +170,9 @@ class ColliderConfig:
     spinning about its own axis stays in place but drags what touches it.
     """
 
-    type: Literal["plane", "sphere", "box", "cylinder"]
+    type: Literal["plane", "sphere", "box", "cylinder", "mesh"]
+    mesh: str | None = None  # type = "mesh": a triangle mesh file (relative to the scene)
+    scale: float = num(1.0, gt=0)
     position: Vec3 = (0.0, 0.0, 0.0)
     normal: Vec3 = (0.0, 1.0, 0.0)
     radius: float = num(0.5, gt=0)
@@ -140,6 +191,8 @@ class ColliderConfig:
         for k in ("normal", "axis"):
             if sum(c * c for c in getattr(self, k)) == 0:
                 raise ConfigError(k, "expected a non-zero vector")
+        if (self.type == "mesh") != (self.mesh is not None):
+            raise ConfigError("mesh", "type = 'mesh' needs mesh = FILE (and only it takes one)")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -157,6 +210,46 @@ class ContactConfig:
     self_collision: bool = False
     margin: float = num(0.0, ge=0, doc="detection distance beyond contact, m")
     stiffness: float = num(1e4, gt=0, doc="penalty stiffness for penalty-based solvers, N/m")
+    # C-IPC (cloth solver)
+    dhat: float = num(1e-3, gt=0, doc="barrier activation distance beyond the thickness, m")
+    thickness: float = num(1e-3, ge=0, doc="contact offset xi: no two primitives come closer, m")
+    eps_v: float = num(1e-3, gt=0, doc="friction smoothing velocity: slower counts as sticking, m/s")
+    friction_iterations: int = num(1, ge=0, doc="friction lagging updates per step (0: frictionless)")
+    kappa: float = num(0.0, ge=0, doc="barrier stiffness; 0 chooses and adapts it automatically")
+
+
+@dataclass(frozen=True, kw_only=True)
+class WindConfig:
+    """A wind field acting on cloth faces by a simple aerodynamic model: drag along
+    the relative air velocity's normal component and lift across it (per face,
+    0.5 rho_air |v_rel| A (c_drag (v_rel.n) n + c_lift ...)), with gusts from seeded
+    smooth noise scaling the velocity by 1 + gust * noise(t)."""
+
+    velocity: Vec3 = (0.0, 0.0, 0.0)  # mean wind, m/s
+    gust: float = num(0.0, ge=0, doc="relative gust amplitude")
+    gust_period: float = num(1.0, gt=0, doc="typical gust time scale, s")
+    seed: int = 0
+    air_density: float = num(1.2, ge=0, doc="kg/m^3")
+    drag: float = num(1.0, ge=0, doc="normal drag coefficient")
+    lift: float = num(0.3, ge=0, doc="lift coefficient")
+
+
+@dataclass(frozen=True, kw_only=True)
+class RefineConfig:
+    """Progressive dynamics (``tisim refine``): how the levels are built and advanced.
+
+    method "auto": Loop subdivision of a generated cloth (the scene's sheet is the
+    coarsest level), decimation of a mesh file (the file is the finest level);
+    "meshes": the files in ``meshes`` (coarsest first) below the object's own mesh.
+    """
+
+    levels: int = num(3, ge=1, le=6, doc="number of levels (the preview is level 0)")
+    method: Literal["auto", "decimate", "loop", "midpoint", "meshes"] = "auto"
+    meshes: tuple[str, ...] = ()
+    coarse_vertices: tuple[int, int] = (300, 1000)
+    schedule: Literal["sequential", "pipelined"] = "sequential"
+    intermediate_tolerance: float = num(1e-2, gt=0, doc="Newton tolerance of non-finest levels")
+    object: str | None = None  # the cloth object to refine (default: the only one)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -184,6 +277,8 @@ class Scene:
     contact: ContactConfig = field(default_factory=ContactConfig)
     objects: dict[str, ObjectConfig] = field(default_factory=dict)
     colliders: dict[str, ColliderConfig] = field(default_factory=dict)
+    wind: WindConfig = field(default_factory=WindConfig)
+    refine: RefineConfig = field(default_factory=RefineConfig)
     camera: CameraConfig = field(default_factory=CameraConfig)
     render: RenderConfig = field(default_factory=RenderConfig)
     path: str | None = None  # the file it came from; relative mesh paths resolve against it

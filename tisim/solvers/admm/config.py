@@ -50,6 +50,18 @@ class ADMMConfig:
         1.0, gt=0, doc="ADMM penalty of the contact copy q' per vertex, mu_v = scale * m_v / h^2"
     )
     warn_every: int = num(50, ge=1, doc="log one warning per this many stalled steps (the first always)")
+    integrator: Literal["midpoint", "energy-momentum"] = "midpoint"
+    # "midpoint": the notes' variational midpoint rule, solved by ADMM (symplectic; on stiff nonlinear
+    # runs its energy can drift and blow up, see SolverADMM). "energy-momentum": the discrete-gradient
+    # step of Gonzalez / Simo-Tarnow (energy and momenta conserved to the solver tolerance), solved by
+    # Newton (tisim.solvers.admm.energy_momentum); the ADMM settings above are then unused.
+    newton_tolerance: float = num(
+        1e-10, gt=0, doc="energy-momentum: Newton stops when max |dx| / bounding diagonal is below this"
+    )
+    newton_max_iterations: int = num(100, ge=1, doc="energy-momentum: Newton iteration cap per time step")
+    drift_warning: float = num(
+        0.01, ge=0, doc="warn once when |E - E0| / max(|E0|, K0) exceeds this (no handles/damping); 0: never"
+    )
 
     def __post_init__(self):
         if self.min_iterations > self.max_iterations:

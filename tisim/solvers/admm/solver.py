@@ -41,7 +41,24 @@ normal at the point, which is the exact prox for planes, spheres and cylinder
 sides, and for boxes inside one face's region. Held vertices (handles, mouse
 drag) are eliminated from the q-step.
 
+Energy behaviour (issue 13, ``tools/midpoint_diagnosis.py``): the step is the implicit
+midpoint rule of the energy that is measured (an independent Newton solve of the midpoint
+equations with the numpy energies of :mod:`tisim.materials` gives the same trajectory to the
+ADMM tolerance). The midpoint rule is symplectic, but on stiff nonlinear elastodynamics with
+h omega_max = O(1) (the spinning bar at h = 0.01 s) its energy error is not bounded: it drifts
+upwards at O(h^2) per unit time and blows up (the end-of-step state q^{k+1} = 2 q_mid - q^k
+inverts elements while the midpoint stays valid), the weakness of the midpoint rule shown by
+Simo and Tarnow (1992) and Gonzalez (2000). ``integrator = "energy-momentum"`` replaces the
+step by their discrete-gradient (energy-momentum) step, solved by Newton
+(:mod:`tisim.solvers.admm.energy_momentum`): energy conserved to the Newton tolerance, linear
+and angular momentum exactly, and no inversion (barrier energies cannot grow without bound).
+Every step reports ``energy_drift`` (relative change of the total energy since the first
+step, NaN with handles, damping or moving colliders) and the solver warns once when it
+exceeds ``drift_warning``.
+
 References:
+    O. Gonzalez, Exact energy and momentum conserving algorithms for general models in
+    nonlinear elasticity, CMAME 190, 2000 (the energy-momentum option);
     Variational elastodynamic simulation with ADMM (algorithm note
     ``shared/papers/admm-variational.md``); S. Boyd et al., Distributed
     Optimization and Statistical Learning via ADMM, 2011 (residual balancing);
@@ -55,8 +72,11 @@ Limitations:
       the convergence theory (their prox is a damped Newton solve); ARAP and
       corotated only guarantee det >= 0 (the PSD cone), the others det > 0 - at the
       midpoint Jacobian and up to the primal residual, not at q^{k+1} itself.
-    * Angular momentum and energy are conserved only to the ADMM tolerance;
-      linear momentum exactly (without handles, gravity or contact).
+    * Midpoint rule: angular momentum is conserved to the ADMM tolerance and linear
+      momentum exactly (without handles, gravity or contact); the energy is not conserved
+      and can drift and blow up on long stiff runs (see above): use a smaller h or the
+      energy-momentum option, which runs on the host with Newton (no ADMM, slower per
+      step on large meshes).
     * Handles and moving colliders inject energy; mass damping (``sim.damping``)
       scales velocities by 1/(1 + c h) after each step.
     * Iteration counts grow with deformation and stiffness relative to M/h^2
@@ -102,7 +122,9 @@ class SolverADMM(Solver):
     ``stress_residual`` (see :class:`ADMMConfig`), ``admm_stalled`` (0/1),
     ``admm_stalled_total`` (stalled steps since reset), ``rho_scale`` (global rho
     factor), ``rho_local_max`` (largest local rho raise), ``min_det_mid`` (min det F at
-    the midpoint) and ``min_det`` (at state_out).
+    the midpoint) and ``min_det`` (at state_out), ``energy_drift`` (relative total energy change
+    since the first step). With ``integrator = "energy-momentum"`` iterations and residual are
+    Newton's and the ADMM columns are replaced by ``factorizations``.
     Warm-start data (R, S, Y per element, W per vertex) stay in the solver; a
     token in ``state.warm["admm"]`` tells whether ``state_in`` is the state the
     solver last produced (otherwise the splitting is re-initialised).
@@ -158,6 +180,14 @@ class SolverADMM(Solver):
         self._last_time = 0.0
         self._x_scratch = np.zeros((n, 3), dtype=self._np_real)
         self._rhs = np.zeros((n, 3), dtype=self._np_real)
+        self._em = None
+        if cfg.integrator == "energy-momentum":
+            from tisim.solvers.admm.energy_momentum import MidpointNewton
+
+            self._em = MidpointNewton(model, "energy-momentum", cfg.newton_tolerance, cfg.newton_max_iterations)
+        self._energy_ref: float | None = None  # total energy the drift is measured from, J
+        self._energy_scale = 1.0
+        self._drift_warned = False
 
     # ------------------------------------------------------------------ setup
     def _set_materials(self) -> None:
@@ -339,9 +369,14 @@ class SolverADMM(Solver):
             bad = np.flatnonzero(~(np.isfinite(x0).all(1) & np.isfinite(v0).all(1)))
             raise ValueError(f"ADMM step: the input state has NaN/inf positions or velocities "
                              f"({bad.size} vertices, first {bad[0]})")
+        if self._em is not None:
+            return self._finish(self._step_energy_momentum(state_in, state_out, float(dt), x0, v0), state_in,
+                                state_out, x0, v0)
+        return self._finish(self._step_admm(state_in, state_out, float(dt), x0, v0), state_in, state_out, x0, v0)
+
+    def _step_admm(self, state_in, state_out, h: float, x0: np.ndarray, v0: np.ndarray) -> StepStats:
         K = self._K
         cfg = self.config
-        h = float(dt)
         t0 = float(state_in.time)
         t1 = t0 + h
         tmid = t0 + 0.5 * h
@@ -515,6 +550,92 @@ class SolverADMM(Solver):
             },
         )
 
+    def _step_energy_momentum(self, state_in, state_out, h: float, x0: np.ndarray, v0: np.ndarray) -> StepStats:
+        """One discrete-gradient step (``integrator = "energy-momentum"``) by chord Newton."""
+        t0 = float(state_in.time)
+        t1 = t0 + h
+        if self._token is None or state_in.warm.get("admm") != self._token:
+            self._em.forget()
+        held, held_x, held_v = self.held_vertices(t1)
+        ts = time.perf_counter()
+        res = self._em.solve(x0, v0, h, t0, held, held_x)
+        solve_ms = 1e3 * (time.perf_counter() - ts)
+        q = res.positions
+        if not res.converged:
+            self._stalled_steps += 1
+            if self._stalled_steps == 1 or self._stalled_steps % self.config.warn_every == 0:
+                log.warning(
+                    "energy-momentum step did not converge at t=%.6g s (%d Newton iterations, last step %.3g, "
+                    "tolerance %.3g; %d stalled steps so far). A smaller time step may help.",
+                    t1, res.iterations, res.residual, self.config.newton_tolerance, self._stalled_steps,
+                )
+        v1 = 2.0 / h * (q - x0) - v0
+        if len(held):
+            v1[held] = held_v
+        if self._damping > 0:
+            v1 /= 1.0 + self._damping * h
+        np.copyto(state_out.positions, q)
+        np.copyto(state_out.velocities, v1)
+        state_out.time = t1
+        self._last_time = t1
+        self._counter += 1
+        self._token = self._counter
+        state_out.warm["admm"] = self._token
+        e_el, min_det = self._elastic_energy(q)
+        e_pen, n_contacts, depth = self._penalty(q, t1)
+        return StepStats(
+            iterations=res.iterations,
+            residual=res.residual,
+            converged=res.converged,
+            potential=e_el - float(self._mass @ (q @ self.model.gravity)) + e_pen,
+            n_contacts=n_contacts,
+            max_penetration=depth if self._colliders else math.nan,
+            timings={"newton": solve_ms},
+            extra={
+                "admm_stalled": 0.0 if res.converged else 1.0,
+                "admm_stalled_total": float(self._stalled_steps),
+                "factorizations": float(res.factorizations),
+                "min_det": min_det,
+            },
+        )
+
+    def _finish(self, st: StepStats, state_in, state_out, x0: np.ndarray, v0: np.ndarray) -> StepStats:
+        """Adds ``energy_drift`` (relative change of the total energy since the reference) to the
+        stats and warns once when it passes ``drift_warning``. The reference is the energy of
+        the first state stepped from (after a reset, and again after any step with handles,
+        damping or moving contact, which change the energy legitimately)."""
+        cfg = self.config
+        held = self.held_vertices(float(state_out.time))[0]
+        kin1 = 0.5 * float(self._mass @ np.einsum("ij,ij->i", state_out.velocities, state_out.velocities))
+        e1 = kin1 + st.potential
+        closed = len(held) == 0 and self._damping == 0 and not any(
+            c.is_moving() for c in self._colliders)
+        if not closed:
+            self._energy_ref = None
+            st.extra["energy_drift"] = math.nan
+            return st
+        if self._energy_ref is None:
+            kin0 = 0.5 * float(self._mass @ np.einsum("ij,ij->i", v0, v0))
+            self._energy_ref = kin0 + self.potential_energy(x0, float(state_in.time))
+            self._energy_t0 = float(state_in.time)
+            # relative to the energy, or to the kinetic energy when the energy is near zero
+            self._energy_scale = max(abs(self._energy_ref), kin0, 1e-300)
+        drift = (e1 - self._energy_ref) / self._energy_scale if math.isfinite(e1) else math.inf
+        st.extra["energy_drift"] = drift
+        if cfg.drift_warning > 0 and not self._drift_warned and not abs(drift) <= cfg.drift_warning:
+            self._drift_warned = True
+            log.warning(
+                "%s: the total energy has drifted by %+.3g%% (%.6g J -> %.6g J) between t=%.4g s and t=%.4g s "
+                "(warning threshold %.3g%%). %s",
+                "energy-momentum step" if self._em is not None else "ADMM midpoint rule",
+                100 * drift if math.isfinite(drift) else math.inf, self._energy_ref, e1, self._energy_t0,
+                float(state_out.time), 100 * cfg.drift_warning,
+                "Check the Newton tolerance." if self._em is not None else
+                "The midpoint rule's energy error is O(h^2) but can grow without bound on stiff nonlinear "
+                "runs (Simo-Tarnow): use a smaller sim.dt or solver.integrator = \"energy-momentum\".",
+            )
+        return st
+
     def _contact_prox(self, q: np.ndarray, W: np.ndarray, mu: np.ndarray, x0: np.ndarray, tmid: float) -> np.ndarray:
         """q' = argmin g((x0 + q')/2) + mu/2 ||q + W/mu - q'||^2 per vertex (notes §2.7).
 
@@ -539,6 +660,10 @@ class SolverADMM(Solver):
         self._token = None
         self._W[:] = 0.0
         self._stalled_steps = 0
+        self._energy_ref = None
+        self._drift_warned = False
+        if self._em is not None:
+            self._em.forget()
 
     def notify_model_changed(self, what: str) -> None:
         """"stiffness"/"material": recompute mu, lam, rho and refactor; "dt", "handles",
@@ -582,6 +707,7 @@ class SolverADMM(Solver):
                              "lambda": lam if mat in ("neo-hookean", "corotated") else 0.0}
         return {
             "solver": "admm",
+            "integrator": self.config.integrator,
             "objects": objects,
             "tolerance": self.tolerance,
             "dual_tolerance": self.dual_tolerance,
