@@ -7,7 +7,9 @@ per object are kept), so solvers see a single system.
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
@@ -59,6 +61,39 @@ class Handle:
 
 
 @dataclass(frozen=True, eq=False)
+class ClothPart:
+    """The cloth objects of a scene, merged: vertices ``offset .. offset + vertex_count``
+    of the model (after every solid's vertices).
+
+    faces (m, 3), edges (e, 2), hinges (h, 4): int32, indices local to the cloth block
+    (add ``offset`` for model indices). rest: (vertex_count, 3) rest positions, m.
+    face_mu, face_lam: (m,) plane-stress Lame parameters, Pa. face_thickness: (m,) m.
+    hinge_k: (h,) bending stiffness, N m. vertex_mu: (vertex_count,) friction
+    coefficient (NaN: the scene's contact.mu). face_object: (m,) object index.
+    meshes: per cloth object (name, local vertex slice, ClothMesh with its UVs) for export.
+    """
+
+    offset: int
+    vertex_count: int
+    faces: np.ndarray
+    edges: np.ndarray
+    hinges: np.ndarray
+    rest: np.ndarray
+    face_mu: np.ndarray
+    face_lam: np.ndarray
+    face_thickness: np.ndarray
+    hinge_k: np.ndarray
+    vertex_mu: np.ndarray
+    face_object: np.ndarray
+    mass: np.ndarray  # (vertex_count,) lumped masses, kg
+    meshes: tuple = ()
+
+    @property
+    def vertex_slice(self) -> slice:
+        return slice(self.offset, self.offset + self.vertex_count)
+
+
+@dataclass(frozen=True, eq=False)
 class Model:
     """Rest shapes, masses, elements, materials, handles and colliders.
 
@@ -91,6 +126,12 @@ class Model:
     initial_velocities: np.ndarray
     dt: float
     extra: dict = field(default_factory=dict)
+    cloth: ClothPart | None = None
+
+    @property
+    def solid_vertex_count(self) -> int:
+        """Vertices of the solids (the first ones; cloth vertices follow)."""
+        return self.vertex_count - (self.cloth.vertex_count if self.cloth is not None else 0)
 
     @property
     def vertex_count(self) -> int:
@@ -140,6 +181,8 @@ class Model:
             "vertices": self.vertex_count,
             "tets": self.element_count,
             "surface_triangles": int(len(self.surface)),
+            **({"cloth_vertices": self.cloth.vertex_count, "cloth_faces": int(len(self.cloth.faces)),
+                "cloth_hinges": int(len(self.cloth.hinges))} if self.cloth is not None else {}),
             "objects": {n: {"vertices": s.stop - s.start, "tets": t.stop - t.start}
                         for n, s, t in zip(self.object_names, self.object_vertex_slices, self.object_tet_slices)},
         }
@@ -150,7 +193,9 @@ class Model:
         verts, tets, mus, lams, mats, names, vsl, tsl = [], [], [], [], [], [], [], []
         vels, densities, handles = [], [], []
         offset = toffset = 0
-        for name, oc in scene.objects.items():
+        solids = {k: o for k, o in scene.objects.items() if o.kind == "solid"}
+        cloths = {k: o for k, o in scene.objects.items() if o.kind == "cloth"}
+        for name, oc in solids.items():
             mesh = _object_mesh(scene, name, oc)
             x = _transform(mesh.vertices, oc, scene)
             v = _initial_velocity(x, oc, mesh)
@@ -170,22 +215,38 @@ class Model:
                 handles.append(_make_handle(f"{name}.{hname}", hc, x, offset, f"objects.{name}.handles.{hname}"))
             offset += n
             toffset += m
-        all_mesh = TetMesh(np.concatenate(verts), np.concatenate(tets))
+        cloth = None
+        if cloths:
+            cloth, cx, cv, cmass, chandles = _cloth_part(scene, cloths, offset, len(names))
+            verts.append(cx)
+            vels.append(cv)
+            handles += chandles
+            for name in cloths:
+                names.append(name)
+            vsl += [slice(offset + s.start, offset + s.stop) for _, s, _ in cloth.meshes]
+            tsl += [slice(toffset, toffset)] * len(cloths)
+        empty = np.zeros((0,), dtype=np.float64)
+        all_mesh = TetMesh(np.concatenate(verts), np.concatenate(tets) if tets else np.zeros((0, 4), np.int32))
         rest = tet_rest(all_mesh)
-        density = np.concatenate(densities)
-        mass = lumped_mass(all_mesh, density, rest.volume)
+        density = np.concatenate(densities) if densities else empty
+        mass = lumped_mass(all_mesh, density, rest.volume).astype(np.float64)
+        if cloth is not None:
+            mass[cloth.vertex_slice] += cmass
         element_object = np.concatenate([np.full(s.stop - s.start, i) for i, s in enumerate(tsl)])
         vertex_object = np.concatenate([np.full(s.stop - s.start, i) for i, s in enumerate(vsl)])
-        surface = surface_triangles(all_mesh.tets)
-        colliders = tuple(Collider.from_config(k, c) for k, c in scene.colliders.items())
+        surface = surface_triangles(all_mesh.tets) if len(all_mesh.tets) else np.zeros((0, 3), np.int64)
+        if cloth is not None:
+            surface = np.concatenate([surface, cloth.faces + cloth.offset]).astype(surface.dtype)
+        src = Path(scene.path).parent if scene.path else None
+        colliders = tuple(Collider.from_config(k, c, src) for k, c in scene.colliders.items())
         return cls(
             scene=scene,
             mesh=all_mesh,
             rest=rest,
             mass=mass,
-            element_mu=np.concatenate(mus),
-            element_lam=np.concatenate(lams),
-            element_material=np.concatenate(mats),
+            element_mu=np.concatenate(mus) if mus else empty,
+            element_lam=np.concatenate(lams) if lams else empty,
+            element_material=np.concatenate(mats) if mats else np.zeros(0, np.int32),
             element_object=element_object,
             vertex_object=vertex_object,
             object_names=tuple(names),
@@ -199,6 +260,7 @@ class Model:
             initial_positions=all_mesh.vertices.copy(),
             initial_velocities=np.concatenate(vels),
             dt=scene.sim.dt,
+            cloth=cloth,
         )
 
 
@@ -211,6 +273,126 @@ def _object_mesh(scene: Scene, name: str, oc: ObjectConfig) -> TetMesh:
 
     path = scene.resolve_path(oc.mesh)
     return load_tet_mesh(str(path))
+
+
+def _cloth_mesh(scene: Scene, name: str, oc: ObjectConfig):
+    from tisim.geometry.cloth import load_cloth_mesh
+    from tisim.geometry.generate import cloth_rectangle
+
+    if oc.generator == "cloth":
+        return cloth_rectangle(oc.cloth_size, oc.cloth_resolution, (0.0, 0.0, 0.0), oc.cloth_normal)
+    return load_cloth_mesh(str(scene.resolve_path(oc.mesh)))
+
+
+def _corner_vertices(x: np.ndarray, faces: np.ndarray, boundary: np.ndarray) -> np.ndarray:
+    """The corners of a sheet: boundary vertices where the boundary turns by more than
+    30 degrees (the four corners of a rectangle), the sharpest four; a sheet with fewer
+    (a disc) gets the boundary vertices extreme along the diagonals of its plane."""
+    from tisim.geometry.topology import boundary_edges
+
+    be = boundary_edges(faces) if len(faces) else np.zeros((0, 2), np.int64)
+    nxt = dict(zip(be[:, 0].tolist(), be[:, 1].tolist()))
+    prv = dict(zip(be[:, 1].tolist(), be[:, 0].tolist()))
+    turn = []
+    for v in boundary.tolist():
+        if v in nxt and v in prv:
+            a, c = x[v] - x[prv[v]], x[nxt[v]] - x[v]
+            cosang = float(a @ c) / max(float(np.linalg.norm(a) * np.linalg.norm(c)), 1e-300)
+            turn.append((np.degrees(np.arccos(np.clip(cosang, -1, 1))), v))
+    sharp = sorted([t for t in turn if t[0] > 30.0], reverse=True)[:4]
+    if len(sharp) == 4:
+        return np.array(sorted(v for _, v in sharp), dtype=np.int64)
+    # in-plane axes: the two world axes most perpendicular to the mean normal
+    e = x[faces]
+    nrm = np.cross(e[:, 1] - e[:, 0], e[:, 2] - e[:, 0]).sum(axis=0)
+    ax = np.argsort(np.abs(nrm))[:2]
+    q = x[boundary][:, ax] - x[boundary][:, ax].mean(axis=0)
+    idx = {int(boundary[np.argmax(q @ np.array([su, sw]))]) for su in (-1, 1) for sw in (-1, 1)}
+    return np.array(sorted(idx), dtype=np.int64)
+
+
+def _pin_vertices(x: np.ndarray, mesh, pin: str) -> np.ndarray:
+    """Local indices of the vertices a ``pin`` preset selects on a transformed cloth."""
+    from tisim.geometry.topology import boundary_edges
+
+    b = np.unique(boundary_edges(mesh.faces)) if len(mesh.faces) else np.arange(len(x))
+    b = b if b.size else np.arange(len(x))
+    tol = 1e-6 * max(float(np.ptp(x, axis=0).max()), 1e-9)
+    if pin == "corners":
+        return _corner_vertices(x, mesh.faces, b)
+    axis = {"top-edge": 1, "x-min": 0, "x-max": 0, "z-min": 2, "z-max": 2}[pin]
+    vals = x[:, axis]
+    target = vals.min() if pin.endswith("min") else vals.max()
+    return np.flatnonzero(np.abs(vals - target) <= tol + 1e-9)
+
+
+def cloth_handles(name: str, oc: ObjectConfig, x: np.ndarray, mesh, offset: int) -> list[Handle]:
+    """The handles of a cloth object placed at ``x`` (its ``handles`` regions and its
+    ``pin`` preset), with vertex indices shifted by ``offset``."""
+    from tisim.config import ConfigError
+
+    out = []
+    key = f"objects.{name}"
+    for hname, hc in oc.handles.items():
+        out.append(_make_handle(f"{name}.{hname}", hc, x, offset, f"{key}.handles.{hname}"))
+    if oc.pin is not None:
+        idx = _pin_vertices(x, mesh, oc.pin)
+        if idx.size == 0:
+            raise ConfigError(f"{key}.pin", f"{oc.pin!r} selects no vertex")
+        out.append(Handle(name=f"{name}.pin", vertices=(idx + offset).astype(np.int32),
+                          rest=x[idx].copy(), velocity=np.zeros(3), angular_velocity=np.zeros(3),
+                          center=x[idx].mean(axis=0), start=0.0, stop=0.0, release=math.inf))
+    return out
+
+
+def _cloth_part(scene: Scene, cloths: dict, offset: int, first_object: int):
+    """Merge the cloth objects: (ClothPart, positions, velocities, masses, handles)."""
+    xs, vs, faces, hinges, edges, metas = [], [], [], [], [], []
+    fmu, flam, fthk, hk, vmu, fobj, masses, handles = [], [], [], [], [], [], [], []
+    base = 0
+    for k, (name, oc) in enumerate(cloths.items()):
+        mesh = _cloth_mesh(scene, name, oc)
+        x = _transform(mesh.vertices, oc, scene)
+        v = _initial_velocity(x, oc, mesh)
+        n, m = len(x), len(mesh.faces)
+        e = x[mesh.faces]
+        area = 0.5 * np.linalg.norm(np.cross(e[:, 1] - e[:, 0], e[:, 2] - e[:, 0]), axis=1)
+        mu, lam = oc.lame_plane_stress
+        h = mesh.hinges
+        xs.append(x)
+        vs.append(v)
+        faces.append(mesh.faces + base)
+        edges.append(mesh.edges + base)
+        hinges.append(h + base)
+        fmu.append(np.full(m, mu))
+        flam.append(np.full(m, lam))
+        fthk.append(np.full(m, oc.thickness))
+        hk.append(np.full(len(h), oc.plate_bending_stiffness))
+        vmu.append(np.full(n, np.nan if oc.friction is None else oc.friction))
+        fobj.append(np.full(m, first_object + k))
+        masses.append(np.bincount(mesh.faces.ravel(), weights=np.repeat(oc.density * oc.thickness * area / 3, 3),
+                                  minlength=n))
+        metas.append((name, slice(base, base + n), mesh))
+        handles += cloth_handles(name, oc, x, mesh, offset + base)
+        base += n
+    x = np.concatenate(xs)
+    part = ClothPart(
+        offset=offset,
+        vertex_count=len(x),
+        faces=np.concatenate(faces).astype(np.int32),
+        edges=np.concatenate(edges).astype(np.int32),
+        hinges=np.concatenate(hinges).astype(np.int32).reshape(-1, 4),
+        rest=x.copy(),
+        face_mu=np.concatenate(fmu),
+        face_lam=np.concatenate(flam),
+        face_thickness=np.concatenate(fthk),
+        hinge_k=np.concatenate(hk),
+        vertex_mu=np.concatenate(vmu),
+        face_object=np.concatenate(fobj),
+        mass=np.concatenate(masses),
+        meshes=tuple(metas),
+    )
+    return part, x, np.concatenate(vs), part.mass, handles
 
 
 def _transform(x: np.ndarray, oc: ObjectConfig, scene: Scene) -> np.ndarray:

@@ -352,3 +352,54 @@ def check_hessian(
         msg,
         raise_on_failure,
     )
+
+
+# ---------------------------------------------------------------------------------------
+# An independent intersection oracle for cloth runs (needs ipctk, a test dependency)
+
+
+@dataclass(frozen=True)
+class IPCReport:
+    """What the IPC Toolkit finds in one state (and one step) of a cloth run.
+
+    intersecting: ipctk.has_intersections. min_distance: smallest distance between
+    non-adjacent primitives (m; inf when none is within ``probe``). step_free: the
+    linear step from the previous state is collision-free by ipctk's tight-inclusion
+    CCD (None without a previous state). plane_distance: smallest vertex-plane distance
+    over the analytic planes (m; inf without planes).
+    """
+
+    intersecting: bool
+    min_distance: float
+    step_free: bool | None
+    plane_distance: float
+
+
+def ipc_report(vertices, faces, previous=None, *, probe: float = 1e-2, planes=(),
+               plane_rows: int | None = None) -> IPCReport:
+    """Check a surface state with ipctk: vertices (n, 3) m, faces (m, 3) (cloth and
+    obstacle triangles together), previous (n, 3) the state one step earlier, planes
+    [(point, unit normal), ...] checked analytically for the first ``plane_rows``
+    vertices (default all; obstacles may rest on a plane, the cloth may not)."""
+    import ipctk
+
+    from tisim.geometry.topology import edges as mesh_edges
+
+    V = np.asfortranarray(np.asarray(vertices, dtype=np.float64))
+    F = np.asfortranarray(np.asarray(faces, dtype=np.int32))
+    E = np.asfortranarray(mesh_edges(F).astype(np.int32))
+    mesh = ipctk.CollisionMesh(V, E, F)
+    inter = bool(ipctk.has_intersections(mesh, V))
+    col = ipctk.NormalCollisions()
+    col.build(mesh, V, probe)
+    dmin = float(col.compute_minimum_distance(mesh, V)) if len(col) else float("inf")
+    dmin = float(np.sqrt(dmin)) if np.isfinite(dmin) else dmin  # ipctk reports it squared
+    step = None
+    if previous is not None:
+        P = np.asfortranarray(np.asarray(previous, dtype=np.float64))
+        step = bool(ipctk.is_step_collision_free(mesh, P, V))
+    pd = float("inf")
+    rows = V[: len(V) if plane_rows is None else plane_rows]
+    for p, n in planes:
+        pd = min(pd, float(((rows - np.asarray(p)) @ np.asarray(n)).min()))
+    return IPCReport(inter, dmin, step, pd)

@@ -30,7 +30,11 @@ def test_demo_runs_a_few_frames(name, tmp_path):
     with open(tmp_path / name / "stats.csv") as f:
         rows = list(csv.DictReader(f))
     assert len(rows) == 4
+    has_tets = any(o.kind == "solid" for o in scene.objects.values())
     for r in rows:
-        for k in ("com_x", "com_y", "com_z", "kinetic", "min_volume_ratio"):
+        for k in ("com_x", "com_y", "com_z", "kinetic") + (("min_volume_ratio",) if has_tets else ()):
             assert math.isfinite(float(r[k])), (name, k, r[k])
-        assert float(r["min_volume_ratio"]) > 0, (name, r["frame"])
+        if has_tets:
+            assert float(r["min_volume_ratio"]) > 0, (name, r["frame"])
+        else:  # a quantity the model does not have is an empty cell, never a made-up number
+            assert r["min_volume_ratio"] == "", (name, r["frame"])

@@ -296,18 +296,31 @@ def test_adversarial_fast_motions():
 
 
 def _vfield(a):
+    """Positions / steps as the caller passes them: ti.Vector.ndarray(3, real, n)."""
     from tisim import backend
 
-    f = ti.Vector.field(3, backend.real(), len(a))
-    f.from_numpy(np.ascontiguousarray(a, dtype=np.float64))
+    f = ti.Vector.ndarray(3, backend.real(), len(a))
+    f.from_numpy(np.ascontiguousarray(a, dtype=backend.np_real()))
     return f
 
 
 def _ifield(rows):
-    f = ti.Vector.field(4, ti.i32, max(1, len(rows)))
+    """Pair rows: ti.Vector.ndarray(4, ti.i32, cap)."""
+    f = ti.Vector.ndarray(4, ti.i32, max(1, len(rows)))
     if len(rows):
-        f.from_numpy(np.asarray(rows, np.int32))
+        f.from_numpy(np.ascontiguousarray(rows, np.int32))
     return f
+
+
+def _compiled(*modules) -> int:
+    """Kernels compiled so far for the Taichi kernels of ``modules`` (one per argument
+    specialisation; a new instance that compiles nothing leaves this unchanged)."""
+    return sum(
+        len(obj._primal.compiled_kernels)
+        for m in modules
+        for obj in vars(m).values()
+        if hasattr(obj, "_primal") and hasattr(obj._primal, "compiled_kernels")
+    )
 
 
 def test_max_step_is_the_minimum_over_pairs(rng):
@@ -390,3 +403,54 @@ def test_mesh_step_is_collision_free(rng):
         for c in cand.ee_candidates
     ]
     assert len(d2) > 0 and min(d2) > thickness**2
+
+
+def _cloth_over_sphere(rng, res, drop=0.6):
+    from tisim.geometry import generate, topology
+
+    cloth = generate.cloth_grid(
+        size=(1.0, 1.0), resolution=(res, res), normal="y", center=(0, 0.56, 0)
+    )
+    Vc = cloth.vertices
+    sphere = generate.icosphere(2)
+    V = np.vstack([Vc, 0.5 * sphere.vertices])
+    F = np.vstack([cloth.faces, sphere.faces + len(Vc)]).astype(np.int64)
+    E = topology.edges(F)
+    active = np.arange(len(V)) < len(Vc)
+    dV = np.zeros_like(V)
+    dV[: len(Vc)] = [0.0, -drop, 0.0] + rng.normal(scale=0.05, size=Vc.shape)
+    return V, F, E, active, dV
+
+
+def test_second_instance_compiles_nothing(rng):
+    """A second CCD (another mesh size) and max_step on other arrays reuse every
+    compiled kernel (ndarray arguments, no template fields)."""
+    from tisim.contact.ipc import broad_phase
+    from tisim.contact.ipc.ccd import CCD, max_step
+
+    V, F, E, active, dV = _cloth_over_sphere(rng, 8)
+    t0 = time.perf_counter()
+    c1 = CCD(len(V), F, E, active, 1e-3, initial_capacity=4)
+    a1 = c1.max_step(_vfield(V), _vfield(dV))
+    b1 = max_step(
+        _vfield(V), _vfield(dV), c1.broad_phase.pt, c1.last_counts[0],
+        c1.broad_phase.ee, c1.last_counts[1], 1e-3,
+    )  # fmt: skip
+    first = time.perf_counter() - t0
+    assert a1 == b1
+    before = _compiled(ccd, broad_phase)
+    assert before > 0
+
+    V2, F2, E2, active2, dV2 = _cloth_over_sphere(rng, 13)
+    t0 = time.perf_counter()
+    c2 = CCD(len(V2), F2, E2, active2, 2e-3, initial_capacity=4)
+    x2, dx2 = _vfield(V2), _vfield(dV2)
+    a2 = c2.max_step(x2, dx2)
+    n_pt, n_ee = c2.last_counts
+    b2 = max_step(x2, dx2, c2.broad_phase.pt, n_pt, c2.broad_phase.ee, n_ee, 2e-3)
+    b3 = max_step(x2, dx2, _ifield([]), 0, _ifield([]), 0, 2e-3)
+    second = time.perf_counter() - t0
+    log.info("CCD: first instance %.3f s, second instance %.3f s", first, second)
+    assert 0.0 < a2 < 1.0 and a2 == b2 and b3 == 1.0
+    assert _compiled(ccd, broad_phase) == before, "a new instance recompiled kernels"
+    assert second < 1.0

@@ -6,6 +6,8 @@ No ``from __future__ import annotations`` here: Taichi reads the test kernels'
 annotations when they are decorated.
 """
 
+import time
+
 import numpy as np
 import pytest
 import taichi as ti
@@ -213,9 +215,9 @@ class Scene:
     """Two 4 x 4 patches 2 cm apart, the upper one turned by a small angle (so that many
     edge pairs are nearly parallel and mollified) and crumpled a little."""
 
-    def __init__(self, rng, angle=0.02, gap=0.02, xi=0.004, dhat=0.03):
-        VA, FA = _grid(4, 4, 0.1)
-        VB, FB = _grid(4, 4, 0.1)
+    def __init__(self, rng, angle=0.02, gap=0.02, xi=0.004, dhat=0.03, size=4):
+        VA, FA = _grid(size, size, 0.1)
+        VB, FB = _grid(size, size, 0.1)
         c, s = np.cos(angle), np.sin(angle)
         VB = VB @ np.array([[c, s, 0], [-s, c, 0], [0, 0, 1]]) + np.array([0.04, 0.03, gap])
         self.rest = np.vstack([VA, VB])
@@ -238,10 +240,10 @@ class Scene:
             np.int32,
         )
         self.n = n
-        self.x = ti.Vector.field(3, ti.f64, n)
-        self.g = ti.Vector.field(3, ti.f64, n)
-        self.pt_f = ti.Vector.field(4, ti.i32, len(self.pt))
-        self.ee_f = ti.Vector.field(4, ti.i32, len(self.ee))
+        self.x = ti.Vector.ndarray(3, ti.f64, n)
+        self.g = ti.Vector.ndarray(3, ti.f64, n)
+        self.pt_f = ti.Vector.ndarray(4, ti.i32, len(self.pt))
+        self.ee_f = ti.Vector.ndarray(4, ti.i32, len(self.ee))
         self.pt_f.from_numpy(self.pt)
         self.ee_f.from_numpy(self.ee)
         self.mesh = ipctk.CollisionMesh(self.rest, self.E, self.F)
@@ -271,16 +273,16 @@ def scene(taichi_backend):
 
 
 class Pots:
-    """One potential of each kind for the module: Taichi compiles a kernel once per set
-    of field arguments, so every new instance (new fields) would compile them again."""
+    """One potential of each kind for the module (the kernels take ndarrays, so further
+    instances compile nothing: see test_second_instances_compile_nothing)."""
 
     initial_capacity = 8
 
     def __init__(self, sc):
         self.barrier = BarrierPotential(sc.n, self.initial_capacity, sc.rest)
         self.friction = FrictionPotential(sc.n, self.initial_capacity, sc.rest)
-        self.mu = ti.field(ti.f64, sc.n)
-        self.x_ref = ti.Vector.field(3, ti.f64, sc.n)
+        self.mu = ti.ndarray(ti.f64, sc.n)
+        self.x_ref = ti.Vector.ndarray(3, ti.f64, sc.n)
         self.x_ref.from_numpy(sc.V)
 
 
@@ -455,3 +457,79 @@ def test_friction_potential_finite_differences(scene, pots, rng):
         check_hessian(grad, hess, X0, eps=1e-8, rtol=1e-4, full_max=200)
         Hp = hess(X0, project=True)
         assert np.linalg.eigvalsh(Hp).min() >= -1e-10 * np.abs(Hp).max()
+
+
+# ---------------------------------------------------------------------------------
+# compile once per process
+
+
+def _compiled_counts():
+    """{kernel: compiled instances} of the potential module and the PSD projection
+    (Taichi keeps one per distinct argument specialisation in ``compiled_kernels``)."""
+    from tisim.contact.ipc import potential
+    from tisim.linalg import psd
+
+    kernels = [k for k in vars(potential).values() if hasattr(k, "_primal")]
+    kernels.append(psd._project_psd_kernel)
+    return {k.__name__: len(k._primal.compiled_kernels) for k in kernels}
+
+
+def _exercise(sc, barrier, friction, mu, x_ref):
+    """Every public method of both potentials once (reserve/growth included)."""
+    pairs = (sc.pt_f, len(sc.pt), sc.ee_f, len(sc.ee))
+    sc.set_x(sc.V)
+    sc.g.fill(0.0)
+    mu.fill(0.3)
+    x_ref.from_numpy(sc.V - 1e-4)
+    e = barrier.energy(sc.x, *pairs, sc.dhat, sc.xi, KAPPA)
+    barrier.add_gradient(sc.x, *pairs, sc.dhat, sc.xi, KAPPA, sc.g)
+    rows = barrier.local_hessians(sc.x, *pairs, sc.dhat, sc.xi, KAPPA, False)
+    barrier.local_hessians(sc.x, *pairs, sc.dhat, sc.xi, KAPPA, True)
+    dmin = barrier.min_distance(sc.x, *pairs)
+    active = barrier.active_count(sc.x, *pairs, sc.dhat, sc.xi)
+    count = friction.update(sc.x, *pairs, sc.dhat, sc.xi, KAPPA, mu)
+    d = friction.energy(sc.x, x_ref, 0.05, 0.01)
+    friction.add_gradient(sc.x, x_ref, 0.05, 0.01, sc.g)
+    frows = friction.local_hessians(sc.x, x_ref, 0.05, 0.01, False)
+    friction.local_hessians(sc.x, x_ref, 0.05, 0.01, True)
+    cap = barrier.capacity
+    assert barrier.hessians.to_numpy().shape == (cap, 12, 12)
+    assert barrier.stencils.to_numpy().shape == (cap, 4)
+    assert friction.hessians.to_numpy().shape == (friction.capacity, 12, 12)
+    return e, rows, dmin, active, count, d, frows, sc.g.to_numpy()
+
+
+def test_second_instances_compile_nothing(scene, pots):
+    """ndarray kernel arguments: a second BarrierPotential / FrictionPotential of another
+    size (other vertex count, pair arrays, capacities, growing on first use) runs every
+    public method without compiling a kernel."""
+    sc = scene
+    t0 = time.perf_counter()
+    first = _exercise(sc, pots.barrier, pots.friction, pots.mu, pots.x_ref)
+    t_first = time.perf_counter() - t0
+    count = _compiled_counts()
+    assert len(count) == 11 and set(count.values()) == {1}  # each ran, compiled once
+    sc2 = Scene(np.random.default_rng(7), size=3)
+    assert sc2.n != sc.n
+    t0 = time.perf_counter()
+    barrier = BarrierPotential(sc2.n, 2, sc2.rest)
+    friction = FrictionPotential(sc2.n, 3, sc2.rest)
+    mu = ti.ndarray(ti.f64, sc2.n)
+    x_ref = ti.Vector.ndarray(3, ti.f64, sc2.n)
+    second = _exercise(sc2, barrier, friction, mu, x_ref)
+    # and a friction potential without rest positions, on the first scene
+    friction_nr = FrictionPotential(sc.n, 1)
+    pairs = (sc.pt_f, len(sc.pt), sc.ee_f, len(sc.ee))
+    friction_nr.update(sc.x, *pairs, sc.dhat, sc.xi, KAPPA, pots.mu)
+    t_second = time.perf_counter() - t0
+    assert _compiled_counts() == count  # nothing new compiled
+    assert t_second < 1.0, (t_first, t_second)
+    # the second instance computed something real, the first is unaffected by it
+    e, rows, dmin, active, n_fric, d, frows, g = second
+    assert e > 0 and rows == len(sc2.pt) + len(sc2.ee) and active > 0 and n_fric > 0 and d > 0
+    assert barrier.capacity >= rows > 2 and np.abs(g).max() > 0
+    again = _exercise(sc, pots.barrier, pots.friction, pots.mu, pots.x_ref)
+    assert again[1:5] == first[1:5] and again[6] == first[6]  # counts exactly
+    for k in (0, 5, 7):  # sums up to the order of the parallel atomic adds
+        assert _close(again[k], first[k], np.abs(first[k]).max())
+    print(f"potentials: first instance calls {t_first:.3f} s, second instance {t_second:.4f} s")

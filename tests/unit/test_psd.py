@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 
@@ -56,7 +58,7 @@ def test_nonsymmetric_input_is_symmetrised_and_count_respected(rng, taichi_backe
     d = 6
     A = _sym(rng, 8, d)
     A_ns = A + 1e-9 * rng.normal(size=A.shape)  # assembly round-off: slightly non-symmetric
-    F = ti.field(ti.f64, (10, d, d))
+    F = ti.ndarray(ti.f64, (10, d, d))
     F.from_numpy(np.concatenate([A_ns, np.zeros((2, d, d))]))
     proj = project_psd(F, 5)  # only the first 5
     out = F.to_numpy()
@@ -64,10 +66,50 @@ def test_nonsymmetric_input_is_symmetrised_and_count_respected(rng, taichi_backe
     assert np.abs(out[:5] - R[:5]).max() <= 1e-10 * np.abs(A).max()
     assert np.array_equal(out[5:8], A_ns[5:])  # rows past the count are untouched
     # the projector's scratch grows on demand
-    G = ti.field(ti.f64, (40, d, d))
+    G = ti.ndarray(ti.f64, (40, d, d))
     G.from_numpy(_sym(rng, 40, d))
     proj.project(G, 40)
     assert proj.capacity >= 40
     assert np.linalg.eigvalsh(G.to_numpy()).min() >= -1e-12 * np.abs(G.to_numpy()).max()
     with pytest.raises(ValueError):
         PSDProjector(4, d + 1).project(G, 4)
+
+
+def _compiled_count():
+    """Number of compiled instances of the module's kernel (Taichi keeps one per
+    distinct argument specialisation in ``Kernel.compiled_kernels``)."""
+    from tisim.linalg import psd
+
+    return len(psd._project_psd_kernel._primal.compiled_kernels)
+
+
+def test_second_projector_compiles_nothing(rng, taichi_backend):
+    """ndarray arguments: one compiled kernel serves every projector, capacity and d."""
+    import taichi as ti
+
+    d = 12
+    A = ti.ndarray(ti.f64, (16, d, d))
+    A.from_numpy(_sym(rng, 16, d))
+    t0 = time.perf_counter()
+    first = PSDProjector(16, d)
+    first.project(A, 16)
+    t_first = time.perf_counter() - t0
+    count = _compiled_count()
+    assert count >= 1
+    # a second projector of another size and capacity, on another array, growing once
+    d2 = 9
+    B_np = _sym(rng, 50, d2)
+    B = ti.ndarray(ti.f64, (50, d2, d2))
+    B.from_numpy(B_np)
+    t0 = time.perf_counter()
+    second = PSDProjector(3, d2)
+    second.project(B, 50)
+    proj = project_psd(B, 50, second)  # the convenience wrapper, reusing the scratch
+    project_psd_numpy(B_np[:7])
+    t_second = time.perf_counter() - t0
+    assert proj is second and second.capacity >= 50
+    assert _compiled_count() == count  # nothing new compiled
+    assert t_second < 1.0, (t_first, t_second)
+    R = _clamp(B_np)
+    assert np.abs(B.to_numpy() - R).max() <= 1e-10 * np.abs(B_np).max()
+    print(f"PSDProjector first instance {t_first:.3f} s, second {t_second:.4f} s")

@@ -2,8 +2,9 @@
 closed-form values and rest-state / rigid-motion invariance.
 
 Meshes are tiny (a 3 x 3-vertex grid, a 5 x 2-vertex strip, one hinge, one
-triangle) and each energy object is built once per module and reused with
-``update`` (Taichi compiles per object, so new objects cost compile time).
+triangle); energy objects are built once per module and reused with ``update``.
+Kernels take ndarrays and compile once per process; the last tests check that a
+second object of another size compiles nothing.
 """
 
 from __future__ import annotations
@@ -329,3 +330,112 @@ def test_strain_limit_derivatives(strain, grid, stretch, noise):
     x = (X * np.array(stretch) + noise * rng.standard_normal(X.shape)) @ _rotation(rng).T
     assert strain.feasible(strain._load(x)) and strain.max_stretch(strain._load(x)) > 1.0
     _check_all(strain, x, eps=1e-7)
+
+
+# ---------------------------------------------------------------------------
+# compile once per process: a second object of another size compiles no kernel
+
+
+def _compiled_kernel_count() -> int:
+    """Kernel instances materialised so far by the shell kernels and Taichi's own
+    helper kernels (ndarray fill / copy / numpy transfer)."""
+    import taichi._kernels as tk
+
+    from tisim.energies import shell_kernels as K
+
+    return sum(
+        len(obj._primal.compiled_kernels)
+        for mod in (K, tk)
+        for obj in vars(mod).values()
+        if hasattr(obj, "_primal")
+    )
+
+
+def _vectors(a: np.ndarray):
+    import taichi as ti
+
+    from tisim import backend
+
+    v = ti.Vector.ndarray(3, backend.real(), shape=len(a))
+    v.from_numpy(a.astype(backend.np_real()))
+    return v
+
+
+def _exercise_shell(nx: int, ny: int) -> float:
+    """Build a ShellEnergy on an nx x ny grid and call every public method with
+    caller-created ndarrays; returns the elapsed seconds."""
+    import time
+
+    from tisim.energies import shell_kernels as K
+
+    t0 = time.perf_counter()
+    mesh = cloth_grid((1.0, 1.0), (nx, ny), normal="z")
+    X = mesh.vertices
+    energy = ShellEnergy.from_material(
+        X, mesh.faces, young=YOUNG, poisson=POISSON, thickness=THICK, bending_k=KB
+    )
+    rng = np.random.default_rng(nx)
+    x = _vectors(X + 0.05 * rng.standard_normal(X.shape))
+    g = _vectors(np.zeros_like(X))
+    parts = energy.energy_parts(x)
+    assert parts["membrane"] > 0.0 and parts["bending"] > 0.0
+    assert energy.energy(x) == pytest.approx(parts["membrane"] + parts["bending"])
+    energy.add_gradient(x, g)
+    assert np.abs(g.to_numpy()).max() > 0.0
+    K.zero_vectors(g)
+    for project in (False, True):
+        energy.local_hessians(x, project_bending=project)
+    assert energy.membrane_hessians.to_numpy().shape == (len(mesh.faces), 9, 9)
+    assert energy.bending_hessians.to_numpy().shape == (energy.hinge_count, 12, 12)
+    assert energy.membrane_strain(x).shape == (len(mesh.faces),)
+    assert energy.max_stretch(x) > 0.0
+    energy.update(rest=shell_rest(X, mesh.faces, energy.hinge_stencils), mu=MU, lam=LAM)
+    energy.update(thickness=THICK, bending_k=KB)
+    energy.energy_np(X)
+    energy.gradient_np(X)
+    energy.hessian_np(X)
+    energy.hessian_np(X, project_bending=True)
+    return time.perf_counter() - t0
+
+
+def _exercise_strain(nx: int, ny: int) -> float:
+    """Build a StrainLimit on an nx x ny grid and call every public method."""
+    import time
+
+    t0 = time.perf_counter()
+    mesh = cloth_grid((1.0, 1.0), (nx, ny), normal="z")
+    X = mesh.vertices
+    rest = shell_rest(X, mesh.faces)
+    strain = StrainLimit(len(X), mesh.faces, rest, kappa=1.0e4)
+    x = _vectors(X * np.array([1.006, 1.002, 1.0]))
+    g = _vectors(np.zeros_like(X))
+    assert strain.energy(x) > 0.0
+    assert strain.energy_parts(x)["strain_limit"] > 0.0
+    strain.add_gradient(x, g)
+    assert np.abs(g.to_numpy()).max() > 0.0
+    strain.local_hessians(x)
+    assert strain.hessians.to_numpy().shape == (len(mesh.faces), 9, 9)
+    assert strain.infeasible_count(x) == 0 and strain.feasible(x)
+    assert strain.feasible_faces(x).all()
+    assert strain.membrane_strain(x).shape == (len(mesh.faces),)
+    assert strain.max_stretch(x) > 1.0
+    strain.update(rest=rest, kappa=2.0e4)
+    strain.energy_np(X)
+    strain.gradient_np(X)
+    strain.hessian_np(X)
+    return time.perf_counter() - t0
+
+
+@pytest.mark.parametrize(
+    "exercise", [_exercise_shell, _exercise_strain], ids=["ShellEnergy", "StrainLimit"]
+)
+def test_second_instance_compiles_nothing(exercise):
+    t_first = exercise(3, 2)  # compiles (or loads) whatever earlier tests did not
+    compiled = _compiled_kernel_count()
+    assert compiled > 0
+    t_second = exercise(6, 5)  # another size: every kernel is reused
+    t_third = exercise(2, 7)
+    print(f"{exercise.__name__}: first {t_first:.3f} s, second {t_second:.3f} s, "
+          f"third {t_third:.3f} s")
+    assert _compiled_kernel_count() == compiled
+    assert t_second < 0.5 and t_third < 0.5

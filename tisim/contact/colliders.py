@@ -39,9 +39,24 @@ class Collider:
     angular_velocity: np.ndarray
     friction: float | None = None
     visible: bool = True
+    # kind "mesh": triangles in the collider's frame (scaled), placed by rotation and position
+    mesh_vertices: np.ndarray | None = None
+    mesh_faces: np.ndarray | None = None
 
     @classmethod
-    def from_config(cls, name: str, c) -> Collider:
+    def from_config(cls, name: str, c, source_dir=None) -> Collider:
+        """From a ``ColliderConfig``; ``source_dir`` resolves a mesh collider's file."""
+        mv = mf = None
+        if c.type == "mesh":
+            from pathlib import Path
+
+            from tisim.geometry.io import load_tri_mesh
+
+            path = Path(c.mesh).expanduser()
+            if not path.is_absolute() and source_dir is not None:
+                path = Path(source_dir) / path
+            tri = load_tri_mesh(str(path))
+            mv, mf = tri.vertices * c.scale, tri.faces
         n = np.asarray(c.normal, dtype=np.float64)
         a = np.asarray(c.axis, dtype=np.float64)
         return cls(
@@ -58,6 +73,8 @@ class Collider:
             angular_velocity=np.asarray(c.angular_velocity, dtype=np.float64),
             friction=c.friction,
             visible=c.visible,
+            mesh_vertices=mv,
+            mesh_faces=mf,
         )
 
     # pose -------------------------------------------------------------------
@@ -109,6 +126,8 @@ class Collider:
             for k in range(3):
                 normals[:, k, :] = sgn[:, k : k + 1] * R[:, k]
             return _combine_box_like(q, normals)
+        if self.kind == "mesh":
+            raise ValueError(f"collider {self.name!r}: mesh colliders work with the cloth solver only")
         raise ValueError(f"unknown collider kind {self.kind!r}")
 
     def velocity_at(self, points: np.ndarray, t: float = 0.0) -> np.ndarray:
@@ -120,6 +139,8 @@ class Collider:
     def surface_mesh(self, t: float = 0.0, extent: float = 4.0, segments: int = 48):
         """(V (k, 3), F (l, 3)) triangles for drawing; unbounded shapes are cut at ``extent``."""
         c, R = self.center(t), self.orientation(t)
+        if self.kind == "mesh":
+            return c + self.mesh_vertices @ R.T, self.mesh_faces
         if self.kind == "plane":
             n = R @ self.normal
             u = _any_perpendicular(n)

@@ -2,11 +2,14 @@
 
 Rest data (:func:`shell_rest`, :func:`hinges`, :func:`dihedral_angles`) is plain
 numpy. :class:`ShellEnergy` (membrane + bending) and :class:`StrainLimit` own
-their Taichi fields, allocated once in ``__init__``; every method is a kernel
+their Taichi ndarrays (indices, packed rest data and parameters, local Hessians,
+reduction scratch), allocated once in ``__init__``; every method is a kernel
 launch over all elements (no Python loop over elements) that reads a positions
-field ``x: ti.Vector.field(3, real, vertex_count)`` (metres), so the same object
-evaluates any configuration, e.g. the finest level of a hierarchy at a
-prolonged state. Kernels are in :mod:`tisim.energies.shell_kernels`.
+ndarray ``x: ti.Vector.ndarray(3, real, vertex_count)`` (metres, created by the
+caller), so the same object evaluates any configuration, e.g. the finest level of
+a hierarchy at a prolonged state. Kernels are in :mod:`tisim.energies.shell_kernels`;
+they take ndarray arguments, so each compiles once per process (per precision)
+for every object and size.
 
 Energies (notes §2.4 and §7, "Neo-Hookean membrane", "Discrete-hinge bending",
 "Strain limiting"):
@@ -21,7 +24,7 @@ Energies (notes §2.4 and §7, "Neo-Hookean membrane", "Discrete-hinge bending",
   singular values of the membrane deformation, b the IPC log barrier; active for
   sigma_i > s_max - s_hat (1 by default), +inf for sigma_i >= s_max.
 
-Local Hessians are raw (not projected to PSD) and stored per element in fields
+Local Hessians are raw (not projected to PSD) and stored per element in ndarrays
 (``(m, 9, 9)`` per face, ``(h, 12, 12)`` per hinge), with the element's vertices in
 ``face_stencils`` / ``hinge_stencils``; entry [e, 3 a + k, 3 b + l] is
 d^2 Psi / (dx_{stencil[e, a], k} dx_{stencil[e, b], l}).
@@ -36,8 +39,8 @@ Limitations:
     theta lives in (-pi, pi]: a hinge folded through +-pi (faces passing through
     each other, which contact forbids) jumps by 2 pi. Degenerate (zero-area)
     deformed triangles give +inf membrane energy and non-finite derivatives.
-    Taichi kernels are compiled per (object, field) pair; the first call of each
-    method pays the compilation.
+    The first call of each kernel in a process pays its compilation (or an
+    offline-cache load); later objects of any size reuse it.
 """
 
 from __future__ import annotations
@@ -248,8 +251,8 @@ def _per_element(
 # Taichi-backed energies
 
 
-class _FieldEnergy:
-    """Shared plumbing: numpy wrappers over scratch fields for tests and small scripts."""
+class _NdarrayEnergy:
+    """Shared plumbing: ndarray storage and numpy wrappers over scratch ndarrays."""
 
     vertex_count: int
 
@@ -266,15 +269,16 @@ class _FieldEnergy:
         self.face_stencils = np.ascontiguousarray(faces, dtype=np.int32)
         self.face_stencils.setflags(write=False)
         m = len(faces)
-        self.faces = ti.field(ti.i32, shape=(m, 3))
+        self.faces = ti.ndarray(ti.i32, shape=(m, 3))
         self.faces.from_numpy(self.face_stencils)
-        self.face_data = ti.field(real, shape=(m, frame_cols.shape[1]))
+        self.face_data = ti.ndarray(real, shape=(m, frame_cols.shape[1]))
         self.face_data.from_numpy(frame_cols.astype(self._np_real))
-        self._scalar = ti.field(real, shape=())
-        self._count = ti.field(ti.i32, shape=())
-        self._sigma = ti.field(real, shape=m)
-        self._x_scratch = ti.Vector.field(3, real, shape=self.vertex_count)
-        self._g_scratch = ti.Vector.field(3, real, shape=self.vertex_count)
+        self._scalar = ti.ndarray(real, shape=(1,))
+        self._count = ti.ndarray(ti.i32, shape=(1,))
+        self._sigma = ti.ndarray(real, shape=(m,))
+        # numpy-wrapper scratch, allocated on first use
+        self._x_scratch = None
+        self._g_scratch = None
 
     def _check_faces(self, faces) -> np.ndarray:
         f = np.asarray(faces, dtype=np.int64)
@@ -288,7 +292,6 @@ class _FieldEnergy:
         """(m,) largest singular value sigma_1 of each face's membrane deformation."""
         from tisim.energies import shell_kernels as K
 
-        self._scalar[None] = 0.0
         K.face_stretch(x, self.faces, self.face_data, self._sigma, self._scalar)
         return self._sigma.to_numpy().astype(np.float64)
 
@@ -296,14 +299,20 @@ class _FieldEnergy:
         """Largest sigma_1 over all faces (1 at rest)."""
         from tisim.energies import shell_kernels as K
 
-        self._scalar[None] = 0.0
         K.face_stretch(x, self.faces, self.face_data, self._sigma, self._scalar)
-        return float(self._scalar[None])
+        return float(self._scalar[0])
 
     # -- numpy wrappers (copy in and out on every call: tests and small scripts only)
 
     def _load(self, X: np.ndarray):
+        """X (n, 3) copied into a scratch ``ti.Vector.ndarray(3, real, n)`` (returned)."""
+        import taichi as ti
+
+        from tisim import backend
+
         X = np.asarray(X, dtype=np.float64).reshape(self.vertex_count, 3)
+        if self._x_scratch is None:
+            self._x_scratch = ti.Vector.ndarray(3, backend.real(), shape=self.vertex_count)
         self._x_scratch.from_numpy(X.astype(self._np_real))
         return self._x_scratch
 
@@ -313,8 +322,15 @@ class _FieldEnergy:
 
     def gradient_np(self, X: np.ndarray) -> np.ndarray:
         """(n, 3) gradient at X, N."""
+        import taichi as ti
+
+        from tisim import backend
+        from tisim.energies import shell_kernels as K
+
         x = self._load(X)
-        self._g_scratch.fill(0.0)
+        if self._g_scratch is None:
+            self._g_scratch = ti.Vector.ndarray(3, backend.real(), shape=self.vertex_count)
+        K.zero_vectors(self._g_scratch)
         self.add_gradient(x, self._g_scratch)
         return self._g_scratch.to_numpy().astype(np.float64)
 
@@ -322,12 +338,12 @@ class _FieldEnergy:
         """Dense (3n, 3n) Hessian at X assembled from the local Hessians, N/m."""
         self.local_hessians(self._load(X), **kwargs)
         return sum(
-            assemble_dense(field.to_numpy(), stencils, self.vertex_count)
-            for field, stencils in self._hessian_parts()
+            assemble_dense(arr.to_numpy(), stencils, self.vertex_count)
+            for arr, stencils in self._hessian_parts()
         )
 
 
-class ShellEnergy(_FieldEnergy):
+class ShellEnergy(_NdarrayEnergy):
     """Neo-Hookean membrane + discrete-hinge bending of a triangle mesh, as Taichi kernels.
 
     vertex_count: n. faces: (m, 3). hinges: (h, 4) rows (e0, e1, o0, o1) (may be empty).
@@ -337,11 +353,14 @@ class ShellEnergy(_FieldEnergy):
     bending_k: hinge stiffness k, J, scalar or (h,) (e.g. :func:`bending_stiffness`,
         or a user bending stiffness; 0 disables bending).
 
-    Fields (allocated once): ``membrane_hessians`` (m, 9, 9) on ``face_stencils``
-    (m, 3), ``bending_hessians`` (h, 12, 12) on ``hinge_stencils`` (h, 4) (both
-    stencils numpy int32; ``faces`` / ``hinges`` hold them as i32 fields).
-    Every method takes positions ``x: ti.Vector.field(3, real, n)`` in metres;
-    :meth:`update` changes rest data or parameters without recompiling.
+    Ndarrays (allocated once): ``membrane_hessians`` ``ti.ndarray(real, (m, 9, 9))``
+    on ``face_stencils`` (m, 3), ``bending_hessians`` ``(max(h, 1), 12, 12)`` on
+    ``hinge_stencils`` (h, 4) (both stencils numpy int32; ``faces`` / ``hinges``
+    hold them as i32 ndarrays (m, 3) / (max(h, 1), 4); ``face_data`` /
+    ``hinge_data`` the packed rest data and parameters, real).
+    Every method takes positions ``x: ti.Vector.ndarray(3, real, n)`` in metres;
+    :meth:`update` changes rest data or parameters in place (no recompilation:
+    no kernel recompiles for a new object either).
     """
 
     def __init__(
@@ -365,14 +384,17 @@ class ShellEnergy(_FieldEnergy):
         self.hinge_count = h
         self.hinge_stencils = np.ascontiguousarray(hg, dtype=np.int32)
         self.hinge_stencils.setflags(write=False)
-        hrows = max(h, 1)  # Taichi fields cannot be empty; kernels are skipped when h == 0
-        self.hinges = ti.field(ti.i32, shape=(hrows, 4))
-        self.hinge_data = ti.field(real, shape=(hrows, K.BENDING_COLS))
+        hrows = max(h, 1)  # no empty ndarrays; kernels are skipped when h == 0
+        self.hinges = ti.ndarray(ti.i32, shape=(hrows, 4))
+        self.hinge_data = ti.ndarray(real, shape=(hrows, K.BENDING_COLS))
         if h:
             self.hinges.from_numpy(self.hinge_stencils)
-        self.membrane_hessians = ti.field(real, shape=(m, 9, 9))
-        self.bending_hessians = ti.field(real, shape=(hrows, 12, 12))
-        self._bending_sum = ti.field(real, shape=())
+        else:
+            self.hinges.from_numpy(np.zeros((1, 4), np.int32))
+            self.hinge_data.from_numpy(np.zeros((1, K.BENDING_COLS), self._np_real))
+        self.membrane_hessians = ti.ndarray(real, shape=(m, 9, 9))
+        self.bending_hessians = ti.ndarray(real, shape=(hrows, 12, 12))
+        self._bending_sum = ti.ndarray(real, shape=(1,))
         self._face_np = np.zeros((m, K.MEMBRANE_COLS))
         self._hinge_np = np.zeros((h, K.BENDING_COLS))
         self.update(rest=rest, mu=mu, lam=lam, thickness=thickness, bending_k=bending_k)
@@ -380,7 +402,7 @@ class ShellEnergy(_FieldEnergy):
     def update(
         self, *, rest: ShellRest | None = None, mu=None, lam=None, thickness=None, bending_k=None
     ) -> None:
-        """Change rest data and/or parameters in place (same fields, no recompilation).
+        """Change rest data and/or parameters in place (same ndarrays, no recompilation).
 
         Arguments as in the constructor; None keeps the current value. mu and
         bending_k may be 0 (that term off); lam may be negative (nu < 0).
@@ -444,12 +466,12 @@ class ShellEnergy(_FieldEnergy):
         """{"membrane": Psi_m, "bending": Psi_b} in J (inf for a degenerate triangle)."""
         from tisim.energies import shell_kernels as K
 
-        self._scalar[None] = 0.0
         K.membrane_energy(x, self.faces, self.face_data, self._scalar)
-        self._bending_sum[None] = 0.0
+        bending = 0.0
         if self.hinge_count:
             K.bending_energy(x, self.hinges, self.hinge_data, self._bending_sum)
-        return {"membrane": float(self._scalar[None]), "bending": float(self._bending_sum[None])}
+            bending = float(self._bending_sum[0])
+        return {"membrane": float(self._scalar[0]), "bending": bending}
 
     def energy(self, x) -> float:
         """Psi_m + Psi_b in J."""
@@ -457,7 +479,7 @@ class ShellEnergy(_FieldEnergy):
         return parts["membrane"] + parts["bending"]
 
     def add_gradient(self, x, g) -> None:
-        """g += d(Psi_m + Psi_b)/dx, N (g: ti.Vector.field(3, real, n), atomics)."""
+        """g += d(Psi_m + Psi_b)/dx, N (g: ti.Vector.ndarray(3, real, n), atomics)."""
         from tisim.energies import shell_kernels as K
 
         K.membrane_gradient(x, self.faces, self.face_data, g)
@@ -484,7 +506,7 @@ class ShellEnergy(_FieldEnergy):
         return parts
 
 
-class StrainLimit(_FieldEnergy):
+class StrainLimit(_NdarrayEnergy):
     """C-IPC strain-limiting barrier on the membrane singular values, as Taichi kernels.
 
     Phi = sum_faces kappa A_bar sum_i b(s_max - sigma_i, s_hat), b(d, dhat) =
@@ -495,7 +517,8 @@ class StrainLimit(_FieldEnergy):
     s_max: largest allowed singular value (1.01 = 1 % stretch). s_hat: barrier
     width; default s_max - 1, so the barrier is active only for sigma > 1 (C-IPC).
 
-    Fields: ``hessians`` (m, 9, 9) on ``face_stencils`` (m, 3).
+    Ndarrays: ``hessians`` ``ti.ndarray(real, (m, 9, 9))`` on ``face_stencils`` (m, 3);
+    every method takes positions ``x: ti.Vector.ndarray(3, real, n)``.
     """
 
     def __init__(
@@ -523,7 +546,7 @@ class StrainLimit(_FieldEnergy):
         self.s_max = float(s_max)
         self.s_hat = float(s_hat)
         self._alloc_common(vertex_count, faces, np.zeros((m, K.STRAIN_COLS)))
-        self.hessians = ti.field(backend.real(), shape=(m, 9, 9))
+        self.hessians = ti.ndarray(backend.real(), shape=(m, 9, 9))
         # Switch from the divided difference (g'_1 - g'_2)/(l_1 - l_2) to its limit g''
         # where rounding (eps / dl) and truncation ((dl / 2 s_hat)^2) errors balance.
         self._tol = float(np.cbrt(np.finfo(self._np_real).eps)) * 2.0 * self.s_hat
@@ -531,7 +554,7 @@ class StrainLimit(_FieldEnergy):
         self.update(rest=rest, kappa=kappa)
 
     def update(self, *, rest: ShellRest | None = None, kappa=None) -> None:
-        """Change the rest data and/or kappa in place (same fields, no recompilation)."""
+        """Change the rest data and/or kappa in place (same ndarrays, no recompilation)."""
         from tisim.energies import shell_kernels as K
 
         m = len(self.face_stencils)
@@ -554,9 +577,8 @@ class StrainLimit(_FieldEnergy):
         """Phi in J; +inf if some sigma_i >= s_max."""
         from tisim.energies import shell_kernels as K
 
-        self._scalar[None] = 0.0
         K.strain_energy(x, self.faces, self.face_data, self._scalar, self.s_max, self.s_hat)
-        return float(self._scalar[None])
+        return float(self._scalar[0])
 
     def add_gradient(self, x, g) -> None:
         """g += dPhi/dx, N (atomics). Undefined (left unchanged) on infeasible faces."""
@@ -576,9 +598,8 @@ class StrainLimit(_FieldEnergy):
         """Number of faces with sigma_1 >= s_max (or a non-finite deformation)."""
         from tisim.energies import shell_kernels as K
 
-        self._count[None] = 0
         K.count_infeasible(x, self.faces, self.face_data, self._count, self.s_max)
-        return int(self._count[None])
+        return int(self._count[0])
 
     def feasible(self, x) -> bool:
         """Whether every face has sigma_1 < s_max (the line search keeps this true)."""

@@ -1,9 +1,17 @@
 """Taichi kernels of the shell energies: Neo-Hookean membrane, hinge bending, strain limiting.
 
 Orchestration (rest data, fields, numpy helpers) lives in :mod:`tisim.energies.shell`;
-this module only defines ``@ti.func``s and ``@ti.kernel``s. Kernels take their
-fields as ``ti.template()`` arguments, so each (energy object, positions field)
-pair compiles its own instance once and reuses it on every call.
+this module only defines ``@ti.func``s and ``@ti.kernel``s. Every kernel takes its
+per-object data as ``ti.types.ndarray()`` arguments (dtype, dimension and element
+shape come from the argument), so each kernel compiles once per process (per
+precision) and serves every energy object and every positions array of any size;
+the offline cache reuses it across processes. Scalars are plain arguments.
+
+Argument layouts: positions / gradients ``ti.Vector.ndarray(3, real, n)``; faces
+``ti.ndarray(i32, (m, 3))``, hinges ``ti.ndarray(i32, (h, 4))``; packed per-element
+data ``ti.ndarray(real, (k, cols))``; local Hessians ``ti.ndarray(real, (k, d, d))``;
+reductions write ``out[0]`` of a shape-(1,) ndarray (set, not accumulated: each
+kernel zeroes it in a serial step before its parallel loop).
 
 Conventions shared by every kernel:
 
@@ -141,20 +149,27 @@ def membrane_stress(F, area, mu, lam, tau):
 
 @ti.kernel
 def membrane_energy(
-    x: ti.template(), faces: ti.template(), data: ti.template(), out: ti.template()
+    x: ti.types.ndarray(),
+    faces: ti.types.ndarray(),
+    data: ti.types.ndarray(),
+    out: ti.types.ndarray(),
 ):
-    """out[None] += sum over faces of Psi_m (J)."""
+    """out[0] = sum over faces of Psi_m (J)."""
+    out[0] = 0.0
     for f in range(faces.shape[0]):
         BG = face_frame(data, f)
         F = deformation(x, faces, f, BG)
-        out[None] += membrane_psi(
+        out[0] += membrane_psi(
             F, data[f, M_AREA], data[f, M_MU], data[f, M_LAM], data[f, M_THICK]
         )
 
 
 @ti.kernel
 def membrane_gradient(
-    x: ti.template(), faces: ti.template(), data: ti.template(), g: ti.template()
+    x: ti.types.ndarray(),
+    faces: ti.types.ndarray(),
+    data: ti.types.ndarray(),
+    g: ti.types.ndarray(),
 ):
     """g += dPsi_m/dx (N)."""
     for f in range(faces.shape[0]):
@@ -168,7 +183,10 @@ def membrane_gradient(
 
 @ti.kernel
 def membrane_hessian(
-    x: ti.template(), faces: ti.template(), data: ti.template(), out: ti.template()
+    x: ti.types.ndarray(),
+    faces: ti.types.ndarray(),
+    data: ti.types.ndarray(),
+    out: ti.types.ndarray(),
 ):
     """out[f] = raw 9 x 9 Hessian of Psi_m of face f (N/m)."""
     for f in range(faces.shape[0]):
@@ -244,18 +262,25 @@ def dihedral_gradient(xe0, xe1, xo0, xo1):
 
 @ti.kernel
 def bending_energy(
-    x: ti.template(), hinges: ti.template(), data: ti.template(), out: ti.template()
+    x: ti.types.ndarray(),
+    hinges: ti.types.ndarray(),
+    data: ti.types.ndarray(),
+    out: ti.types.ndarray(),
 ):
-    """out[None] += sum over hinges of Psi_b (J)."""
+    """out[0] = sum over hinges of Psi_b (J)."""
+    out[0] = 0.0
     for h in range(hinges.shape[0]):
         xe0, xe1, xo0, xo1 = hinge_positions(x, hinges, h)
         d = dihedral_angle(xe0, xe1, xo0, xo1) - data[h, B_THETA]
-        out[None] += data[h, B_K] * data[h, B_WEIGHT] * d * d
+        out[0] += data[h, B_K] * data[h, B_WEIGHT] * d * d
 
 
 @ti.kernel
 def bending_gradient(
-    x: ti.template(), hinges: ti.template(), data: ti.template(), g: ti.template()
+    x: ti.types.ndarray(),
+    hinges: ti.types.ndarray(),
+    data: ti.types.ndarray(),
+    g: ti.types.ndarray(),
 ):
     """g += dPsi_b/dx (N)."""
     for h in range(hinges.shape[0]):
@@ -294,10 +319,10 @@ def store_block(out: ti.template(), e, v, w, blk):
 
 @ti.kernel
 def bending_hessian(
-    x: ti.template(),
-    hinges: ti.template(),
-    data: ti.template(),
-    out: ti.template(),
+    x: ti.types.ndarray(),
+    hinges: ti.types.ndarray(),
+    data: ti.types.ndarray(),
+    out: ti.types.ndarray(),
     full: ti.template(),
 ):
     """out[h] = 12 x 12 Hessian of Psi_b of hinge h (N/m), vertex order (e0, e1, o0, o1):
@@ -434,14 +459,15 @@ def max_singular_value(F):
 
 @ti.kernel
 def strain_energy(
-    x: ti.template(),
-    faces: ti.template(),
-    data: ti.template(),
-    out: ti.template(),
+    x: ti.types.ndarray(),
+    faces: ti.types.ndarray(),
+    data: ti.types.ndarray(),
+    out: ti.types.ndarray(),
     s_max: float,
     s_hat: float,
 ):
-    """out[None] += sum over faces of Phi (J); +inf where a sigma_i >= s_max."""
+    """out[0] = sum over faces of Phi (J); +inf where a sigma_i >= s_max."""
+    out[0] = 0.0
     for f in range(faces.shape[0]):
         BG = face_frame(data, f)
         F = deformation(x, faces, f, BG)
@@ -450,15 +476,15 @@ def strain_energy(
         e1, _a1, _b1 = strain_scalar(l1, ka, s_max, s_hat)
         e2, _a2, _b2 = strain_scalar(l2, ka, s_max, s_hat)
         if e1 + e2 != 0.0:
-            out[None] += e1 + e2
+            out[0] += e1 + e2
 
 
 @ti.kernel
 def strain_gradient(
-    x: ti.template(),
-    faces: ti.template(),
-    data: ti.template(),
-    g: ti.template(),
+    x: ti.types.ndarray(),
+    faces: ti.types.ndarray(),
+    data: ti.types.ndarray(),
+    g: ti.types.ndarray(),
     s_max: float,
     s_hat: float,
 ):
@@ -477,10 +503,10 @@ def strain_gradient(
 
 @ti.kernel
 def strain_hessian(
-    x: ti.template(),
-    faces: ti.template(),
-    data: ti.template(),
-    out: ti.template(),
+    x: ti.types.ndarray(),
+    faces: ti.types.ndarray(),
+    data: ti.types.ndarray(),
+    out: ti.types.ndarray(),
     s_max: float,
     s_hat: float,
     tol: float,
@@ -535,34 +561,39 @@ def strain_hessian(
 
 @ti.kernel
 def face_stretch(
-    x: ti.template(),
-    faces: ti.template(),
-    data: ti.template(),
-    sigma: ti.template(),
-    out: ti.template(),
+    x: ti.types.ndarray(),
+    faces: ti.types.ndarray(),
+    data: ti.types.ndarray(),
+    sigma: ti.types.ndarray(),
+    out: ti.types.ndarray(),
 ):
-    """sigma[f] = largest singular value of F of face f; out[None] = max over faces
-    (out must be reset by the caller)."""
+    """sigma[f] = largest singular value of F of face f; out[0] = max over faces."""
+    out[0] = 0.0
     for f in range(faces.shape[0]):
         BG = face_frame(data, f)
         s = max_singular_value(deformation(x, faces, f, BG))
         sigma[f] = s
-        ti.atomic_max(out[None], s)
+        ti.atomic_max(out[0], s)
 
 
 @ti.kernel
 def count_infeasible(
-    x: ti.template(), faces: ti.template(), data: ti.template(), out: ti.template(), s_max: float
+    x: ti.types.ndarray(),
+    faces: ti.types.ndarray(),
+    data: ti.types.ndarray(),
+    out: ti.types.ndarray(),
+    s_max: float,
 ):
-    """out[None] += number of faces with sigma_1 >= s_max (or a degenerate F)."""
+    """out[0] = number of faces with sigma_1 >= s_max (or a degenerate F)."""
+    out[0] = 0
     for f in range(faces.shape[0]):
         BG = face_frame(data, f)
         s = max_singular_value(deformation(x, faces, f, BG))
         if not (s < s_max):
-            out[None] += 1
+            out[0] += 1
 
 
 @ti.kernel
-def zero_vectors(g: ti.template()):
-    for i in g:
+def zero_vectors(g: ti.types.ndarray()):
+    for i in range(g.shape[0]):
         g[i] = ti.Vector([0.0, 0.0, 0.0])

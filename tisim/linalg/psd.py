@@ -1,13 +1,13 @@
 """Batched projection of small symmetric matrices onto the PSD cone, on the device.
 
 ``project_psd(A, count)`` replaces each ``A[k]`` (k < count) of a
-``ti.field(real, (capacity, d, d))`` by ``V diag(max(lambda, 0)) V^T``, its eigenvalues
+``ti.ndarray(real, (capacity, d, d))`` by ``V diag(max(lambda, 0)) V^T``, its eigenvalues
 clamped at zero (the closest PSD matrix in the Frobenius norm), the projected Newton
 step of notes §2.4. Used for the 12 x 12 contact Hessians, the 9 x 9 membrane and the
 12 x 12 bending Hessians (any d <= 12; larger d works but costs O(d^3) a sweep).
 
 Method: cyclic Jacobi eigenvalue sweeps, one thread per matrix, with every loop a
-run-time loop over field indices (GPU-safe: no shared state between matrices, no
+run-time loop over array indices (GPU-safe: no shared state between matrices, no
 large register arrays, short compile). The input is first symmetrised; a matrix whose
 diagonal dominates its rows (Gershgorin: PSD for sure) is skipped, and one whose Jacobi
 eigenvalues are all >= 0 is left bit-for-bit unchanged, so already-PSD inputs cost one
@@ -16,6 +16,9 @@ eigen-decomposition at most and never pick up round-off.
 Accuracy: sweeps stop when the off-diagonal Frobenius norm falls below
 ``tol * ||A||_F`` (default 4 machine epsilons of the precision), so the result agrees
 with a LAPACK eigen-clamp to ~1e-14 relative in f64.
+
+The kernel takes ndarrays (any dtype, any capacity and d), so it compiles once per
+process (and per precision) whatever the number of projectors and matrix sizes.
 
 This module has no ``from __future__ import annotations``: Taichi reads the kernel's
 type annotations when it is decorated.
@@ -34,9 +37,9 @@ log = logging.getLogger(__name__)
 
 @ti.kernel
 def _project_psd_kernel(
-    A: ti.template(),
-    W: ti.template(),
-    V: ti.template(),
+    A: ti.types.ndarray(ndim=3),
+    W: ti.types.ndarray(ndim=3),
+    V: ti.types.ndarray(ndim=3),
     count: ti.i32,
     dim: ti.i32,
     tol: float,
@@ -123,7 +126,7 @@ class PSDProjector:
     """Scratch space for projecting up to ``capacity`` matrices of size ``dim`` at once.
 
     capacity: number of matrices; dim: their size d (<= 12 in practice).
-    Allocates two ``(capacity, d, d)`` fields (work copy and eigenvectors) once; grows
+    Allocates two ``(capacity, d, d)`` ndarrays (work copy and eigenvectors) once; grows
     them geometrically when asked for more.
     """
 
@@ -131,7 +134,6 @@ class PSDProjector:
         self.dim = int(dim)
         self.max_sweeps = int(max_sweeps)
         self.capacity = 0
-        self._tree = None
         self.W = None
         self.V = None
         self.reserve(max(int(capacity), 1))
@@ -143,25 +145,21 @@ class PSDProjector:
         from tisim import backend
 
         new_cap = max(int(capacity), 2 * self.capacity)
-        if self._tree is not None:
-            self._tree.destroy()
-        fb = ti.FieldsBuilder()
         real = backend.real()
-        self.W = ti.field(real)
-        self.V = ti.field(real)
-        fb.dense(ti.ijk, (new_cap, self.dim, self.dim)).place(self.W, self.V)
-        self._tree = fb.finalize()
+        self.W = ti.ndarray(real, (new_cap, self.dim, self.dim))
+        self.V = ti.ndarray(real, (new_cap, self.dim, self.dim))
         self.capacity = new_cap
         log.debug("PSDProjector scratch: %d matrices of %d x %d", new_cap, self.dim, self.dim)
 
     def project(self, A, count: int, *, tol: float | None = None) -> None:
-        """Project A[k] for k < count in place. A: ti.field(real, (>= count, d, d))."""
+        """Project A[k] for k < count in place. A: ti.ndarray(real, (>= count, d, d))."""
         count = int(count)
         if count <= 0:
             return
-        if A.shape[1] != self.dim or A.shape[2] != self.dim or A.shape[0] < count:
+        shape = tuple(A.shape)
+        if len(shape) != 3 or shape[1] != self.dim or shape[2] != self.dim or shape[0] < count:
             raise ValueError(
-                f"A has shape {A.shape}; expected (>= {count}, {self.dim}, {self.dim})"
+                f"A has shape {shape}; expected (>= {count}, {self.dim}, {self.dim})"
             )
         self.reserve(count)
         _project_psd_kernel(
@@ -176,22 +174,22 @@ class PSDProjector:
 
 
 def project_psd(A, count: int, projector: PSDProjector | None = None) -> PSDProjector:
-    """Project ``A[k]`` (k < count) of a ``ti.field(real, (k, d, d))`` onto the PSD cone
-    in place; returns the projector (pass it back in to reuse its scratch fields)."""
+    """Project ``A[k]`` (k < count) of a ``ti.ndarray(real, (k, d, d))`` onto the PSD cone
+    in place; returns the projector (pass it back in to reuse its scratch arrays)."""
     if projector is None or projector.dim != A.shape[1]:
         projector = PSDProjector(max(int(count), 1), A.shape[1])
     projector.project(A, count)
     return projector
 
 
-# project_psd_numpy's fields by matrix size d: (capacity, field, tree, projector).
-# Kept between calls because a Taichi kernel compiles once per set of field arguments.
+# project_psd_numpy's buffers by matrix size d: (capacity, ndarray, projector), kept
+# between calls to save the allocations (the kernel itself compiles once anyway).
 _numpy_cache: dict[int, tuple] = {}
 
 
 def project_psd_numpy(mats: np.ndarray) -> np.ndarray:
     """Convenience for tests and scripts: mats (k, d, d) or (d, d) float -> projected
-    copy of the same shape (runs the Taichi kernel on fields cached per d)."""
+    copy of the same shape (runs the Taichi kernel on ndarrays cached per d)."""
     from tisim import backend
 
     a = np.asarray(mats, dtype=np.float64)
@@ -205,15 +203,11 @@ def project_psd_numpy(mats: np.ndarray) -> np.ndarray:
         return a.copy()
     entry = _numpy_cache.get(d)
     if entry is None or entry[0] < k:
-        if entry is not None:
-            entry[2].destroy()
         cap = max(k, 2 * entry[0]) if entry is not None else k
-        fb = ti.FieldsBuilder()
-        A = ti.field(backend.real())
-        fb.dense(ti.ijk, (cap, d, d)).place(A)
-        entry = (cap, A, fb.finalize(), entry[3] if entry is not None else PSDProjector(cap, d))
+        A = ti.ndarray(backend.real(), (cap, d, d))
+        entry = (cap, A, entry[2] if entry is not None else PSDProjector(cap, d))
         _numpy_cache[d] = entry
-    cap, A, _tree, proj = entry
+    cap, A, proj = entry
     buf = np.zeros((cap, d, d), dtype=backend.np_real())
     buf[:k] = a
     A.from_numpy(buf)

@@ -71,3 +71,5 @@ register("implicit-euler", "tisim.solvers.baselines.implicit_euler:SolverImplici
          "baseline: backward Euler, Newton with line search and projected Hessians")
 register("xpbd", "tisim.solvers.baselines.xpbd:SolverXPBD", "tisim.solvers.baselines.config:XPBDConfig",
          "baseline: extended position-based dynamics")
+register("cloth", "tisim.solvers.cloth.solver:SolverCloth", "tisim.solvers.cloth.config:ClothConfig",
+         "cloth and shells: implicit Euler by projected Newton with C-IPC contact (intersection-free)")

@@ -15,8 +15,19 @@ intersection, so each unordered pair appears once without a global de-duplicatio
 and only when the boxes really overlap (hash collisions cost time, never pairs).
 
 All loops over primitives run in Taichi kernels; counters are atomics and nothing
-depends on the order of the outermost loop, so the kernels are GPU-safe. The output
-order of the pairs is not deterministic (atomic slots).
+depends on the order of the outermost loop, so the kernels are GPU-safe.
+
+The output is deterministic, bit for bit, whatever the thread scheduling: the mean box
+size is summed in fixed blocks (not with float atomics), each hash bucket's entries are
+sorted after the scatter (so every query enumerates its candidates in a fixed order),
+and the pairs, appended with atomics into a scratch buffer tagged (query primitive,
+rank within its query), are scattered to offsets from an exclusive scan of the
+per-query counts. Rows come out grouped by query primitive (points in increasing
+order, then edges in input order).
+
+Every kernel takes Taichi ndarrays (no template fields), so each compiles once per
+process for all instances, sizes and both precisions' element types, and the offline
+cache reuses it across processes.
 
 This module has no ``from __future__ import annotations``: Taichi reads the kernels'
 type annotations when they are decorated.
@@ -73,27 +84,6 @@ def _overlap(lo_a, hi_a, lo_b, hi_b):
 
 
 @ti.kernel
-def gather_positions(
-    x: ti.template(), dx: ti.template(), n: ti.i32, X: ti.types.ndarray(), DX: ti.types.ndarray()
-):
-    """Copy the positions and step fields into the broad phase's arrays (X, DX: (n,) vec3).
-
-    The heavy kernels work on arrays, compiled once per process; only this small copy is
-    specialised for each pair of caller fields.
-    """
-    for v in range(n):
-        X[v] = x[v]
-        DX[v] = dx[v]
-
-
-@ti.kernel
-def copy_pairs(src: ti.types.ndarray(), count: ti.i32, dst: ti.template()):
-    """dst[k] = src[k, :] for k < count (pair arrays (m, 4) into a Vector.field(4, i32))."""
-    for k in range(count):
-        dst[k] = ti.Vector([src[k, 0], src[k, 1], src[k, 2], src[k, 3]])
-
-
-@ti.kernel
 def _compute_boxes(
     X: ti.types.ndarray(),
     DX: ti.types.ndarray(),
@@ -106,12 +96,16 @@ def _compute_boxes(
     ne: ti.i32,
     lo: ti.types.ndarray(),
     hi: ti.types.ndarray(),
+    ext: ti.types.ndarray(),
+    block_sums: ti.types.ndarray(),
     stats: ti.types.ndarray(),
 ):
     """Boxes of vertices [0, n), faces [n, n + nf), edges [n + nf, n + nf + ne).
 
+    X, DX: (>= n,) vec3 positions and step; ext: (>= nf + ne,) the largest side of each
+    face and edge box; block_sums: (>= ceil((nf + ne) / _SCAN_BLOCK),) scratch.
     stats: [sum of the primitives' largest box side, largest side, domain min (3),
-    domain max (3)].
+    domain max (3)]. The sum is taken in fixed blocks (deterministic rounding).
     """
     stats[0] = 0.0
     stats[1] = 0.0
@@ -139,9 +133,18 @@ def _compute_boxes(
             h = ti.max(hi[e0], hi[e1])
         lo[n + i] = l
         hi[n + i] = h
-        ext = (h - l).max()
-        ti.atomic_add(stats[0], ext)
-        ti.atomic_max(stats[1], ext)
+        e = (h - l).max()
+        ext[i] = e
+        ti.atomic_max(stats[1], e)  # max is exact: order-independent
+    n_blocks = (nf + ne + _SCAN_BLOCK - 1) // _SCAN_BLOCK
+    for b in range(n_blocks):
+        acc = 0.0
+        for j in range(b * _SCAN_BLOCK, ti.min((b + 1) * _SCAN_BLOCK, nf + ne)):
+            acc += ext[j]
+        block_sums[b] = acc
+    ti.loop_config(serialize=True)
+    for b in range(n_blocks):
+        stats[0] += block_sums[b]
 
 
 @ti.kernel
@@ -218,6 +221,38 @@ def _fill_entries(
             entries[k, 3] = cz
 
 
+@ti.func
+def _entry_less(entries: ti.template(), a, b):
+    """Lexicographic order of the entry rows a and b (box, cell x, y, z)."""
+    less = False
+    decided = False
+    for c in ti.static(range(4)):
+        if not decided and entries[a, c] != entries[b, c]:
+            less = entries[a, c] < entries[b, c]
+            decided = True
+    return less
+
+
+@ti.kernel
+def _sort_buckets(buckets: ti.types.ndarray(), entries: ti.types.ndarray()):
+    """Insertion-sort each bucket's entries (a few rows each), so that the order of the
+    candidates a query visits does not depend on the scatter's atomic cursors."""
+    for h in range(buckets.shape[0]):
+        start = buckets[h, 1]
+        end = start + buckets[h, 0]
+        for k in range(start + 1, end):
+            j = k
+            # (no `and` in the condition: Taichi's operators do not short-circuit)
+            while j > start:
+                if not _entry_less(entries, j, j - 1):
+                    break
+                for c in ti.static(range(4)):
+                    tmp = entries[j, c]
+                    entries[j, c] = entries[j - 1, c]
+                    entries[j - 1, c] = tmp
+                j -= 1
+
+
 @ti.kernel
 def _query_pairs(
     lo: ti.types.ndarray(),
@@ -236,9 +271,18 @@ def _query_pairs(
     entries: ti.types.ndarray(),
     pt: ti.types.ndarray(),
     ee: ti.types.ndarray(),
+    pt_tag: ti.types.ndarray(),
+    ee_tag: ti.types.ndarray(),
+    query_counts: ti.types.ndarray(),
     counts: ti.types.ndarray(),
 ):
-    """Points against faces, edges against edges of larger index; atomically appended."""
+    """Points against faces, edges against edges of larger index; atomically appended.
+
+    pt, ee: (cap,) vec4 i32 scratch rows; pt_tag, ee_tag: (cap,) vec2 i32, the query
+    primitive i (points [0, n_points), edges after) and the pair's rank within that
+    query; query_counts[i, 0]: pairs found by query i; counts: totals (may exceed cap:
+    then nothing beyond cap is written and the caller grows and reruns).
+    """
     counts[0] = 0
     counts[1] = 0
     mask = buckets.shape[0] - 1
@@ -246,6 +290,7 @@ def _query_pairs(
     cap_ee = ee.shape[0]
     for i in range(n_points + ne):
         is_point = i < n_points
+        rank = 0
         v = 0
         ea0 = 0
         ea1 = 0
@@ -286,10 +331,9 @@ def _query_pairs(
                         continue  # reported from another cell
                     slot = ti.atomic_add(counts[0], 1)
                     if slot < cap_pt:
-                        pt[slot, 0] = v
-                        pt[slot, 1] = f0
-                        pt[slot, 2] = f1
-                        pt[slot, 3] = f2
+                        pt[slot] = ti.Vector([v, f0, f1, f2])
+                        pt_tag[slot] = ti.Vector([i, rank])
+                    rank += 1
                 else:
                     if other <= box:
                         continue  # a face, or an edge of smaller or equal index
@@ -308,10 +352,26 @@ def _query_pairs(
                         continue
                     slot = ti.atomic_add(counts[1], 1)
                     if slot < cap_ee:
-                        ee[slot, 0] = ea0
-                        ee[slot, 1] = ea1
-                        ee[slot, 2] = eb0
-                        ee[slot, 3] = eb1
+                        ee[slot] = ti.Vector([ea0, ea1, eb0, eb1])
+                        ee_tag[slot] = ti.Vector([i, rank])
+                    rank += 1
+        query_counts[i, 0] = rank
+
+
+@ti.kernel
+def _scatter_pairs(
+    src: ti.types.ndarray(),
+    tag: ti.types.ndarray(),
+    count: ti.i32,
+    query_counts: ti.types.ndarray(),
+    first_query: ti.i32,
+    dst: ti.types.ndarray(),
+):
+    """dst[start(i) - start(first_query) + rank] = src[k] for the pairs k < count tagged
+    (i, rank); start = query_counts[:, 1], the exclusive scan of the per-query counts."""
+    for k in range(count):
+        t = tag[k]
+        dst[query_counts[t[0], 1] - query_counts[first_query, 1] + t[1]] = src[k]
 
 
 def _next_pow2(k: int) -> int:
@@ -332,14 +392,14 @@ class BroadPhase:
 
     After ``n_pt, n_ee = bp.detect(x, inflation, dx=None, alpha=1.0)``, ``bp.pt[:n_pt]``
     holds rows (point, t0, t1, t2) and ``bp.ee[:n_ee]`` rows (ea0, ea1, eb0, eb1)
-    (``ti.Vector.field(4, ti.i32, capacity)``), each unordered pair once, skipping a
-    point on its own triangle and edges that share a vertex. Read ``bp.pt`` / ``bp.ee``
-    after each detect: growth replaces the fields. ``last_timings`` holds the build and
-    query wall times (seconds) of the last call.
+    (``ti.Vector.ndarray(4, ti.i32, capacity)``), each unordered pair once, skipping a
+    point on its own triangle and edges that share a vertex, in a deterministic order
+    (see the module docstring). Read ``bp.pt`` / ``bp.ee`` after each detect: growth
+    replaces the ndarrays. ``last_timings`` holds the build and query wall times
+    (seconds) of the last call.
 
-    Internal buffers are Taichi ndarrays, so the kernels compile once per process
-    whatever the number of instances; only two small copy kernels are specialised per
-    caller field.
+    All storage is Taichi ndarrays and every kernel takes ndarrays, so a new instance
+    (any size) compiles nothing.
     """
 
     def __init__(
@@ -385,65 +445,70 @@ class BroadPhase:
         self._edges = int_array(edges, (len(edges), 2))
         self._points = int_array(points, (len(points),))
         self._active = int_array(vertex_active.astype(np.int32), (n,))
-        n_boxes = n + self.face_count + self.edge_count
-        self._x = ti.Vector.ndarray(3, real, max(1, n))  # positions at the start, metres
-        self._dx = ti.Vector.ndarray(3, real, max(1, n))  # step direction, metres
+        n_prims = self.face_count + self.edge_count
+        n_boxes = n + n_prims
         self._lo = ti.Vector.ndarray(3, real, max(1, n_boxes))
         self._hi = ti.Vector.ndarray(3, real, max(1, n_boxes))
+        self._ext = ti.ndarray(real, max(1, n_prims))
+        self._ext_blocks = ti.ndarray(real, max(1, (n_prims + _SCAN_BLOCK - 1) // _SCAN_BLOCK))
         self._stats = ti.ndarray(real, 8)
         # Hash table: about 2 buckets per inserted primitive (collisions only cost time);
         # columns (count, start, fill cursor).
-        n_buckets = max(1024, _next_pow2(2 * (self.face_count + self.edge_count)))
+        n_buckets = max(1024, _next_pow2(2 * n_prims))
         self._buckets = ti.ndarray(ti.i32, shape=(n_buckets, 3))
         self._block_sums = ti.ndarray(ti.i32, (n_buckets + _SCAN_BLOCK - 1) // _SCAN_BLOCK)
         self._total = ti.ndarray(ti.i32, 1)
-        self._entries = ti.ndarray(ti.i32, shape=(max(1024, 4 * (n_boxes - n)), 4))
+        self._entries = ti.ndarray(ti.i32, shape=(max(1024, 4 * n_prims), 4))
         self._counts = ti.ndarray(ti.i32, 2)
+        # per query primitive (points, then edges): (pair count, start, unused)
+        n_queries = max(1, self.point_count + self.edge_count)
+        self._query_counts = ti.ndarray(ti.i32, shape=(n_queries, 3))
+        self._query_blocks = ti.ndarray(ti.i32, (n_queries + _SCAN_BLOCK - 1) // _SCAN_BLOCK)
         cap = int(initial_capacity)
-        self._pt_buf = ti.ndarray(ti.i32, shape=(cap, 4))
-        self._ee_buf = ti.ndarray(ti.i32, shape=(cap, 4))
-        self.pt = ti.Vector.field(4, ti.i32, cap)
-        self.ee = ti.Vector.field(4, ti.i32, cap)
+        self._alloc_pairs("pt", cap)
+        self._alloc_pairs("ee", cap)
         self.n_pt = 0
         self.n_ee = 0
         self.cell_size = 0.0
         self.last_timings: dict[str, float] = {}
 
+    def _alloc_pairs(self, kind: str, cap: int) -> None:
+        """(Re)allocate the public rows, the scratch rows and their tags for kind pt/ee."""
+        setattr(self, kind, ti.Vector.ndarray(4, ti.i32, cap))
+        setattr(self, f"_{kind}_raw", ti.Vector.ndarray(4, ti.i32, cap))
+        setattr(self, f"_{kind}_tag", ti.Vector.ndarray(2, ti.i32, cap))
+
     @property
     def capacity(self) -> tuple[int, int]:
         """Rows of the (pt, ee) buffers."""
-        return self._pt_buf.shape[0], self._ee_buf.shape[0]
+        return self.pt.shape[0], self.ee.shape[0]
 
     def detect(self, x, inflation: float, dx=None, alpha: float = 1.0) -> tuple[int, int]:
-        """Find the candidate pairs; returns (n_pt, n_ee).
+        """Find the candidate pairs; returns (n_pt, n_ee) and fills ``pt``, ``ee``.
 
-        x: ti.Vector.field(3, real, n), positions in metres.
+        x: ti.Vector.ndarray(3, real, n), positions in metres (not modified).
         inflation: metres; pairs closer than this (at x, or anywhere between x and
         x + alpha dx when dx is given) are always found (each box grows by inflation/2).
-        dx: optional ti.Vector.field(3, real, n), the step direction (metres); the boxes
-        then also cover x + alpha dx (swept boxes for CCD).
+        dx: optional ti.Vector.ndarray(3, real, n), the step direction (metres); the
+        boxes then also cover x + alpha dx (swept boxes for CCD).
         """
-        n_pt, n_ee = self._detect(x, inflation, dx, alpha)
-        if n_pt:
-            copy_pairs(self._pt_buf, n_pt, self.pt)
-        if n_ee:
-            copy_pairs(self._ee_buf, n_ee, self.ee)
-        return n_pt, n_ee
-
-    def _detect(self, x, inflation: float, dx, alpha: float) -> tuple[int, int]:
-        """detect() without filling the public fields (the pairs stay in the arrays)."""
         if not inflation >= 0:
             raise ValueError(f"inflation must be >= 0, got {inflation}")
-        t0 = time.perf_counter()
         n, nf, ne = self.vertex_count, self.face_count, self.edge_count
+        for name, a in (("x", x), ("dx", dx)):
+            if a is not None and (len(a.shape) != 1 or a.shape[0] < n):
+                raise ValueError(
+                    f"{name} must be a ti.Vector.ndarray(3, real, n) with n >= {n}, "
+                    f"got shape {tuple(a.shape)}"
+                )
+        t0 = time.perf_counter()
         if dx is None:
             dx, alpha = x, 0.0  # the same compiled kernels, with zero sweep
-        gather_positions(x, dx, n, self._x, self._dx)
-        _compute_boxes(
-            self._x, self._dx, float(alpha), 0.5 * float(inflation), self._faces, self._edges,
-            n, nf, ne, self._lo, self._hi, self._stats,
-        )  # fmt: skip
         n_prims = nf + ne
+        _compute_boxes(
+            x, dx, float(alpha), 0.5 * float(inflation), self._faces, self._edges,
+            n, nf, ne, self._lo, self._hi, self._ext, self._ext_blocks, self._stats,
+        )  # fmt: skip
         self.n_pt = self.n_ee = 0
         if n_prims == 0 or self.point_count == 0:
             return 0, 0
@@ -465,12 +530,14 @@ class BroadPhase:
         _fill_entries(
             self._lo, self._hi, n, n_prims, origin, inv_cell, self._buckets, self._entries
         )
+        _sort_buckets(self._buckets, self._entries)
         t1 = time.perf_counter()
         while True:
             _query_pairs(
                 self._lo, self._hi, self._points, self._faces, self._edges, self._active,
                 n, self.point_count, nf, ne, origin, inv_cell, self._buckets, self._entries,
-                self._pt_buf, self._ee_buf, self._counts,
+                self._pt_raw, self._ee_raw, self._pt_tag, self._ee_tag, self._query_counts,
+                self._counts,
             )  # fmt: skip
             n_pt, n_ee = (int(c) for c in self._counts.to_numpy())
             cap_pt, cap_ee = self.capacity
@@ -478,14 +545,18 @@ class BroadPhase:
                 break
             # Grow and query again (the arrays change size, the kernels do not recompile).
             if n_pt > cap_pt:
-                self._pt_buf = ti.ndarray(ti.i32, shape=(_next_pow2(n_pt + n_pt // 2), 4))
+                self._alloc_pairs("pt", _next_pow2(n_pt + n_pt // 2))
             if n_ee > cap_ee:
-                self._ee_buf = ti.ndarray(ti.i32, shape=(_next_pow2(n_ee + n_ee // 2), 4))
+                self._alloc_pairs("ee", _next_pow2(n_ee + n_ee // 2))
             log.debug("broad phase: pair buffers grown to %s", self.capacity)
-        if self.pt.shape[0] < self._pt_buf.shape[0]:
-            self.pt = ti.Vector.field(4, ti.i32, self._pt_buf.shape[0])
-        if self.ee.shape[0] < self._ee_buf.shape[0]:
-            self.ee = ti.Vector.field(4, ti.i32, self._ee_buf.shape[0])
+        # deterministic order: rows grouped by query primitive, in rank order
+        _scan_buckets(self._query_counts, self._query_blocks)
+        if n_pt:
+            _scatter_pairs(self._pt_raw, self._pt_tag, n_pt, self._query_counts, 0, self.pt)
+        if n_ee:
+            _scatter_pairs(
+                self._ee_raw, self._ee_tag, n_ee, self._query_counts, self.point_count, self.ee
+            )
         t2 = time.perf_counter()
         self.n_pt, self.n_ee = n_pt, n_ee
         self.last_timings = {"build": t1 - t0, "query": t2 - t1}
@@ -493,4 +564,4 @@ class BroadPhase:
 
     def pairs_numpy(self) -> tuple[np.ndarray, np.ndarray]:
         """The current pairs as (n_pt, 4) and (n_ee, 4) int arrays (copies; for tests and tools)."""
-        return self._pt_buf.to_numpy()[: self.n_pt], self._ee_buf.to_numpy()[: self.n_ee]
+        return self.pt.to_numpy()[: self.n_pt], self.ee.to_numpy()[: self.n_ee]

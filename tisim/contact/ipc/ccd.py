@@ -42,7 +42,7 @@ import time
 import taichi as ti
 
 from tisim import backend
-from tisim.contact.ipc.broad_phase import BroadPhase, gather_positions
+from tisim.contact.ipc.broad_phase import BroadPhase
 
 log = logging.getLogger(__name__)
 
@@ -276,7 +276,11 @@ def _max_step_kernel(
     capped: ti.types.ndarray(),
 ):
     """toi_min[0] = min(1, min over pairs of their ACCD time); capped[0] = pairs that hit
-    the iteration cap. X, DX: (n,) vec3 arrays; pt, ee: (m, 4) i32 arrays."""
+    the iteration cap. X, DX: (n,) vec3 ndarrays; pt, ee: (m,) vec4 i32 ndarrays.
+
+    toi_min is exact and order-independent (a float minimum of per-pair times that do
+    not depend on the running bound unless they exceed it); capped may vary between runs.
+    """
     toi_min[0] = 1.0
     capped[0] = 0
     for k in range(n_pt + n_ee):
@@ -287,13 +291,15 @@ def _max_step_kernel(
         toi = t_max
         cap = 0
         if k < n_pt:
-            i0, i1, i2, i3 = pt[k, 0], pt[k, 1], pt[k, 2], pt[k, 3]
+            q = pt[k]
+            i0, i1, i2, i3 = q[0], q[1], q[2], q[3]
             toi, cap = point_triangle_ccd_capped(
                 X[i0], X[i1], X[i2], X[i3], DX[i0], DX[i1], DX[i2], DX[i3], thickness, t_max
             )
         else:
             j = k - n_pt
-            i0, i1, i2, i3 = ee[j, 0], ee[j, 1], ee[j, 2], ee[j, 3]
+            q = ee[j]
+            i0, i1, i2, i3 = q[0], q[1], q[2], q[3]
             toi, cap = edge_edge_ccd_capped(
                 X[i0], X[i1], X[i2], X[i3], DX[i0], DX[i1], DX[i2], DX[i3], thickness, t_max
             )
@@ -301,36 +307,19 @@ def _max_step_kernel(
         ti.atomic_add(capped[0], cap)
 
 
-@ti.kernel
-def _gather_pairs(src: ti.template(), count: ti.i32, dst: ti.types.ndarray()):
-    for k in range(count):
-        for c in ti.static(range(4)):
-            dst[k, c] = src[k][c]
-
-
 class _Workspace:
-    """Arrays the reduction works on; grown on demand, kept per Taichi runtime."""
+    """The two one-element result arrays of :func:`max_step`, kept per Taichi runtime."""
 
     _prog = None
-    _arrays: dict = {}
+    _arrays: tuple = ()
 
     @classmethod
-    def get(cls, n: int, n_pt: int, n_ee: int) -> dict:
+    def get(cls) -> tuple:
         prog = ti.lang.impl.get_runtime().prog
-        if cls._prog is not prog:
-            cls._arrays, cls._prog = {}, prog
-        a = cls._arrays
-        real = backend.real()
-        if "X" not in a or a["X"].shape[0] < n:
-            a["X"] = ti.Vector.ndarray(3, real, max(1, n))
-            a["DX"] = ti.Vector.ndarray(3, real, max(1, n))
-        for key, m in (("pt", n_pt), ("ee", n_ee)):
-            if key not in a or a[key].shape[0] < m:
-                a[key] = ti.ndarray(ti.i32, shape=(max(1, m), 4))
-        if "out" not in a:
-            a["out"] = ti.ndarray(real, 1)
-            a["capped"] = ti.ndarray(ti.i32, 1)
-        return a
+        if cls._prog is not prog or not cls._arrays:
+            cls._arrays = (ti.ndarray(backend.real(), 1), ti.ndarray(ti.i32, 1))
+            cls._prog = prog
+        return cls._arrays
 
 
 def _reduce(X, DX, pt, n_pt, ee, n_ee, thickness, out, capped) -> float:
@@ -347,23 +336,25 @@ def _reduce(X, DX, pt, n_pt, ee, n_ee, thickness, out, capped) -> float:
 def max_step(x, dx, pt, n_pt: int, ee, n_ee: int, thickness: float) -> float:
     """The largest safe step over the given pairs: min over pairs of their ACCD time.
 
-    x, dx: ti.Vector.field(3, real, n), positions and step direction (metres); the line
-    search tries x + alpha dx.
-    pt: ti.Vector.field(4, i32) rows (point, t0, t1, t2), the first n_pt used.
-    ee: ti.Vector.field(4, i32) rows (ea0, ea1, eb0, eb1), the first n_ee used.
+    x, dx: ti.Vector.ndarray(3, real, n), positions and step direction (metres); the
+    line search tries x + alpha dx. Neither is modified.
+    pt: ti.Vector.ndarray(4, ti.i32, cap) rows (point, t0, t1, t2), the first n_pt used.
+    ee: ti.Vector.ndarray(4, ti.i32, cap) rows (ea0, ea1, eb0, eb1), the first n_ee used.
+    (``BroadPhase.pt`` / ``.ee`` are such arrays.)
     thickness: minimum separation xi, metres.
     Returns alpha in (0, 1]: 1 when no pair comes closer than its gap during the full
     step. Returns 0 only if some pair already starts at distance <= thickness (an
-    invalid start; logged as a warning).
+    invalid start; logged as a warning). The result does not depend on the pair order.
     """
-    n = x.shape[0]
-    a = _Workspace.get(n, n_pt, n_ee)
-    gather_positions(x, dx, n, a["X"], a["DX"])
-    if n_pt:
-        _gather_pairs(pt, int(n_pt), a["pt"])
-    if n_ee:
-        _gather_pairs(ee, int(n_ee), a["ee"])
-    return _reduce(a["X"], a["DX"], a["pt"], n_pt, a["ee"], n_ee, thickness, a["out"], a["capped"])
+    n_pt, n_ee = int(n_pt), int(n_ee)
+    if n_pt > pt.shape[0] or n_ee > ee.shape[0]:
+        raise ValueError(
+            f"n_pt={n_pt}, n_ee={n_ee} exceed the pair arrays' rows {pt.shape[0]}, {ee.shape[0]}"
+        )
+    if x.shape != dx.shape:
+        raise ValueError(f"x and dx shapes differ: {tuple(x.shape)} vs {tuple(dx.shape)}")
+    out, capped = _Workspace.get()
+    return _reduce(x, dx, pt, n_pt, ee, n_ee, thickness, out, capped)
 
 
 class CCD:
@@ -402,19 +393,19 @@ class CCD:
         self.last_counts: tuple[int, int] = (0, 0)
 
     def max_step(self, x, dx) -> float:
-        """alpha in (0, 1] (0 only for an invalid start), see :func:`max_step`."""
+        """alpha in (0, 1] (0 only for an invalid start), see :func:`max_step`.
+
+        x, dx: ti.Vector.ndarray(3, real, n)."""
         t0 = time.perf_counter()
         # A pair whose swept boxes stay more than xi apart never comes within xi; the 1%
         # (and 1 nm) margin covers the rounding of x + dx in the box corners.
         inflation = 1.01 * self.thickness + 1e-9
         bp = self.broad_phase
-        # the pairs and the gathered x, dx stay in the broad phase's arrays
-        n_pt, n_ee = bp._detect(x, inflation, dx, 1.0)
+        n_pt, n_ee = bp.detect(x, inflation, dx, 1.0)
         t1 = time.perf_counter()
         alpha = _reduce(
-            bp._x, bp._dx, bp._pt_buf, n_pt, bp._ee_buf, n_ee, self.thickness,
-            self._out, self._capped,
-        )  # fmt: skip
+            x, dx, bp.pt, n_pt, bp.ee, n_ee, self.thickness, self._out, self._capped
+        )
         t2 = time.perf_counter()
         self.last_timings = {"broad_phase": t1 - t0, "narrow_phase": t2 - t1}
         self.last_counts = (n_pt, n_ee)

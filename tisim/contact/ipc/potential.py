@@ -1,14 +1,14 @@
 """C-IPC barrier and lagged-friction potentials over batches of candidate pairs.
 
-The solver's Newton loop calls these classes with device-resident fields:
+The solver's Newton loop calls these classes with device-resident ndarrays:
 
-* ``x``: ``ti.Vector.field(3, real, n)`` positions (m);
-* ``pt``: ``ti.Vector.field(4, ti.i32, cap)`` point-triangle rows (p, t0, t1, t2) and
-  ``ee``: ``ti.Vector.field(4, ti.i32, cap)`` edge-edge rows (ea0, ea1, eb0, eb1), with
+* ``x``: ``ti.Vector.ndarray(3, real, n)`` positions (m);
+* ``pt``: ``ti.Vector.ndarray(4, ti.i32, cap)`` point-triangle rows (p, t0, t1, t2) and
+  ``ee``: ``ti.Vector.ndarray(4, ti.i32, cap)`` edge-edge rows (ea0, ea1, eb0, eb1), with
   host counts ``n_pt``, ``n_ee`` (rows past the counts are ignored);
-* gradients are *added* into ``g: ti.Vector.field(3, real, n)``;
-* local Hessians land in ``hessians: ti.field(real, (cap_total, 12, 12))`` with
-  ``stencils: ti.Vector.field(4, ti.i32, cap_total)``: row k is the k-th pair, point-
+* gradients are *added* into ``g: ti.Vector.ndarray(3, real, n)``;
+* local Hessians land in ``hessians: ti.ndarray(real, (cap_total, 12, 12))`` with
+  ``stencils: ti.Vector.ndarray(4, ti.i32, cap_total)``: row k is the k-th pair, point-
   triangle pairs first, then edge-edge pairs (row n_pt + j is ee[j]). Stencil slot i
   holds the global vertex of the 12 x 12 block rows 3i..3i+2, or -1 where the pair's
   term does not depend on that vertex (the Hessian's rows and columns there are zero);
@@ -27,6 +27,10 @@ gradient/Hessian): the solver keeps iterates feasible with CCD.
 Friction: see :mod:`tisim.contact.ipc.friction`; lambda_k = -kappa db/dd (d unsquared)
 and the pair's mu, tangent basis and closest-point weights are lagged by
 :meth:`FrictionPotential.update`.
+
+Every kernel takes its per-object data as ``ti.types.ndarray()`` arguments (dtype and
+size left open), so each kernel compiles once per process for all instances, sizes and
+both precisions share the offline cache; a second potential compiles nothing.
 
 This module has no ``from __future__ import annotations``: Taichi reads the kernels'
 type annotations when they are decorated.
@@ -109,17 +113,17 @@ def _masked(idx, mask):
 
 @ti.kernel
 def _barrier_energy(
-    x: ti.template(),
-    rest: ti.template(),
-    pt: ti.template(),
+    x: ti.types.ndarray(),
+    rest: ti.types.ndarray(),
+    pt: ti.types.ndarray(),
     n_pt: ti.i32,
-    ee: ti.template(),
+    ee: ti.types.ndarray(),
     n_ee: ti.i32,
     dhat: float,
     xi: float,
-    out: ti.template(),
+    out: ti.types.ndarray(),
 ):
-    out[None] = 0.0
+    out[0] = 0.0
     for k in range(n_pt + n_ee):
         is_ee, idx, x0, x1, x2, x3 = _load_pair(k, x, pt, n_pt, ee)
         _dtype, kind, blk = _pair_type(is_ee, x0, x1, x2, x3)
@@ -129,21 +133,21 @@ def _barrier_energy(
             b = bar.barrier(s, sh)
             if is_ee and s > 0.0:
                 b *= dist.edge_edge_mollifier(x0, x1, x2, x3, _eps_x(rest, idx))
-            out[None] += b
+            out[0] += b
 
 
 @ti.kernel
 def _barrier_gradient(
-    x: ti.template(),
-    rest: ti.template(),
-    pt: ti.template(),
+    x: ti.types.ndarray(),
+    rest: ti.types.ndarray(),
+    pt: ti.types.ndarray(),
     n_pt: ti.i32,
-    ee: ti.template(),
+    ee: ti.types.ndarray(),
     n_ee: ti.i32,
     dhat: float,
     xi: float,
     kappa: float,
-    g: ti.template(),
+    g: ti.types.ndarray(),
 ):
     for k in range(n_pt + n_ee):
         is_ee, idx, x0, x1, x2, x3 = _load_pair(k, x, pt, n_pt, ee)
@@ -166,7 +170,7 @@ def _barrier_gradient(
 
 
 @ti.kernel
-def _zero_rows(H: ti.template(), rows: ti.i32):
+def _zero_rows(H: ti.types.ndarray(), rows: ti.i32):
     """H[k] = 0 for k < rows (its own kernel: a zeroing loop inside the Hessian kernels
     costs more compile time than the whole of this one)."""
     for k, i, j in ti.ndrange(rows, 12, 12):
@@ -175,17 +179,17 @@ def _zero_rows(H: ti.template(), rows: ti.i32):
 
 @ti.kernel
 def _barrier_classify(
-    x: ti.template(),
-    rest: ti.template(),
-    pt: ti.template(),
+    x: ti.types.ndarray(),
+    rest: ti.types.ndarray(),
+    pt: ti.types.ndarray(),
     n_pt: ti.i32,
-    ee: ti.template(),
+    ee: ti.types.ndarray(),
     n_ee: ti.i32,
     dhat: float,
     xi: float,
     kappa: float,
-    dtypes: ti.template(),
-    coefs: ti.template(),
+    dtypes: ti.types.ndarray(),
+    coefs: ti.types.ndarray(),
 ):
     """First half of the local Hessians: per row the distance type (-1: inactive) and
     the scalar factors (kappa m b', kappa b, kappa m b'', kappa b', m', m'').
@@ -214,15 +218,15 @@ def _barrier_classify(
 
 @ti.kernel
 def _barrier_hessians(
-    x: ti.template(),
-    pt: ti.template(),
+    x: ti.types.ndarray(),
+    pt: ti.types.ndarray(),
     n_pt: ti.i32,
-    ee: ti.template(),
+    ee: ti.types.ndarray(),
     n_ee: ti.i32,
-    dtypes: ti.template(),
-    coefs: ti.template(),
-    H: ti.template(),
-    stencils: ti.template(),
+    dtypes: ti.types.ndarray(),
+    coefs: ti.types.ndarray(),
+    H: ti.types.ndarray(),
+    stencils: ti.types.ndarray(),
 ):
     """Second half: H = kappa [m b' Hd + b Hm + m b'' gd gd^T + b' (gm gd^T + gd gm^T)]
     added into rows zeroed by ``_zero_rows``."""
@@ -273,29 +277,29 @@ def _barrier_hessians(
 
 @ti.kernel
 def _pair_stats(
-    x: ti.template(),
-    pt: ti.template(),
+    x: ti.types.ndarray(),
+    pt: ti.types.ndarray(),
     n_pt: ti.i32,
-    ee: ti.template(),
+    ee: ti.types.ndarray(),
     n_ee: ti.i32,
     dhat: float,
     xi: float,
-    min_dsq: ti.template(),
-    active: ti.template(),
+    min_dsq: ti.types.ndarray(),
+    active: ti.types.ndarray(),
 ):
     """Smallest squared distance and number of pairs with s < s_hat (one kernel for
     both: each kernel that classifies pairs costs seconds of compile time)."""
-    min_dsq[None] = ti.math.inf
-    active[None] = 0
+    min_dsq[0] = ti.math.inf
+    active[0] = 0
     for k in range(n_pt + n_ee):
         is_ee, _idx, x0, x1, x2, x3 = _load_pair(k, x, pt, n_pt, ee)
         _dtype, kind, blk = _pair_type(is_ee, x0, x1, x2, x3)
         w, u, v = dist._gather(x0, x1, x2, x3, blk)
         d = dist._reduced_value(kind, w, u, v)
-        ti.atomic_min(min_dsq[None], d)
+        ti.atomic_min(min_dsq[0], d)
         s, sh = bar.shell_barrier_arguments(d, dhat, xi)
         if s < sh:
-            active[None] += 1
+            active[0] += 1
 
 
 # ---------------------------------------------------------------------------------
@@ -304,21 +308,21 @@ def _pair_stats(
 
 @ti.kernel
 def _friction_update(
-    x: ti.template(),
-    rest: ti.template(),
+    x: ti.types.ndarray(),
+    rest: ti.types.ndarray(),
     use_rest: ti.i32,
-    pt: ti.template(),
+    pt: ti.types.ndarray(),
     n_pt: ti.i32,
-    ee: ti.template(),
+    ee: ti.types.ndarray(),
     n_ee: ti.i32,
     dhat: float,
     xi: float,
     kappa: float,
-    mu: ti.template(),
-    coef: ti.template(),
-    stencil: ti.template(),
-    weights: ti.template(),
-    basis: ti.template(),
+    mu: ti.types.ndarray(),
+    coef: ti.types.ndarray(),
+    stencil: ti.types.ndarray(),
+    weights: ti.types.ndarray(),
+    basis: ti.types.ndarray(),
 ):
     for k in range(n_pt + n_ee):
         coef[k] = 0.0
@@ -377,34 +381,34 @@ def _tangential(
 
 @ti.kernel
 def _friction_energy(
-    x: ti.template(),
-    x_ref: ti.template(),
+    x: ti.types.ndarray(),
+    x_ref: ti.types.ndarray(),
     n: ti.i32,
     eps: float,
-    coef: ti.template(),
-    stencil: ti.template(),
-    weights: ti.template(),
-    basis: ti.template(),
-    out: ti.template(),
+    coef: ti.types.ndarray(),
+    stencil: ti.types.ndarray(),
+    weights: ti.types.ndarray(),
+    basis: ti.types.ndarray(),
+    out: ti.types.ndarray(),
 ):
-    out[None] = 0.0
+    out[0] = 0.0
     for k in range(n):
         if coef[k] != 0.0:
             u = _tangential(k, x, x_ref, stencil, weights, basis)
-            out[None] += coef[k] * fr.smooth_friction_f0(u.norm(), eps)
+            out[0] += coef[k] * fr.smooth_friction_f0(u.norm(), eps)
 
 
 @ti.kernel
 def _friction_gradient(
-    x: ti.template(),
-    x_ref: ti.template(),
+    x: ti.types.ndarray(),
+    x_ref: ti.types.ndarray(),
     n: ti.i32,
     eps: float,
-    coef: ti.template(),
-    stencil: ti.template(),
-    weights: ti.template(),
-    basis: ti.template(),
-    g: ti.template(),
+    coef: ti.types.ndarray(),
+    stencil: ti.types.ndarray(),
+    weights: ti.types.ndarray(),
+    basis: ti.types.ndarray(),
+    g: ti.types.ndarray(),
 ):
     for k in range(n):
         if coef[k] != 0.0:
@@ -419,17 +423,17 @@ def _friction_gradient(
 
 @ti.kernel
 def _friction_hessians(
-    x: ti.template(),
-    x_ref: ti.template(),
+    x: ti.types.ndarray(),
+    x_ref: ti.types.ndarray(),
     n: ti.i32,
     eps: float,
     project: ti.i32,
-    coef: ti.template(),
-    stencil: ti.template(),
-    weights: ti.template(),
-    basis: ti.template(),
-    H: ti.template(),
-    stencils_out: ti.template(),
+    coef: ti.types.ndarray(),
+    stencil: ti.types.ndarray(),
+    weights: ti.types.ndarray(),
+    basis: ti.types.ndarray(),
+    H: ti.types.ndarray(),
+    stencils_out: ti.types.ndarray(),
 ):
     for k in range(n):
         stencils_out[k] = stencil[k]
@@ -450,32 +454,35 @@ def _friction_hessians(
 # classes
 
 
+def _rest_array(rest: np.ndarray | None, n: int):
+    """(max(n, 1),) Vector ndarray of 3 holding the rest positions (zeros if None)."""
+    from tisim import backend
+
+    arr = ti.Vector.ndarray(3, backend.real(), max(n, 1))
+    if rest is not None and n:
+        arr.from_numpy(np.ascontiguousarray(rest, dtype=backend.np_real()))
+    return arr
+
+
 class _Rows:
-    """Growable per-row output fields: hessians (cap, 12, 12) and stencils (cap)."""
+    """Growable per-row output ndarrays: hessians (cap, 12, 12) and stencils (cap)."""
 
     def __init__(self, capacity: int) -> None:
         self.capacity = 0
-        self._tree = None
         self.hessians = None
         self.stencils = None
         self._psd: PSDProjector | None = None
         self.reserve(capacity)
 
     def reserve(self, rows: int) -> bool:
-        """Make room for ``rows`` rows; True when the fields were reallocated."""
+        """Make room for ``rows`` rows; True when the arrays were reallocated."""
         if rows <= self.capacity:
             return False
         from tisim import backend
 
         cap = max(int(rows), 2 * self.capacity, 1)
-        if self._tree is not None:
-            self._tree.destroy()
-        fb = ti.FieldsBuilder()
-        self.hessians = ti.field(backend.real())
-        self.stencils = ti.Vector.field(4, ti.i32)
-        fb.dense(ti.ijk, (cap, 12, 12)).place(self.hessians)
-        fb.dense(ti.i, cap).place(self.stencils)
-        self._tree = fb.finalize()
+        self.hessians = ti.ndarray(backend.real(), (cap, 12, 12))
+        self.stencils = ti.Vector.ndarray(4, ti.i32, cap)
         self.capacity = cap
         self._on_grow(cap)
         log.debug("%s: room for %d pairs", type(self).__name__, cap)
@@ -493,13 +500,13 @@ class _Rows:
 class BarrierPotential(_Rows):
     """C-IPC barrier potential over point-triangle and edge-edge pairs.
 
-    vertex_count: number of vertices n of the position fields.
-    capacity: initial number of pair rows (n_pt + n_ee) the Hessian fields can hold;
+    vertex_count: number of vertices n of the position arrays.
+    capacity: initial number of pair rows (n_pt + n_ee) the Hessian arrays can hold;
         grows (doubling) when a call passes more pairs.
     rest_positions: (n, 3) float, metres: rest shape, for the edge-edge mollifier
         thresholds eps_x = 1e-3 |ea_rest|^2 |eb_rest|^2.
 
-    Fields: ``hessians`` (capacity, 12, 12) and ``stencils`` (capacity,) of the last
+    Ndarrays: ``hessians`` (capacity, 12, 12) and ``stencils`` (capacity,) of the last
     :meth:`local_hessians` call (layout in the module docstring).
 
     Scalars: dhat (m) activation distance between the shells' surfaces, thickness xi (m),
@@ -516,24 +523,16 @@ class BarrierPotential(_Rows):
             )
         self.vertex_count = int(vertex_count)
         real = backend.real()
-        self.rest = ti.Vector.field(3, real, shape=max(self.vertex_count, 1))
-        if self.vertex_count:
-            self.rest.from_numpy(rest.astype(backend.np_real()))
-        self._sum = ti.field(real, shape=())
-        self._count = ti.field(ti.i32, shape=())
-        self._scratch_tree = None
+        self.rest = _rest_array(rest, self.vertex_count)
+        self._sum = ti.ndarray(real, 1)
+        self._count = ti.ndarray(ti.i32, 1)
         super().__init__(max(int(capacity), 1))
 
     def _on_grow(self, cap: int) -> None:
         from tisim import backend
 
-        if self._scratch_tree is not None:
-            self._scratch_tree.destroy()
-        fb = ti.FieldsBuilder()
-        self._dtypes = ti.field(ti.i32)
-        self._coefs = ti.Vector.field(6, backend.real())
-        fb.dense(ti.i, cap).place(self._dtypes, self._coefs)
-        self._scratch_tree = fb.finalize()
+        self._dtypes = ti.ndarray(ti.i32, cap)
+        self._coefs = ti.Vector.ndarray(6, backend.real(), cap)
 
     def energy(
         self, x, pt, n_pt: int, ee, n_ee: int, dhat: float, thickness: float, kappa: float
@@ -544,12 +543,12 @@ class BarrierPotential(_Rows):
         _barrier_energy(
             x, self.rest, pt, int(n_pt), ee, int(n_ee), float(dhat), float(thickness), self._sum
         )
-        return float(kappa) * float(self._sum[None])
+        return float(kappa) * float(self._sum[0])
 
     def add_gradient(
         self, x, pt, n_pt: int, ee, n_ee: int, dhat: float, thickness: float, kappa: float, g
     ) -> None:
-        """g += dB/dx (N; g a ti.Vector.field(3, real, n)). Overlapping pairs add nothing."""
+        """g += dB/dx (N; g a ti.Vector.ndarray(3, real, n)). Overlapping pairs add nothing."""
         if n_pt + n_ee == 0:
             return
         _barrier_gradient(
@@ -609,7 +608,7 @@ class BarrierPotential(_Rows):
         if n_pt + n_ee == 0:
             return math.inf
         _pair_stats(x, pt, int(n_pt), ee, int(n_ee), 0.0, 0.0, self._sum, self._count)
-        return math.sqrt(max(float(self._sum[None]), 0.0))
+        return math.sqrt(max(float(self._sum[0]), 0.0))
 
     def active_count(self, x, pt, n_pt: int, ee, n_ee: int, dhat: float, thickness: float) -> int:
         """Number of pairs within the activation distance (s < s_hat, overlapping ones included)."""
@@ -618,7 +617,7 @@ class BarrierPotential(_Rows):
         _pair_stats(
             x, pt, int(n_pt), ee, int(n_ee), float(dhat), float(thickness), self._sum, self._count
         )
-        return int(self._count[None])
+        return int(self._count[0])
 
 
 class FrictionPotential(_Rows):
@@ -644,33 +643,26 @@ class FrictionPotential(_Rows):
         self.vertex_count = int(vertex_count)
         real = backend.real()
         self._use_rest = rest_positions is not None
-        self.rest = ti.Vector.field(3, real, shape=max(self.vertex_count, 1))
+        rest = None
         if self._use_rest:
             rest = np.asarray(rest_positions, dtype=np.float64)
             if rest.shape != (self.vertex_count, 3):
                 raise ValueError(
                     f"rest_positions has shape {rest.shape}; expected ({self.vertex_count}, 3)"
                 )
-            if self.vertex_count:
-                self.rest.from_numpy(rest.astype(backend.np_real()))
-        self._sum = ti.field(real, shape=())
+        self.rest = _rest_array(rest, self.vertex_count)
+        self._sum = ti.ndarray(real, 1)
         self.rows = 0
-        self._lag_tree = None
         super().__init__(max(int(capacity), 1))
 
     def _on_grow(self, cap: int) -> None:
         from tisim import backend
 
-        if self._lag_tree is not None:
-            self._lag_tree.destroy()
         real = backend.real()
-        fb = ti.FieldsBuilder()
-        self.coef = ti.field(real)
-        self.lag_stencils = ti.Vector.field(4, ti.i32)
-        self.weights = ti.Vector.field(4, real)
-        self.basis = ti.Matrix.field(3, 2, real)
-        fb.dense(ti.i, cap).place(self.coef, self.lag_stencils, self.weights, self.basis)
-        self._lag_tree = fb.finalize()
+        self.coef = ti.ndarray(real, cap)
+        self.lag_stencils = ti.Vector.ndarray(4, ti.i32, cap)
+        self.weights = ti.Vector.ndarray(4, real, cap)
+        self.basis = ti.Matrix.ndarray(3, 2, real, cap)
         self.rows = 0  # lagged data does not survive a reallocation
 
     def update(
@@ -686,7 +678,7 @@ class FrictionPotential(_Rows):
         vertex_mu,
     ) -> int:
         """Lag normal forces, coefficients, bases and weights at positions x; returns the
-        number of pairs with friction. vertex_mu: ti.field(real, n), dimensionless."""
+        number of pairs with friction. vertex_mu: ti.ndarray(real, n), dimensionless."""
         rows = int(n_pt) + int(n_ee)
         self.reserve(rows)
         self.rows = rows
@@ -712,7 +704,8 @@ class FrictionPotential(_Rows):
         return int(np.count_nonzero(self.coef.to_numpy()[:rows]))
 
     def energy(self, x, x_ref, eps_v: float, h: float) -> float:
-        """D(x) (J) for the lagged pairs, displacements x - x_ref (both fields (n, 3), m)."""
+        """D(x) (J) for the lagged pairs, displacements x - x_ref (m; both
+        ti.Vector.ndarray(3, real, n))."""
         if self.rows == 0:
             return 0.0
         _friction_energy(
@@ -726,7 +719,7 @@ class FrictionPotential(_Rows):
             self.basis,
             self._sum,
         )
-        return float(self._sum[None])
+        return float(self._sum[0])
 
     def add_gradient(self, x, x_ref, eps_v: float, h: float, g) -> None:
         """g += dD/dx (N)."""

@@ -1,0 +1,227 @@
+"""Cloth solver against things that are true: free fall, static equilibrium, the
+stick-slip threshold on an incline, dissipation, and no intersection ever (checked
+independently by the IPC Toolkit, ``ipctk``)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from tisim.geometry.cloth import save_cloth_obj
+from tisim.geometry.generate import cloth_disc, cloth_rectangle
+from tisim.model import Model
+from tisim.scene import scene_from_dict
+from tisim.solvers.cloth.solver import SolverCloth
+from tisim.testing import ipc_report
+
+G = 9.81
+
+
+def _cloth(**kw):
+    o = {"kind": "cloth", "generator": "cloth", "cloth_size": [0.2, 0.2], "cloth_resolution": [4, 4],
+         "youngs_modulus": 1e5, "poisson_ratio": 0.3, "thickness": 1e-3, "density": 200.0}
+    o.update(kw)
+    return o
+
+
+def _build(objects, colliders=None, *, contact=None, solver=None, sim=None, path=None):
+    data = {"solver": {"type": "cloth", **(solver or {})}, "objects": objects, "colliders": colliders or {},
+            "contact": contact or {}, "sim": sim or {"dt": 0.01}}
+    sc = scene_from_dict(data, path)
+    model = Model.from_scene(sc)
+    return sc, model, SolverCloth(model, sc.solver)
+
+
+def _run(model, solver, steps, dt, check=None):
+    st, spare = model.initial_state(), model.initial_state()
+    for k in range(steps):
+        prev = st.clone()
+        solver.step(st, spare, dt)
+        st, spare = spare, st
+        assert st.is_finite(), f"NaN at step {k + 1}"
+        if check is not None:
+            check(k + 1, prev, st)
+    return st
+
+
+def _ipc_check(solver, tol_distance):
+    """A check that asserts ipctk's verdict on every step (no intersection, distance above
+    the thickness, collision-free linear step from the previous state)."""
+    def check(k, prev, st):
+        V, F, planes = solver.collision_state(st)
+        P, _, _ = solver.collision_state(prev)
+        r = ipc_report(V, F, P, planes=planes, plane_rows=solver.nc)
+        assert not r.intersecting, f"step {k}: ipctk finds an intersection"
+        assert r.step_free, f"step {k}: the step from the previous state is not collision-free"
+        assert r.min_distance > tol_distance, f"step {k}: distance {r.min_distance} below the thickness"
+        assert r.plane_distance > tol_distance, f"step {k}: plane distance {r.plane_distance}"
+    return check
+
+
+def test_ipc_report_distance_is_unsquared():
+    # a point 0.3 m above a triangle: the oracle must report 0.3, not 0.09
+    V = np.array([[0, 0, 0], [1, 0, 0], [0, 1, 0], [0.2, 0.2, 0.3], [1.2, 0.2, 0.3], [0.2, 1.2, 0.3]], float)
+    F = np.array([[0, 1, 2], [3, 4, 5]])
+    r = ipc_report(V, F, probe=1.0)
+    assert r.min_distance == pytest.approx(0.3, rel=1e-9)
+    assert not r.intersecting
+
+
+def test_free_fall_is_implicit_euler():
+    """Without contact a flat sheet translating rigidly has no elastic force: one implicit
+    Euler step from rest gives x1 = x0 + h^2 g and v1 = h g exactly (to the Newton
+    tolerance)."""
+    sc, model, solver = _build({"c": _cloth(translation=[0, 1, 0])})
+    h = 0.01
+    st = _run(model, solver, 1, h)
+    cs = model.cloth.vertex_slice
+    assert np.allclose(st.velocities[cs], [0, -G * h, 0], atol=1e-9)
+    assert np.allclose(st.positions[cs] - model.initial_positions[cs], [0, -G * h * h, 0], atol=1e-11)
+
+
+def test_hanging_cloth_at_rest_stays_at_rest():
+    """A cloth pinned along its top edge, brought to static equilibrium, then stepped from
+    rest: velocities stay at round-off level and the membrane strain below the limit."""
+    sc, model, solver = _build({"c": _cloth(cloth_normal="z", cloth_size=[0.2, 0.2], pin="top-edge",
+                                            translation=[0, 1, 0])})
+    cs = model.cloth.vertex_slice
+    x = model.initial_positions[cs].copy()
+    idx, tgt = solver._held(0.0)
+    for _ in range(40):  # quasi-static solves (x_hat = x): the inertia term only regularises
+        res = solver.solve(x, x, 0.01, held=(idx, tgt), tolerance=1e-10, max_iterations=200)
+        moved = np.abs(res.x - x).max()
+        x = res.x
+        if moved < 1e-13:
+            break
+    assert moved < 1e-11
+    res = solver.solve(x, x.copy(), 0.01, held=(idx, tgt), tolerance=1e-10, max_iterations=200)
+    v = (res.x - x) / 0.01
+    assert np.abs(v).max() < 1e-9
+    assert res.max_strain < sc.solver.strain_limit
+    # not trivially at rest: the sheet sags under its weight
+    assert x[:, 1].min() < model.initial_positions[cs][:, 1].min() - 1e-6
+
+
+def _incline(mu, angle_deg, steps, dt=0.01):
+    th = math.radians(angle_deg)
+    n = np.array([-math.sin(th), math.cos(th), 0.0])
+    dhat, xi = 1e-3, 1e-3
+    sc, model, solver = _build(
+        {"c": _cloth(cloth_size=[0.1, 0.1], cloth_resolution=[2, 2], youngs_modulus=1e6,
+                     frame="incline", translation=[0, xi + 0.5 * dhat, 0])},
+        {"incline": {"type": "plane", "normal": [0.0, 1.0, 0.0], "rotation": [0, 0, angle_deg]}},
+        contact={"mu": mu, "dhat": dhat, "thickness": xi, "eps_v": 1e-4, "friction_iterations": 2},
+        solver={"tolerance": 1e-6},
+    )
+    slope = np.array([-math.cos(th), -math.sin(th), 0.0])  # downhill
+    cs = model.cloth.vertex_slice
+    st, spare = model.initial_state(), model.initial_state()
+    com, vel = [], []
+    m = model.mass[cs]
+    for _ in range(steps):
+        solver.step(st, spare, dt)
+        st, spare = spare, st
+        com.append((m[:, None] * st.positions[cs]).sum(0) / m.sum() @ slope)
+        vel.append((m[:, None] * st.velocities[cs]).sum(0) / m.sum() @ slope)
+    assert np.allclose(st.positions[cs] @ n, (st.positions[cs] @ n).mean(), atol=1e-4)  # lies flat
+    return np.array(com), np.array(vel), th
+
+
+@pytest.mark.parametrize("angle", [10.0, 20.0])
+def test_incline_sticks_above_the_threshold(angle):
+    """mu >= tan(angle) + 0.01: static friction holds; once the contact force has built up
+    (the sheet starts 0.5 dhat above its barrier equilibrium), the sheet creeps no more than
+    the smoothing velocity eps_v times the time (IPC's friction is exact beyond eps_v only)."""
+    com, vel, th = _incline(math.tan(math.radians(angle)) + 0.01, angle, 40)
+    creep = com[-1] - com[20]
+    assert creep <= 1e-4 * 0.01 * 20, creep
+    assert abs(vel[-1]) <= 1e-4
+    assert com[-1] - com[0] < 2e-3  # the settling slip is small too
+
+
+@pytest.mark.parametrize("angle", [10.0, 20.0])
+def test_incline_slides_below_the_threshold_at_the_coulomb_rate(angle):
+    """mu <= tan(angle) - 0.01: the sheet slides with a = g (sin - mu cos), within 5%."""
+    mu = math.tan(math.radians(angle)) - 0.01
+    com, vel, th = _incline(mu, angle, 40)
+    a = np.polyfit(np.arange(len(vel))[10:] * 0.01, vel[10:], 1)[0]
+    expect = G * (math.sin(th) - mu * math.cos(th))
+    assert a == pytest.approx(expect, rel=0.05)
+
+
+def test_energy_never_increases_without_external_work():
+    """Implicit Euler dissipates: a pinned sheet swinging under gravity (no wind, no
+    friction) never gains total energy (kinetic + elastic + gravity) over a step."""
+    sc, model, solver = _build({"c": _cloth(cloth_size=[0.3, 0.2], cloth_resolution=[6, 4], pin="x-min",
+                                            translation=[0, 1, 0])})
+    energies = []
+
+    def check(k, prev, st):
+        ke = 0.5 * float((model.mass * (st.velocities**2).sum(1)).sum())
+        energies.append(ke + solver.potential_energy(st.positions))
+
+    _run(model, solver, 25, 0.01, check)
+    e = np.array(energies)
+    assert e[0] > e[-1] + 1e-4  # it does swing down and lose energy
+    assert np.all(np.diff(e) <= 1e-9 * np.abs(e).max()), np.diff(e).max()
+
+
+@pytest.mark.slow
+def test_unseen_irregular_mesh_draped_on_a_sphere_never_intersects(tmp_path):
+    """An irregular disc mesh (from a file) falls on a sphere and the ground: ipctk finds
+    no intersection and no distance below the thickness on any step, and every step is
+    collision-free by its tight-inclusion CCD."""
+    disc = cloth_disc(radius=0.15, target_edge=0.03, seed=7)
+    f = tmp_path / "disc.obj"
+    save_cloth_obj(f, disc.vertices, disc)
+    sc, model, solver = _build(
+        {"disc": {"kind": "cloth", "mesh": str(f), "translation": [0.05, 0.13, 0.0], "youngs_modulus": 1e5,
+                  "thickness": 1e-3, "density": 200.0}},
+        {"ball": {"type": "sphere", "position": [0, 0.06, 0], "radius": 0.06},
+         "ground": {"type": "plane"}},
+        contact={"mu": 0.2},
+    )
+    assert model.cloth.vertex_count > 60
+    _run(model, solver, 22, 0.01, _ipc_check(solver, 1e-3))
+
+
+def test_vertex_shot_through_a_triangle_at_100_m_per_s(tmp_path):
+    """A small sheet fired at 100 m/s (1 m per step) at a pinned sheet: no tunnelling."""
+    sc, model, solver = _build({
+        "target": _cloth(cloth_size=[0.2, 0.2], cloth_resolution=[1, 1], pin="corners"),
+        "bullet": _cloth(cloth_size=[0.02, 0.02], cloth_resolution=[1, 1], translation=[0.01, 0.5, 0.02],
+                         velocity=[0, -100.0, 0]),
+    }, sim={"dt": 0.01, "gravity": [0, 0, 0]})
+    bullet = model.object_vertex_slices[1]
+    st = _run(model, solver, 3, 0.01, _ipc_check(solver, 1e-3))
+    assert st.positions[bullet][:, 1].min() > 1e-3  # still above the target's plane y = 0
+
+
+def test_edges_crossing_in_one_step():
+    """Two strips whose edges would cross within one step (3 m/s against a 2 cm gap)."""
+    sc, model, solver = _build({
+        "a": _cloth(cloth_size=[0.3, 0.02], cloth_resolution=[3, 1], cloth_normal="z", pin="x-min"),
+        "b": _cloth(cloth_size=[0.02, 0.3], cloth_resolution=[1, 3], cloth_normal="z",
+                    translation=[0.05, 0.0, 0.02], velocity=[0, 0, -3.0]),
+    }, sim={"dt": 0.01, "gravity": [0, 0, 0]})
+    st = _run(model, solver, 4, 0.01, _ipc_check(solver, 1e-3))
+    # strip b pushes strip a along instead of passing through it: it stays on top
+    a, b = model.object_vertex_slices
+    xa = st.positions[a]
+    near = np.abs(xa[:, 0] - 0.05) < 0.06
+    xb = st.positions[b]
+    assert xb[np.abs(xb[:, 1]) < 0.06, 2].mean() > xa[near, 2].mean()
+    assert xa[near, 2].mean() < -1e-3  # a was pushed
+
+
+@pytest.mark.slow
+def test_cloth_thrown_at_a_thin_box_edge():
+    """A sheet thrown at 10 m/s onto the edge of a thin board: no tunnelling, no NaN."""
+    sc, model, solver = _build(
+        {"c": _cloth(cloth_size=[0.2, 0.2], cloth_resolution=[6, 6], translation=[0.0, 0.06, 0.0],
+                     velocity=[0, -10.0, 0])},
+        {"board": {"type": "box", "position": [0.0, 0.0, 0.0], "half_extents": [0.004, 0.05, 0.2]}},
+    )
+    _run(model, solver, 6, 0.01, _ipc_check(solver, 1e-3))

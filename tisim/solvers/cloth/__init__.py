@@ -1,0 +1,1 @@
+"""Cloth and shells with C-IPC contact (``solver.type = "cloth"``)."""

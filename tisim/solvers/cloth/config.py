@@ -1,0 +1,33 @@
+"""Configuration of the cloth solver (the ``[solver]`` table with type = "cloth")."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from tisim.config import num
+from tisim.solvers.pd.config import PDConfig
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClothConfig:
+    """Settings of :class:`~tisim.solvers.cloth.solver.SolverCloth`.
+
+    The contact constants (dhat, thickness, eps_v, friction iterations, kappa) are in the
+    scene's ``[contact]`` table, shared with the other solvers' friction coefficient.
+    ``solids`` configures the PD solver that moves the scene's soft bodies, whose
+    surfaces the cloth meets as moving obstacles (one-way coupling).
+    """
+
+    type: Literal["cloth"] = "cloth"
+    newton_iterations: int = num(50, ge=1, doc="Newton iterations per step at most")
+    tolerance: float = num(
+        1e-2, gt=0, doc="Newton stops when max|p| / h < tolerance * cloth size per second (IPC)"
+    )
+    strain_limit: float = num(1.01, ge=0, doc="largest membrane stretch sigma_max (0: no limit)")
+    strain_stiffness: float = num(1e2, gt=0, doc="strain-limit barrier stiffness, scales E t")
+    self_contact: bool = True
+    bending: bool = True
+    line_search_steps: int = num(30, ge=1, doc="backtracking halvings before a step gives up")
+    ccd_eta: float = num(0.1, gt=0, lt=1, doc="CCD keeps this fraction of the gap")
+    solids: PDConfig = field(default_factory=PDConfig)

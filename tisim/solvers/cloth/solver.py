@@ -1,0 +1,868 @@
+"""Cloth and shells: implicit Euler as an incremental potential, minimised by projected
+Newton with C-IPC contact, so that no accepted iterate ever intersects.
+
+One step solves
+
+    x+ = argmin_x  1/(2h^2) |x - x_hat|_M^2 - x.f_ext + Psi(x) + S(x) + kappa B(x) + D(x)
+
+with x_hat = x + h v the inertial target, f_ext gravity and wind, Psi the shell energy
+(Neo-Hookean membrane + hinge bending), S the strain-limit barrier, B the IPC log barrier
+over point-triangle and edge-edge pairs (cloth self-contact, collider meshes, solid
+surfaces), D lagged smoothed friction. The progressive driver calls :meth:`solve` with
+its own inertial target and elastic term.
+
+Obstacles (colliders as triangle meshes, surfaces of the scene's soft bodies stepped
+by a PD solver) and handles are prescribed vertices: each step moves them to their
+targets through a stiff penalty in the same Newton solve (the augmented-Lagrangian
+treatment of IPC's kinematic boundary conditions), then fixes them, so a moving
+obstacle pushes the cloth instead of jumping into it.
+
+References:
+    Li et al., "Codimensional Incremental Potential Contact" (C-IPC), SIGGRAPH 2021;
+    Li et al., "Incremental Potential Contact", SIGGRAPH 2020; notes
+    ../shared/papers/progressive-dynamics.md, sections 2.4 and 7.
+
+Limitations:
+    One-way coupling with soft bodies (the cloth does not push the body back; two-way
+    coupling would put the body's elastic energy and the cloth in one Newton solve).
+    Colliders are tessellated (a sphere is a fine polyhedron). The wind force is
+    explicit (held over a step). The Hessian is assembled on the host.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+
+from tisim.config import ConfigError
+from tisim.solvers.base import Solver, StepStats, Tunable
+from tisim.solvers.cloth.assembly import PatternAssembler, local_to_coo
+from tisim.contact.ipc.halfspace import vertex_blocks_to_coo
+from tisim.solvers.cloth.wind import Wind
+
+log = logging.getLogger(__name__)
+
+
+# --------------------------------------------------------------------------------------
+# linear solves
+
+
+class SPDSolver:
+    """Solves A p = b for the Newton system: CHOLMOD (supernodal) when present, else a
+    scipy sparse LU. A is symmetric positive definite by construction (PSD-projected
+    element Hessians plus the mass matrix)."""
+
+    def __init__(self):
+        from tisim.linalg.cholesky import cholmod_available
+
+        self.cholmod = cholmod_available()
+        self.backend = "cholmod" if self.cholmod else "scipy"
+
+    def solve(self, A: sp.csr_matrix, b: np.ndarray) -> np.ndarray:
+        A = sp.csc_matrix(A)
+        if self.cholmod:
+            from sksparse.cholmod import cholesky
+
+            f = cholesky(A, ordering_method="amd")
+            return f(b)
+        import scipy.sparse.linalg as spla
+
+        return spla.spsolve(A, b)
+
+
+# --------------------------------------------------------------------------------------
+# terms
+
+
+class ShellTerm:
+    """The shell's elastic energy on a level's own mesh: membrane + bending.
+
+    The interface every elastic term offers the Newton solver (the progressive driver
+    substitutes the finest level's energy through prolongation):
+    ``evaluate(x, hessian) -> (energy J, gradient (n, 3), Hessian or None)``, the
+    Hessian a PSD scipy sparse matrix over the cloth block's scalar dofs 3 v + axis.
+    Membrane Hessians are projected per element; bending uses its Gauss-Newton part
+    c grad(theta) grad(theta)^T (PSD by construction; notes §7).
+    """
+
+    def __init__(self, vertex_count, faces, hinges, rest, mu, lam, thickness, bending_k, bending=True):
+        import taichi as ti
+
+        from tisim import backend
+        from tisim.energies.shell import ShellEnergy, shell_rest
+
+        real = backend.real()
+        self.n = vertex_count
+        hinges = hinges if bending else np.zeros((0, 4), dtype=np.int32)
+        self.rest = shell_rest(rest, faces, hinges)
+        self.energy_obj = ShellEnergy(vertex_count, faces, hinges, self.rest, mu, lam, thickness,
+                                      bending_k if bending else np.zeros(len(hinges)))
+        self.x = ti.Vector.ndarray(3, real, shape=max(vertex_count, 1))
+        self.g = ti.Vector.ndarray(3, real, shape=max(vertex_count, 1))
+        self.faces = faces
+        self.hinges = hinges
+        self._psd = None
+        self._psd_b = None
+        self.gauss_newton_bending = True
+        e = self.energy_obj
+        parts = [local_to_coo(np.ones((len(faces), 9, 9)), _np(e.face_stencils))]
+        if len(hinges):
+            parts.append(local_to_coo(np.ones((len(hinges), 12, 12)), _np(e.hinge_stencils)))
+        r, c, _ = _concat(parts)
+        self.pattern = PatternAssembler(3 * vertex_count, r, c)
+
+    def evaluate(self, x: np.ndarray, hessian: bool = True, energy_only: bool = False):
+        from tisim.linalg.psd import project_psd
+
+        self.x.from_numpy(x)
+        E = self.energy_obj.energy(self.x)
+        if energy_only:
+            return E, None, None
+        self.g.fill(0)
+        self.energy_obj.add_gradient(self.x, self.g)
+        g = self.g.to_numpy()[: self.n]
+        if not hessian:
+            return E, g, None
+        e = self.energy_obj
+        e.local_hessians(self.x, project_bending=self.gauss_newton_bending)
+        self._psd = project_psd(e.membrane_hessians, len(self.faces), self._psd)
+        vals = [e.membrane_hessians.to_numpy()[: len(self.faces)].ravel()]
+        if len(self.hinges):
+            if not self.gauss_newton_bending:
+                self._psd_b = project_psd(e.bending_hessians, len(self.hinges), self._psd_b)
+            vals.append(e.bending_hessians.to_numpy()[: len(self.hinges)].ravel())
+        return E, g, self.pattern.matrix(np.concatenate(vals))
+
+
+def _pad(A: sp.csr_matrix, size: int) -> sp.csr_matrix:
+    """A square CSR matrix extended with empty rows and columns to ``size``."""
+    if A.shape[0] == size:
+        return A
+    indptr = np.concatenate([A.indptr, np.full(size - A.shape[0], A.indptr[-1], dtype=A.indptr.dtype)])
+    return sp.csr_matrix((A.data, A.indices, indptr), shape=(size, size))
+
+
+def _np(a) -> np.ndarray:
+    """A Taichi field or a numpy array as numpy."""
+    return a if isinstance(a, np.ndarray) else a.to_numpy()
+
+
+def _nonzero_coo(hessians, stencils, k: int):
+    """COO triplets of the first k local Hessians, skipping the all-zero ones (candidate
+    pairs beyond the activation distance)."""
+    H = hessians.to_numpy()[:k]
+    keep = np.any(H != 0, axis=(1, 2))
+    return local_to_coo(H[keep], stencils.to_numpy()[:k][keep])
+
+
+def _concat(parts):
+    if not parts:
+        return (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0))
+    return tuple(np.concatenate([p[i] for p in parts]) for i in range(3))
+
+
+@dataclass
+class StepResult:
+    x: np.ndarray  # (nc, 3) cloth positions at the end of the step
+    iterations: int
+    residual: float  # max |p| / h of the last Newton direction, m/s
+    converged: bool
+    n_contacts: int
+    min_distance: float  # smallest primitive distance minus the thickness, m
+    ccd_clamps: int
+    max_strain: float
+    timings: dict
+    kinematic_lag: float  # largest distance of a prescribed vertex from its target, m
+
+
+# --------------------------------------------------------------------------------------
+# the solver
+
+
+class SolverCloth(Solver):
+    """Implicit-Euler cloth with C-IPC contact (see the module docstring).
+
+    model.cloth holds the shells; the scene's solids are stepped by a PD solver and
+    met as moving obstacles; colliders are tessellated into obstacle meshes.
+    """
+
+    name = "cloth"
+
+    def __init__(self, model, config, *, elastic=None, cloth=None):
+        super().__init__(model, config)
+        import taichi as ti
+
+        from tisim import backend
+        from tisim.contact.ipc.broad_phase import BroadPhase
+        from tisim.contact.ipc.potential import BarrierPotential, FrictionPotential
+        from tisim.geometry.topology import edges as mesh_edges
+
+        cp = cloth if cloth is not None else model.cloth
+        if cp is None:
+            raise ConfigError("solver.type", "the cloth solver needs at least one object with kind = 'cloth'")
+        self.cloth = cp
+        self.contact = model.scene.contact
+        real = backend.real()
+        self.nc = cp.vertex_count
+        self.offset = cp.offset
+
+        # soft bodies: a PD solver on a model of the solids alone (their vertices come first)
+        self.solid_solver = None
+        if model.solid_vertex_count > 0 and cloth is None:
+            self.solid_solver = _solid_solver(model, config.solids)
+
+        # obstacles: collider meshes and solid surfaces, after the cloth vertices
+        self.obstacles = _Obstacles(model, cp, include_solids=cloth is None)
+        self.no = self.obstacles.vertex_count
+        self.n = self.nc + self.no
+        faces_all = np.concatenate([cp.faces, self.obstacles.faces + self.nc]).astype(np.int32)
+        self.faces_all = faces_all
+        edges_all = mesh_edges(faces_all) if len(faces_all) else np.zeros((0, 2), np.int32)
+        active = np.zeros(self.n, dtype=bool)
+        active[: self.nc] = True
+        if not config.self_contact:
+            # cloth-cloth pairs are dropped by giving every cloth vertex its own group:
+            # the broad phase reports only pairs with an active vertex, so self-contact off
+            # is handled by filtering pairs below
+            pass
+        self.broad = BroadPhase(self.n, faces_all, edges_all.astype(np.int32), active)
+        self.cloth_mass = np.asarray(cp.mass, dtype=np.float64)
+        x0_obs = self.obstacles.positions(0.0, model.initial_positions)
+        rest_all = np.concatenate([cp.rest, x0_obs]) if self.no else cp.rest.copy()
+        self.barrier = BarrierPotential(self.n, 1024, rest_all)
+        self.friction = FrictionPotential(self.n, 1024)
+        self.x = ti.Vector.ndarray(3, real, shape=self.n)
+        self.dx = ti.Vector.ndarray(3, real, shape=self.n)
+        self.x_ref = ti.Vector.ndarray(3, real, shape=self.n)
+        self.g = ti.Vector.ndarray(3, real, shape=self.n)
+        self.vertex_mu = ti.ndarray(real, shape=self.n)
+        mu = np.concatenate([cp.vertex_mu, self.obstacles.vertex_mu])
+        mu = np.where(np.isnan(mu), self.contact.mu, mu)
+        self.vertex_mu.from_numpy(mu.astype(backend.np_real()))
+
+        self.elastic = elastic if elastic is not None else ShellTerm(
+            self.nc, cp.faces, cp.hinges, cp.rest, cp.face_mu, cp.face_lam, cp.face_thickness, cp.hinge_k,
+            bending=config.bending,
+        )
+        self.strain = None
+        if config.strain_limit > 0:
+            from tisim.energies.shell import StrainLimit
+
+            E_t = float(np.mean(2 * cp.face_mu * cp.face_thickness))
+            self.strain = _StrainTerm(StrainLimit, self.nc, cp.faces, cp.rest, config.strain_limit,
+                                      config.strain_stiffness * E_t, real)
+        from tisim.contact.ipc.halfspace import HalfSpaces
+
+        pl = self.obstacles.planes
+        self.planes = HalfSpaces([c.center(0.0) for c in pl], [c.orientation(0.0) @ c.normal for c in pl],
+                                 [self.contact.mu if c.friction is None else c.friction for c in pl], self.nc)
+        self.wind = Wind(model.scene.wind, length_scale=_diag(cp.rest))
+        self.linear = SPDSolver()
+        # the scene's scale for tolerances: the cloth's size (a large ground plane or
+        # obstacle must not loosen the Newton tolerance)
+        self.bbox_diag = max(_diag(cp.rest), 1e-6)
+        self.kappa = self.contact.kappa if self.contact.kappa > 0 else 0.0
+        self.kappa_max = math.inf
+        self.self_contact = config.self_contact
+        self.gravity = np.asarray(model.gravity, dtype=np.float64)
+        if cloth is None:
+            self.check_start(model.initial_positions[cp.vertex_slice], x0_obs)
+        self._stats_total = {"steps": 0, "newton": 0, "ccd_clamps": 0}
+
+    def check_start(self, xc: np.ndarray, x_obs: np.ndarray) -> None:
+        """Refuse a start state that intersects or comes closer than the contact
+        thickness: the barrier needs a strictly feasible start. Raises MeshError naming
+        the pair (cloth self-intersection, cloth and a collider) and the distance."""
+        from tisim.geometry.cloth import check_intersection_free
+        from tisim.geometry.mesh import MeshError
+
+        cp = self.cloth
+        src = self.model.scene.path
+        xi = self.contact.thickness
+        check_intersection_free(xc, cp.faces, cp.edges, source=src)
+        if self.no:
+            check_intersection_free(xc, cp.faces, cp.edges, source=src, other=(x_obs, self.obstacles.faces),
+                                    other_name="an obstacle (collider or soft body)")
+        for (pt, nrm), c in zip(zip(self.planes.p, self.planes.n), self.obstacles.planes):
+            d = (xc - pt) @ nrm
+            i = int(np.argmin(d))
+            if d[i] <= xi:
+                raise MeshError(f"cloth vertex {i} starts {d[i]:.3g} m from plane collider {c.name!r}, within the "
+                                f"contact thickness {xi:g} m: move the cloth up", src)
+        x = np.concatenate([xc, x_obs]) if self.no else xc
+        self.x.from_numpy(x)
+        n_pt, n_ee = self._detect(xi + 1e-12)
+        if n_pt + n_ee:
+            dmin = self.barrier.min_distance(self.x, self.broad.pt, n_pt, self.broad.ee, n_ee)
+            if dmin <= xi:
+                raise MeshError(f"two primitives start {dmin:.3g} m apart, within the contact thickness {xi:g} m "
+                                "(cloth folded onto itself or touching an obstacle): separate them", src)
+
+    # ------------------------------------------------------------------ public
+    def info(self) -> dict:
+        return {
+            "linear_solver": self.linear.backend,
+            "cloth_vertices": self.nc,
+            "obstacle_vertices": self.no,
+            "cloth_faces": int(len(self.cloth.faces)),
+            "barrier_stiffness": self.kappa,
+            "totals": dict(self._stats_total),
+        }
+
+    def tunables(self) -> list[Tunable]:
+        return [Tunable("contact.mu", float(self.contact.mu), 0.0, 2.0)]
+
+    def set_tunable(self, name: str, value: float) -> None:
+        if name != "contact.mu":
+            raise KeyError(name)
+        import dataclasses
+
+        from tisim import backend
+
+        self.contact = dataclasses.replace(self.contact, mu=float(value))
+        mu = np.concatenate([self.cloth.vertex_mu, self.obstacles.vertex_mu])
+        self.vertex_mu.from_numpy(np.where(np.isnan(mu), value, mu).astype(backend.np_real()))
+
+    def potential_energy(self, positions: np.ndarray) -> float:
+        xc = positions[self.cloth.vertex_slice]
+        exact = getattr(self.elastic, "exact_energy", None)
+        E = exact(xc) if exact is not None else self.elastic.evaluate(xc, energy_only=True)[0]
+        return float(E - (self.cloth_mass[:, None] * xc * self.gravity).sum())
+
+    def collision_state(self, state):
+        """The contact surfaces of ``state``, for independent checks: (vertices (n, 3),
+        faces (m, 3), planes [(point, unit normal), ...]): cloth vertices first, then the
+        obstacle meshes where the last step left them; planes are analytic."""
+        obs = state.warm.get("cloth_obstacles")
+        if obs is None:
+            obs = self.obstacles.positions(state.time, state.positions)
+        V = np.concatenate([state.positions[self.cloth.vertex_slice], obs])
+        planes = [(p, n) for p, n in zip(self.planes.p, self.planes.n)]
+        return V, self.faces_all, planes
+
+    def step(self, state_in, state_out, dt: float) -> StepStats:
+        t0 = time.perf_counter()
+        sl = self.cloth.vertex_slice
+        t1 = state_in.time + dt
+        np.copyto(state_out.positions, state_in.positions)
+        np.copyto(state_out.velocities, state_in.velocities)
+        timings = {}
+        if self.solid_solver is not None:
+            ns = self.model.solid_vertex_count
+            sin, sout = _SolidView(state_in, ns), _SolidView(state_out, ns)
+            self.solid_solver.step(sin, sout, dt)
+            timings["solids"] = (time.perf_counter() - t0) * 1e3
+        obs_start = state_in.warm.get("cloth_obstacles")
+        if obs_start is None:
+            obs_start = self.obstacles.positions(state_in.time, state_in.positions)
+        obs_target = self.obstacles.positions(t1, state_out.positions)
+        xc = state_in.positions[sl]
+        vc = state_in.velocities[sl]
+        x_hat = xc + dt * vc
+        f_ext = self.cloth_mass[:, None] * self.gravity
+        f_ext = f_ext + self.wind.forces(state_in.time, xc, vc, self.cloth.faces)
+        idx, tgt = self._held(t1)
+        res = self.solve(xc, x_hat, dt, f_ext=f_ext, obstacles=(obs_start, obs_target), held=(idx, tgt))
+        state_out.positions[sl] = res.x
+        state_out.velocities[sl] = (res.x - xc) / dt
+        state_out.time = t1
+        state_out.warm["cloth_obstacles"] = self._last_obstacles.copy()
+        timings.update(res.timings)
+        self._stats_total["steps"] += 1
+        self._stats_total["newton"] += res.iterations
+        self._stats_total["ccd_clamps"] += res.ccd_clamps
+        pot = self.potential_energy(state_out.positions)
+        return StepStats(
+            iterations=res.iterations,
+            residual=res.residual,
+            converged=res.converged,
+            potential=pot,
+            n_contacts=res.n_contacts,
+            max_penetration=0.0,
+            timings=timings,
+            extra={
+                "newton_iterations": res.iterations,
+                "min_distance": res.min_distance,
+                "ccd_clamps": res.ccd_clamps,
+                "max_strain": res.max_strain,
+                "barrier_stiffness": self.kappa,
+                "kinematic_lag": res.kinematic_lag,
+            },
+        )
+
+    def _held(self, t: float):
+        idx, tgt, _ = self.held_vertices(t)
+        sl = self.cloth.vertex_slice
+        keep = (idx >= sl.start) & (idx < sl.stop)
+        return idx[keep] - sl.start, tgt[keep]
+
+    # ------------------------------------------------------------------ Newton
+    def solve(self, xc, x_hat, h, *, f_ext=None, obstacles=None, held=None, tolerance=None,
+              max_iterations=None) -> StepResult:
+        """One implicit step: minimise the incremental potential from ``xc``.
+
+        xc: (nc, 3) cloth positions at the start (intersection-free), m. x_hat: (nc, 3)
+        inertial target, m. h: time step, s. f_ext: (nc, 3) constant external force, N
+        (default gravity). obstacles: (start (no, 3), target (no, 3)) obstacle positions.
+        held: (indices (k,), targets (k, 3)) prescribed cloth vertices.
+        tolerance: overrides config.tolerance (relative to the scene size per second).
+        """
+        cfg = self.config
+        T = {"contact": 0.0, "elastic": 0.0, "assemble": 0.0, "linear": 0.0, "ccd": 0.0, "line_search": 0.0}
+        nc, n = self.nc, self.n
+        if f_ext is None:
+            f_ext = self.cloth_mass[:, None] * self.gravity
+        if obstacles is None:
+            obs = self.obstacles.positions(0.0, self.model.initial_positions)
+            obstacles = (obs, obs)
+        obs_start, obs_target = obstacles
+        x = np.concatenate([xc, obs_start]) if self.no else xc.copy()
+        x_start = x.copy()
+        target = np.full((n, 3), np.nan)
+        if self.no:
+            target[nc:] = obs_target
+        if held is not None and len(held[0]):
+            target[held[0]] = held[1]
+        prescribed = ~np.isnan(target[:, 0])
+        tol_v = (tolerance if tolerance is not None else cfg.tolerance) * self.bbox_diag
+        max_it = max_iterations or cfg.newton_iterations
+        mass = self.cloth_mass
+        inv_h2 = 1.0 / (h * h)
+        dhat, xi = self.contact.dhat, self.contact.thickness
+        inflation = dhat + xi
+
+        # vertices whose target is reached are fixed; the others are pulled by a penalty
+        def reached(xx):
+            d = np.zeros(n)
+            d[prescribed] = np.linalg.norm(xx[prescribed] - target[prescribed], axis=1)
+            return d
+
+        fixed = prescribed & (reached(x) <= 1e-12 * self.bbox_diag)
+        pulled = prescribed & ~fixed
+        w_al = 0.0
+
+        # friction: lag normal forces and tangents at the start of the step
+        self.x.from_numpy(x)
+        self.x_ref.from_numpy(x)
+        t_ = time.perf_counter()
+        n_pt, n_ee = self._detect(inflation)
+        planes = self.planes
+        near_plane = bool(planes) and planes.active_count(x[:nc], dhat, xi) > 0
+        use_friction = self.contact.friction_iterations > 0
+        if self.kappa == 0.0 and (n_pt + n_ee or near_plane):
+            self._init_kappa(x, x_hat, f_ext, h, n_pt, n_ee)
+        if use_friction and (n_pt + n_ee) and self.kappa > 0:
+            self.friction.update(self.x, self.broad.pt, n_pt, self.broad.ee, n_ee, dhat, xi, self.kappa,
+                                 self.vertex_mu)
+        if use_friction and planes and self.kappa > 0:
+            planes.update_friction(x[:nc], dhat, xi, self.kappa)
+        T["contact"] += time.perf_counter() - t_
+        friction_on = use_friction and (n_pt + n_ee) > 0 and self.kappa > 0
+        plane_friction = use_friction and bool(planes) and self.kappa > 0
+        eps_v = self.contact.eps_v
+
+        def energy(xx, pairs):
+            """Total incremental potential at xx (n, 3); pairs = (n_pt, n_ee) candidates."""
+            xcc = xx[:nc]
+            E = 0.5 * inv_h2 * float((mass[:, None] * (xcc - x_hat) ** 2).sum()) - float((xcc * f_ext).sum())
+            E += self.elastic.evaluate(xcc, energy_only=True)[0]
+            if self.strain is not None:
+                E += self.strain.energy(xcc)
+            self.x.from_numpy(xx)
+            if sum(pairs) and self.kappa > 0:
+                E += self.barrier.energy(self.x, self.broad.pt, pairs[0], self.broad.ee, pairs[1], dhat, xi,
+                                         self.kappa)
+            if friction_on:
+                E += self.friction.energy(self.x, self.x_ref, eps_v, h)
+            if planes and self.kappa > 0:
+                E += planes.energy(xcc, dhat, xi, self.kappa)
+                if plane_friction:
+                    E += planes.friction_energy(xcc, eps_v, h)
+            if w_al > 0 and pulled.any():
+                E += 0.5 * w_al * float(((xx[pulled] - target[pulled]) ** 2).sum())
+            return E
+
+        iterations, residual, converged, clamps = 0, math.inf, False, 0
+        prev_min_s = math.inf
+        pairs = (n_pt, n_ee)
+        n_lag = max(1, self.contact.friction_iterations)
+        for lag in range(n_lag):
+            if lag > 0:
+                # C-IPC friction lagging: normal forces and tangents from the last solve,
+                # displacement still measured from the start of the step
+                if not converged:
+                    break
+                converged = False
+                self.x.from_numpy(x)
+                if friction_on:
+                    self.friction.update(self.x, self.broad.pt, pairs[0], self.broad.ee, pairs[1], dhat, xi,
+                                         self.kappa, self.vertex_mu)
+                if plane_friction:
+                    planes.update_friction(x[:nc], dhat, xi, self.kappa, reference=x_start[:nc])
+            for it in range(max_it):
+                iterations += 1
+                # gradient and Hessian --------------------------------------------------
+                t_ = time.perf_counter()
+                Ee, ge, He = self.elastic.evaluate(x[:nc], hessian=True)
+                g = np.zeros((n, 3))
+                g[:nc] = inv_h2 * mass[:, None] * (x[:nc] - x_hat) - f_ext + ge
+                Hc = He
+                if self.strain is not None:
+                    gs, Hs = self.strain.gradient_hessian(x[:nc])
+                    g[:nc] += gs
+                    Hc = Hc + Hs
+                rows, cols, vals = [], [], []
+                T["elastic"] += time.perf_counter() - t_
+                t_ = time.perf_counter()
+                self.x.from_numpy(x)
+                if sum(pairs) and self.kappa > 0:
+                    self.g.fill(0)
+                    self.barrier.add_gradient(self.x, self.broad.pt, pairs[0], self.broad.ee, pairs[1], dhat, xi,
+                                              self.kappa, self.g)
+                    if friction_on:
+                        self.friction.add_gradient(self.x, self.x_ref, eps_v, h, self.g)
+                    g += self.g.to_numpy()
+                    k = self.barrier.local_hessians(self.x, self.broad.pt, pairs[0], self.broad.ee, pairs[1], dhat,
+                                                    xi, self.kappa, True)
+                    if k:
+                        r, c, v = _nonzero_coo(self.barrier.hessians, self.barrier.stencils, k)
+                        rows.append(r), cols.append(c), vals.append(v)
+                    if friction_on:
+                        k = self.friction.local_hessians(self.x, self.x_ref, eps_v, h, True)
+                        if k:
+                            r, c, v = _nonzero_coo(self.friction.hessians, self.friction.stencils, k)
+                            rows.append(r), cols.append(c), vals.append(v)
+                if planes and self.kappa > 0:
+                    gp, (vp, Bp) = planes.gradient_hessian(x[:nc], dhat, xi, self.kappa)
+                    g[:nc] += gp
+                    r, c, v = vertex_blocks_to_coo(vp, Bp)
+                    rows.append(r), cols.append(c), vals.append(v)
+                    if plane_friction:
+                        gf, (vf, Bf) = planes.friction_gradient_hessian(x[:nc], eps_v, h)
+                        g[:nc] += gf
+                        r, c, v = vertex_blocks_to_coo(vf, Bf)
+                        rows.append(r), cols.append(c), vals.append(v)
+                T["contact"] += time.perf_counter() - t_
+                t_ = time.perf_counter()
+                diag = np.zeros((n, 3))
+                diag[:nc] = inv_h2 * mass[:, None]
+                A = _pad(sp.csr_matrix(Hc), 3 * n)
+                if rows:
+                    A = A + sp.csr_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),
+                                          shape=(3 * n, 3 * n))
+                if pulled.any():
+                    if w_al == 0.0:
+                        # stiff enough to dominate every other term acting on those vertices
+                        w_al = 1e4 * max(float(np.abs(A.diagonal()).max()), float(inv_h2 * mass.max()), 1.0)
+                    diag[pulled] += w_al
+                    g[pulled] += w_al * (x[pulled] - target[pulled])
+                free = ~fixed
+                # only the free vertices are unknowns (static obstacles, fixed handles are not)
+                dofs = np.flatnonzero(np.repeat(free, 3))
+                A = (A + sp.diags(diag.ravel(), format="csr"))[dofs][:, dofs]
+                b = -g.ravel()[dofs]
+                T["assemble"] += time.perf_counter() - t_
+                t_ = time.perf_counter()
+                p = np.zeros(3 * n)
+                p[dofs] = self.linear.solve(A, b)
+                p = p.reshape(n, 3)
+                T["linear"] += time.perf_counter() - t_
+
+                residual = float(np.abs(p[:nc][free[:nc] & ~pulled[:nc]]).max(initial=0.0)) / h
+                if residual < tol_v and not pulled.any():
+                    converged = True
+                    break
+
+                # line search: strain feasibility, CCD, backtracking ----------------------
+                t_ = time.perf_counter()
+                alpha = 1.0
+                if self.strain is not None:
+                    while alpha > 1e-12 and not self.strain.feasible(x[:nc] + alpha * p[:nc]):
+                        alpha *= 0.5
+                self.x.from_numpy(x)
+                self.dx.from_numpy(p)
+                pairs = self._detect(inflation, alpha)
+                toi = self._ccd(pairs)  # a fraction of the full step p
+                if planes:
+                    toi = min(toi, planes.max_step(x[:nc], p[:nc], xi, self.config.ccd_eta))
+                if toi < alpha:
+                    clamps += 1
+                alpha = min(alpha, toi)
+                T["ccd"] += time.perf_counter() - t_
+                t_ = time.perf_counter()
+                E0 = energy(x, pairs)
+                slope = float((g * p).sum())
+                accepted = False
+                for _ in range(cfg.line_search_steps):
+                    xt = x + alpha * p
+                    Et = energy(xt, pairs)
+                    if Et <= E0 + 1e-4 * alpha * min(slope, 0.0) or (slope >= 0 and Et <= E0):
+                        accepted = True
+                        break
+                    alpha *= 0.5
+                T["line_search"] += time.perf_counter() - t_
+                log.debug("newton %d: |p|/h %.3g alpha %.3g (ccd %.3g) E %.6g -> %.6g, %d pairs, kappa %.3g",
+                          it, residual, alpha, toi, E0, Et, sum(pairs), self.kappa)
+                if not accepted:
+                    log.debug("line search found no decrease at Newton iteration %d", it)
+                    break
+                x = xt
+                # adapt the barrier stiffness when a pair keeps closing in (IPC)
+                if sum(pairs) and self.kappa > 0:
+                    self.x.from_numpy(x)
+                    dmin = self.barrier.min_distance(self.x, self.broad.pt, pairs[0], self.broad.ee, pairs[1])
+                    s = dmin * dmin - xi * xi
+                    if s < 1e-9 * self.bbox_diag**2 and s < prev_min_s:
+                        self.kappa = min(self.kappa_max, 2 * self.kappa)
+                    prev_min_s = s
+                # prescribed vertices that reached their targets become fixed
+                if pulled.any():
+                    dist = reached(x)
+                    done = pulled & (dist <= 1e-9 * self.bbox_diag)
+                    if done.any():
+                        x[done] = target[done]
+                        fixed |= done
+                        pulled &= ~done
+
+        # contact statistics at the result
+        self.x.from_numpy(x)
+        n_pt, n_ee = self._detect(inflation)
+        dmin = math.inf
+        n_active = 0
+        if n_pt + n_ee:
+            dmin = self.barrier.min_distance(self.x, self.broad.pt, n_pt, self.broad.ee, n_ee)
+            n_active = self.barrier.active_count(self.x, self.broad.pt, n_pt, self.broad.ee, n_ee, dhat, xi)
+        if planes:
+            dmin = min(dmin, planes.min_distance(x[:nc]))
+            n_active += planes.active_count(x[:nc], dhat, xi)
+        lag = float(reached(x).max(initial=0.0)) if prescribed.any() else 0.0
+        self._last_obstacles = x[nc:].copy()
+        return StepResult(
+            x=x[:nc].copy(),
+            iterations=iterations,
+            residual=residual,
+            converged=converged,
+            n_contacts=int(n_active),
+            min_distance=dmin - xi if math.isfinite(dmin) else math.nan,
+            ccd_clamps=clamps,
+            max_strain=self.strain.max_stretch(x[:nc]) if self.strain is not None else math.nan,
+            timings={k: v * 1e3 for k, v in T.items()},
+            kinematic_lag=lag,
+        )
+
+    # ------------------------------------------------------------------ contact helpers
+    def _detect(self, inflation: float, alpha: float | None = None) -> tuple[int, int]:
+        """Candidate pairs near self.x (swept along self.dx * alpha when alpha is given)."""
+        if alpha is None:
+            n_pt, n_ee = self.broad.detect(self.x, inflation)
+        else:
+            n_pt, n_ee = self.broad.detect(self.x, inflation, dx=self.dx, alpha=alpha)
+        if not self.self_contact:
+            n_pt, n_ee = self._drop_self_pairs(n_pt, n_ee)
+        self.barrier.ensure_capacity(n_pt + n_ee) if hasattr(self.barrier, "ensure_capacity") else None
+        return n_pt, n_ee
+
+    def _drop_self_pairs(self, n_pt, n_ee):
+        """Keep only pairs that involve an obstacle (self-contact off)."""
+        nc = self.nc
+        out = []
+        for f, k in ((self.broad.pt, n_pt), (self.broad.ee, n_ee)):
+            if k == 0:
+                out.append(0)
+                continue
+            rows = f.to_numpy()[:k]
+            keep = rows[(rows >= nc).any(axis=1)]
+            if len(keep):
+                buf = f.to_numpy()
+                buf[: len(keep)] = keep
+                f.from_numpy(buf)
+            out.append(len(keep))
+        return out[0], out[1]
+
+    def _ccd(self, pairs) -> float:
+        from tisim.contact.ipc.ccd import max_step
+
+        if not sum(pairs):
+            return 1.0
+        return float(max_step(self.x, self.dx, self.broad.pt, pairs[0], self.broad.ee, pairs[1],
+                              self.contact.thickness))
+
+    def _init_kappa(self, x, x_hat, f_ext, h, n_pt, n_ee):
+        """IPC's initial barrier stiffness: balance the barrier's gradient against the
+        rest of the potential's, clamped to a range set by the average mass."""
+        nc = self.nc
+        dhat, xi = self.contact.dhat, self.contact.thickness
+        s_hat = dhat * dhat + 2 * dhat * xi
+        d0 = (1e-8 * self.bbox_diag + xi) ** 2 - xi * xi
+        if d0 >= s_hat:
+            d0 = 0.5 * s_hat
+        m_avg = float(self.cloth_mass.mean())
+        k_min = 1e11 * m_avg / (4 * (d0 + xi * xi) * _barrier_d2(d0, s_hat))
+        self.kappa_max = 100 * k_min
+        ge = np.zeros((self.n, 3))
+        ge[:nc] = (x[:nc] - x_hat) * self.cloth_mass[:, None] / (h * h) - f_ext
+        ge[:nc] += self.elastic.evaluate(x[:nc], hessian=False)[1]
+        self.g.fill(0)
+        if n_pt + n_ee:
+            self.barrier.add_gradient(self.x, self.broad.pt, n_pt, self.broad.ee, n_ee, dhat, xi, 1.0, self.g)
+        gb = self.g.to_numpy()
+        if self.planes:
+            gb[:nc] += self.planes.gradient_hessian(x[:nc], dhat, xi, 1.0, hessian=False)[0]
+        nb = float((gb * gb).sum())
+        k = -float((gb * ge).sum()) / nb if nb > 0 else k_min
+        self.kappa = float(min(max(k, k_min), self.kappa_max))
+        log.debug("barrier stiffness %.3g (range %.3g .. %.3g)", self.kappa, k_min, self.kappa_max)
+
+
+class _StrainTerm:
+    """The strain-limit barrier on the level's own membrane (C-IPC), host interface."""
+
+    def __init__(self, cls, n, faces, rest, s_max, stiffness, real):
+        import taichi as ti
+
+        from tisim.energies.shell import shell_rest
+
+        self.obj = cls(n, faces, shell_rest(rest, faces), stiffness, s_max=s_max)
+        self.n = n
+        self.x = ti.Vector.ndarray(3, real, shape=max(n, 1))
+        self.g = ti.Vector.ndarray(3, real, shape=max(n, 1))
+        self.faces = faces
+        self.s_max = s_max
+        self._psd = None
+        r, c, _ = local_to_coo(np.ones((len(faces), 9, 9)), _np(self.obj.face_stencils))
+        self.pattern = PatternAssembler(3 * n, r, c)
+
+    def energy(self, x):
+        self.x.from_numpy(x)
+        return self.obj.energy(self.x)
+
+    def gradient_hessian(self, x):
+        from tisim.linalg.psd import project_psd
+
+        self.x.from_numpy(x)
+        self.g.fill(0)
+        self.obj.add_gradient(self.x, self.g)
+        self.obj.local_hessians(self.x)
+        k = len(self.faces)
+        self._psd = project_psd(self.obj.hessians, k, self._psd)
+        return self.g.to_numpy()[: self.n], self.pattern.matrix(self.obj.hessians.to_numpy()[:k].ravel())
+
+    def max_stretch(self, x) -> float:
+        self.x.from_numpy(x)
+        return float(self.obj.max_stretch(self.x))
+
+    def feasible(self, x) -> bool:
+        self.x.from_numpy(x)
+        return bool(self.obj.feasible(self.x))
+
+
+def _barrier_d2(d: float, dhat: float) -> float:
+    """Second derivative of b(d) = -(d - dhat)^2 ln(d / dhat) (host, for one scalar)."""
+    r = d - dhat
+    return -2 * math.log(d / dhat) - 4 * r / d + r * r / (d * d)
+
+
+def _diag(x: np.ndarray) -> float:
+    return float(np.linalg.norm(np.ptp(x, axis=0))) if len(x) else 1.0
+
+
+class _SolidView:
+    """The solid part of a combined state, as a State the PD solver can step."""
+
+    def __init__(self, state, ns):
+        self.positions = state.positions[:ns]
+        self.velocities = state.velocities[:ns]
+        self.time = state.time
+        self.warm = state.warm.setdefault("solids", {})
+        self._state = state
+
+    def __setattr__(self, k, v):
+        object.__setattr__(self, k, v)
+        if k == "time" and "_state" in self.__dict__:
+            self._state.time = v
+
+    def is_finite(self):
+        return bool(np.isfinite(self.positions).all() and np.isfinite(self.velocities).all())
+
+
+def _solid_solver(model, pd_config):
+    """A PD solver over the scene's soft bodies alone (the model's first vertices)."""
+    import dataclasses
+
+    from tisim.model import Model
+    from tisim.solvers.pd.solver import SolverPD
+
+    scene = model.scene
+    objs = {k: o for k, o in scene.objects.items() if o.kind == "solid"}
+    sub = dataclasses.replace(scene, objects=objs, solver=pd_config)
+    return SolverPD(Model.from_scene(sub), pd_config)
+
+
+class _Obstacles:
+    """Kinematic triangle meshes the cloth meets: every collider, tessellated, and the
+    surfaces of the solids. Vertex positions at time t come from the colliders' rigid
+    motion and from the solids' current positions."""
+
+    def __init__(self, model, cp, include_solids: bool = True):
+        span = _diag(cp.rest)
+        self.parts = []  # (collider or None, vertex ids into the solid block or None)
+        faces, mus, off = [], [], 0
+        mu_default = np.nan
+        self.planes = [c for c in model.colliders if c.kind == "plane" and not c.is_moving()]
+        for c in model.colliders:
+            if c.kind == "plane" and not c.is_moving():
+                continue  # an analytic half-space (tisim.contact.ipc.halfspace)
+            V, F = self._mesh(c, 0.0, span)
+            faces.append(F + off)
+            mus.append(np.full(len(V), np.nan if c.friction is None else c.friction))
+            self.parts.append((c, None, len(V)))
+            off += len(V)
+        ns = model.solid_vertex_count
+        if include_solids and ns > 0 and model.element_count > 0:
+            surf = model.surface[: len(model.surface) - len(model.cloth.faces)]
+            ids = np.unique(surf)
+            remap = np.full(ns, -1, dtype=np.int64)
+            remap[ids] = np.arange(len(ids))
+            faces.append(remap[surf] + off)
+            mus.append(np.full(len(ids), mu_default))
+            self.parts.append((None, ids, len(ids)))
+            off += len(ids)
+        self.vertex_count = off
+        self.faces = np.concatenate(faces).astype(np.int32) if faces else np.zeros((0, 3), np.int32)
+        self.vertex_mu = np.concatenate(mus) if mus else np.zeros(0)
+        self.span = span
+
+    _ICO = None
+
+    @classmethod
+    def _mesh(cls, c, t, span):
+        if c.kind == "plane":
+            return c.surface_mesh(t, extent=max(4.0, 3 * span))
+        if c.kind == "sphere":
+            # a geodesic sphere: even triangles (a UV sphere's slivers at the poles make
+            # poor contact primitives); 2,562 vertices, facets within 0.04% of the radius
+            if cls._ICO is None:
+                from tisim.geometry.generate import icosphere
+
+                ico = icosphere(4)
+                cls._ICO = (ico.vertices / np.linalg.norm(ico.vertices, axis=1, keepdims=True), ico.faces)
+            V, F = cls._ICO
+            return c.center(t) + c.radius * V @ c.orientation(t).T, F
+        if c.kind == "cylinder":
+            return c.surface_mesh(t, extent=max(4.0, 3 * span), segments=64)
+        return c.surface_mesh(t)
+
+    def positions(self, t: float, model_positions: np.ndarray) -> np.ndarray:
+        """(vertex_count, 3) obstacle vertices at time t (solids from ``model_positions``)."""
+        out = []
+        for c, ids, _ in self.parts:
+            if c is not None:
+                out.append(self._mesh(c, t, self.span)[0])
+            else:
+                out.append(model_positions[ids])
+        return np.concatenate(out) if out else np.zeros((0, 3))
