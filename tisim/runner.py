@@ -464,10 +464,31 @@ def _accumulate(agg: StepStats, st: StepStats) -> None:
             agg.extra[k] = v
 
 
+def cloth_colors(info, model) -> np.ndarray | None:
+    """Per-vertex colours with a checker from each cloth's UVs (8 x 8 squares over the
+    texture), so both sides of a sheet and its folds read clearly; None without cloth."""
+    if model.cloth is None:
+        return None
+    colors = info.vertex_colors()
+    if colors is None:
+        colors = np.empty((model.vertex_count, 3))
+        colors[:] = info.render.color
+    cp = model.cloth
+    for name, sl, mesh in cp.meshes:
+        if mesh.uv is None:
+            continue
+        uv = np.zeros((mesh.vertex_count, 2))
+        uv[mesh.faces.ravel()] = mesh.uv[mesh.face_uv.ravel()]  # one corner's UV per vertex
+        check = (np.floor(uv[:, 0] * 8) + np.floor(uv[:, 1] * 8)) % 2
+        rows = slice(cp.offset + sl.start, cp.offset + sl.stop)
+        colors[rows] *= (0.65 + 0.35 * check)[:, None]
+    return colors
+
+
 def _view_info(model, scene, solver):
     from tisim.render.base import ViewInfo
 
-    return ViewInfo(
+    info = ViewInfo(
         title=f"tisim - {scene.name}",
         faces=model.surface,
         vertex_count=model.vertex_count,
@@ -477,6 +498,8 @@ def _view_info(model, scene, solver):
         render=scene.render,
         tunables=solver.tunables(),
     )
+    info.colors = cloth_colors(info, model)
+    return info
 
 
 def _write_json(path: Path, data: dict) -> None:

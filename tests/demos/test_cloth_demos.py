@@ -41,8 +41,8 @@ def test_cloth_demo_first_frames_are_intersection_free(name):
     sc, model, st, stats = _run_checked(name, 3)
     cs = model.cloth.vertex_slice
     assert np.abs(st.velocities[cs]).max() > 0  # something moves
-    if name == "flag":  # the wind pushes the free end downwind
-        assert st.velocities[cs][:, 0].mean() > 0
+    if name == "flag":  # the flag lies in the wind's plane: only its 0.5 m/s z part pushes it (+z)
+        assert st.velocities[cs][:, 2].mean() > 0
 
 
 @pytest.mark.slow

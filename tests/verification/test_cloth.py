@@ -84,16 +84,16 @@ def test_free_fall_is_implicit_euler():
 def test_hanging_cloth_at_rest_stays_at_rest():
     """A cloth pinned along its top edge, brought to static equilibrium, then stepped from
     rest: velocities stay at round-off level and the membrane strain below the limit."""
-    sc, model, solver = _build({"c": _cloth(cloth_normal="z", cloth_size=[0.2, 0.2], pin="top-edge",
-                                            translation=[0, 1, 0])})
+    sc, model, solver = _build({"c": _cloth(cloth_normal="z", cloth_size=[0.2, 0.2], cloth_resolution=[3, 3],
+                                            pin="top-edge", translation=[0, 1, 0])})
     cs = model.cloth.vertex_slice
     x = model.initial_positions[cs].copy()
     idx, tgt = solver._held(0.0)
-    for _ in range(40):  # quasi-static solves (x_hat = x): the inertia term only regularises
-        res = solver.solve(x, x, 0.01, held=(idx, tgt), tolerance=1e-10, max_iterations=200)
+    for _ in range(6):  # static solves: x_hat = x and a long step make inertia negligible
+        res = solver.solve(x, x, 10.0, held=(idx, tgt), tolerance=1e-12, max_iterations=200)
         moved = np.abs(res.x - x).max()
         x = res.x
-        if moved < 1e-13:
+        if moved < 1e-12:
             break
     assert moved < 1e-11
     res = solver.solve(x, x.copy(), 0.01, held=(idx, tgt), tolerance=1e-10, max_iterations=200)
@@ -177,14 +177,18 @@ def test_unseen_irregular_mesh_draped_on_a_sphere_never_intersects(tmp_path):
     f = tmp_path / "disc.obj"
     save_cloth_obj(f, disc.vertices, disc)
     sc, model, solver = _build(
-        {"disc": {"kind": "cloth", "mesh": str(f), "translation": [0.05, 0.13, 0.0], "youngs_modulus": 1e5,
+        {"disc": {"kind": "cloth", "mesh": str(f), "translation": [0.05, 0.125, 0.0], "youngs_modulus": 1e5,
                   "thickness": 1e-3, "density": 200.0}},
         {"ball": {"type": "sphere", "position": [0, 0.06, 0], "radius": 0.06},
          "ground": {"type": "plane"}},
         contact={"mu": 0.2},
     )
     assert model.cloth.vertex_count > 60
-    _run(model, solver, 22, 0.01, _ipc_check(solver, 1e-3))
+    st = _run(model, solver, 12, 0.01, _ipc_check(solver, 1e-3))
+    # it did reach the sphere (top at y = 0.12) and drapes over it
+    x = st.positions[model.cloth.vertex_slice]
+    assert x[:, 1].min() < 0.11
+    assert np.linalg.norm(x - [0, 0.06, 0], axis=1).min() < 0.06 + 3e-3
 
 
 def test_vertex_shot_through_a_triangle_at_100_m_per_s(tmp_path):
@@ -224,4 +228,4 @@ def test_cloth_thrown_at_a_thin_box_edge():
                      velocity=[0, -10.0, 0])},
         {"board": {"type": "box", "position": [0.0, 0.0, 0.0], "half_extents": [0.004, 0.05, 0.2]}},
     )
-    _run(model, solver, 6, 0.01, _ipc_check(solver, 1e-3))
+    _run(model, solver, 4, 0.01, _ipc_check(solver, 1e-3))

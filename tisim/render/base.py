@@ -78,6 +78,7 @@ class ViewInfo:
     object_vertex_ranges: Sequence[tuple[int, int] | slice] | None = None
     object_colors: Sequence[tuple[float, float, float]] | None = None
     tunables: Sequence[Tunable] = ()
+    colors: np.ndarray | None = None  # (n, 3) per-vertex RGB overriding the object colours
 
     def __post_init__(self) -> None:
         f = np.asarray(self.faces)
@@ -89,7 +90,10 @@ class ViewInfo:
             raise ValueError(f"faces index outside 0..{self.vertex_count - 1}")
 
     def vertex_colors(self) -> np.ndarray | None:
-        """(n, 3) float per-vertex colours from the object ranges, or None without them."""
+        """(n, 3) float per-vertex colours: ``colors`` when given, else from the object
+        ranges, or None without them."""
+        if self.colors is not None:
+            return np.asarray(self.colors, dtype=np.float64)
         if not self.object_vertex_ranges:
             return None
         colors = np.empty((self.vertex_count, 3))

@@ -62,14 +62,26 @@ class SPDSolver:
 
         self.cholmod = cholmod_available()
         self.backend = "cholmod" if self.cholmod else "scipy"
+        self._factor = None
+        self._pattern = None
+        self.reused = 0
 
     def solve(self, A: sp.csr_matrix, b: np.ndarray) -> np.ndarray:
         A = sp.csc_matrix(A)
         if self.cholmod:
             from sksparse.cholmod import cholesky
 
-            f = cholesky(A, ordering_method="amd")
-            return f(b)
+            A.sort_indices()
+            same = (self._pattern is not None and self._pattern[0].shape == A.indptr.shape
+                    and self._pattern[1].shape == A.indices.shape
+                    and np.array_equal(self._pattern[0], A.indptr) and np.array_equal(self._pattern[1], A.indices))
+            if same:  # the symbolic analysis (ordering, elimination tree) is reused
+                self._factor.cholesky_inplace(A)
+                self.reused += 1
+            else:
+                self._factor = cholesky(A, ordering_method="amd")
+                self._pattern = (A.indptr.copy(), A.indices.copy())
+            return self._factor(b)
         import scipy.sparse.linalg as spla
 
         return spla.spsolve(A, b)
