@@ -487,6 +487,8 @@ def _exercise(sc, barrier, friction, mu, x_ref):
     barrier.local_hessians(sc.x, *pairs, sc.dhat, sc.xi, KAPPA, True)
     dmin = barrier.min_distance(sc.x, *pairs)
     active = barrier.active_count(sc.x, *pairs, sc.dhat, sc.xi)
+    _, a_pt, _, a_ee = barrier.compact_active(sc.x, *pairs, sc.dhat, sc.xi)
+    assert a_pt + a_ee == active
     count = friction.update(sc.x, *pairs, sc.dhat, sc.xi, KAPPA, mu)
     d = friction.energy(sc.x, x_ref, 0.05, 0.01)
     friction.add_gradient(sc.x, x_ref, 0.05, 0.01, sc.g)
@@ -508,7 +510,7 @@ def test_second_instances_compile_nothing(scene, pots):
     first = _exercise(sc, pots.barrier, pots.friction, pots.mu, pots.x_ref)
     t_first = time.perf_counter() - t0
     count = _compiled_counts()
-    assert len(count) == 11 and set(count.values()) == {1}  # each ran, compiled once
+    assert len(count) == 12 and set(count.values()) == {1}  # each ran, compiled once
     sc2 = Scene(np.random.default_rng(7), size=3)
     assert sc2.n != sc.n
     t0 = time.perf_counter()
@@ -533,3 +535,30 @@ def test_second_instances_compile_nothing(scene, pots):
     for k in (0, 5, 7):  # sums up to the order of the parallel atomic adds
         assert _close(again[k], first[k], np.abs(first[k]).max())
     print(f"potentials: first instance calls {t_first:.3f} s, second instance {t_second:.4f} s")
+
+
+def test_active_pairs_carry_the_whole_gradient_and_hessian(scene, pots):
+    """The solver evaluates forces and Hessians on compact_active's rows only: the same
+    gradient and assembled Hessian as over every candidate pair, with fewer rows."""
+    from tisim.solvers.cloth.assembly import local_to_coo
+    import scipy.sparse as sp
+
+    sc = scene
+    pairs = (sc.pt_f, len(sc.pt), sc.ee_f, len(sc.ee))
+    sc.set_x(sc.V)
+    b = pots.barrier
+
+    def grad_hess(p):
+        sc.g.fill(0.0)
+        b.add_gradient(sc.x, *p, sc.dhat, sc.xi, KAPPA, sc.g)
+        k = b.local_hessians(sc.x, *p, sc.dhat, sc.xi, KAPPA, False)
+        r, c, v = local_to_coo(b.hessians.to_numpy()[:k], b.stencils.to_numpy()[:k])
+        return sc.g.to_numpy(), sp.csr_matrix((v, (r, c)), shape=(3 * sc.n, 3 * sc.n)).toarray(), k
+
+    g_all, H_all, k_all = grad_hess(pairs)
+    apt, n_apt, aee, n_aee = b.compact_active(sc.x, *pairs, sc.dhat, sc.xi)
+    g_act, H_act, k_act = grad_hess((apt, n_apt, aee, n_aee))
+    assert 0 < k_act < k_all
+    assert np.abs(g_all).max() > 0
+    np.testing.assert_allclose(g_act, g_all, rtol=1e-12, atol=1e-12 * np.abs(g_all).max())
+    np.testing.assert_allclose(H_act, H_all, rtol=1e-12, atol=1e-12 * np.abs(H_all).max())

@@ -469,8 +469,9 @@ class SolverCloth(Solver):
         if self.kappa == 0.0 and (n_pt + n_ee or near_plane):
             self._init_kappa(x, x_hat, f_ext, h, n_pt, n_ee)
         if use_friction and (n_pt + n_ee) and self.kappa > 0:
-            self.friction.update(self.x, self.broad.pt, n_pt, self.broad.ee, n_ee, dhat, xi, self.kappa,
-                                 self.vertex_mu)
+            self.friction.update(self.x, *self.barrier.compact_active(self.x, self.broad.pt, n_pt, self.broad.ee,
+                                                                     n_ee, dhat, xi),
+                                 dhat, xi, self.kappa, self.vertex_mu)
         if use_friction and planes and self.kappa > 0:
             planes.update_friction(x[:nc], dhat, xi, self.kappa)
         T["contact"] += time.perf_counter() - t_
@@ -512,8 +513,9 @@ class SolverCloth(Solver):
                 converged = False
                 self.x.from_numpy(x)
                 if friction_on:
-                    self.friction.update(self.x, self.broad.pt, pairs[0], self.broad.ee, pairs[1], dhat, xi,
-                                         self.kappa, self.vertex_mu)
+                    self.friction.update(self.x, *self.barrier.compact_active(
+                        self.x, self.broad.pt, pairs[0], self.broad.ee, pairs[1], dhat, xi),
+                        dhat, xi, self.kappa, self.vertex_mu)
                 if plane_friction:
                     planes.update_friction(x[:nc], dhat, xi, self.kappa, reference=x_start[:nc])
             for it in range(max_it):
@@ -534,13 +536,13 @@ class SolverCloth(Solver):
                 self.x.from_numpy(x)
                 if sum(pairs) and self.kappa > 0:
                     self.g.fill(0)
-                    self.barrier.add_gradient(self.x, self.broad.pt, pairs[0], self.broad.ee, pairs[1], dhat, xi,
-                                              self.kappa, self.g)
+                    apt, na_pt, aee, na_ee = self.barrier.compact_active(
+                        self.x, self.broad.pt, pairs[0], self.broad.ee, pairs[1], dhat, xi)
+                    self.barrier.add_gradient(self.x, apt, na_pt, aee, na_ee, dhat, xi, self.kappa, self.g)
                     if friction_on:
                         self.friction.add_gradient(self.x, self.x_ref, eps_v, h, self.g)
                     g += self.g.to_numpy()
-                    k = self.barrier.local_hessians(self.x, self.broad.pt, pairs[0], self.broad.ee, pairs[1], dhat,
-                                                    xi, self.kappa, True)
+                    k = self.barrier.local_hessians(self.x, apt, na_pt, aee, na_ee, dhat, xi, self.kappa, True)
                     if k:
                         r, c, v = _nonzero_coo(self.barrier.hessians, self.barrier.stencils, k)
                         rows.append(r), cols.append(c), vals.append(v)
