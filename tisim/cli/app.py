@@ -262,6 +262,138 @@ def compare(
     raise typer.Exit(_guard(go))
 
 
+_MESH_SUFFIXES = (".obj", ".ply", ".stl", ".off", ".vtk", ".vtu", ".msh")
+
+
+def _refine_was_deterministic(out_dir: Path) -> bool:
+    """Whether the refine in ``out_dir`` ran single-threaded (its run.json says so):
+    a resume must then run single-threaded too to continue it bit for bit."""
+    import json
+
+    try:
+        return json.loads((out_dir / "run.json").read_text()).get("cpu_threads") == "1"
+    except (OSError, ValueError):
+        return False
+
+
+def _refine_threads(single: bool) -> None:
+    """Single-threaded Taichi kernels for ``refine --deterministic``: Taichi reads
+    TI_CPU_MAX_NUM_THREADS when it initialises (here and in the pipelined schedule's
+    worker processes, which inherit the environment). Parallel atomic sums otherwise
+    add in a different order on every run."""
+    if not single:
+        return
+    from tisim import backend
+
+    if backend.is_initialized() and os.environ.get("TI_CPU_MAX_NUM_THREADS") != "1":
+        logging.warning("--deterministic: Taichi is already initialised in this process; "
+                        "its kernels stay multi-threaded")
+    os.environ["TI_CPU_MAX_NUM_THREADS"] = "1"
+
+
+@app.command()
+def refine(
+    source: Path = typer.Argument(..., help="A cloth scene (TOML), or a cloth mesh file (.obj, .ply, ...)."),
+    levels: Optional[int] = typer.Option(None, "--levels", "-L", min=1, max=6,
+                                         help="Levels including the preview (default: the scene's, 3)."),
+    frames: Optional[int] = _FRAMES,
+    out: Optional[Path] = _OUT,
+    schedule: Optional[str] = typer.Option(None, "--schedule", help="sequential or pipelined."),
+    direct: bool = typer.Option(False, "--direct", help="Also simulate the coarsest and finest meshes "
+                                                        "directly, for the speed-up and consistency."),
+    resume: bool = typer.Option(False, "--resume", help="Continue an interrupted refine from its checkpoints."),
+    deterministic: bool = typer.Option(False, "--deterministic",
+                                       help="Single-threaded kernels: reruns and --resume are bit-identical "
+                                            "(parallel sums differ in the last bits otherwise)."),
+    drape_on: str = typer.Option("sphere", "--drape-on", help="For a mesh file: sphere, ground or box."),
+    pin: Optional[str] = typer.Option(None, "--pin", help="For a mesh file: corners or top-edge."),
+    wind: Optional[str] = typer.Option(None, "--wind", help="For a mesh file: wind velocity 'vx,vy,vz' in m/s."),
+    headless: bool = _HEADLESS,
+    no_render: bool = _NO_RENDER,
+    arch: str = _ARCH,
+    precision: Optional[str] = _PREC,
+    set: List[str] = _SET,  # noqa: A002
+    quiet: bool = _QUIET,
+):
+    """Preview a cloth animation on a coarse mesh, then refine it to finer levels that
+    follow the same motion (progressive dynamics)."""
+
+    def go() -> int:
+        from tisim.config import ConfigError
+        from tisim.scene import load_scene
+
+        path = source
+        if not path.exists() and (demos_dir() / f"{source}.toml").exists():
+            path = demos_dir() / f"{source}.toml"
+        if not path.exists():
+            raise ConfigError("", "no such scene or mesh file", str(path))
+        if schedule not in (None, "sequential", "pipelined"):
+            raise ConfigError("--schedule", f"expected sequential or pipelined, got {schedule!r}")
+        if path.suffix.lower() in _MESH_SUFFIXES:
+            from tisim.progressive import scene_for_mesh
+
+            if drape_on not in ("sphere", "ground", "box"):
+                raise ConfigError("--drape-on", f"expected sphere, ground or box, got {drape_on!r}")
+            if pin not in (None, "corners", "top-edge"):
+                raise ConfigError("--pin", f"expected corners or top-edge, got {pin!r}")
+            w = None
+            if wind:
+                try:
+                    w = tuple(float(c) for c in wind.split(","))
+                    assert len(w) == 3
+                except (ValueError, AssertionError):
+                    raise ConfigError("--wind", f"expected three numbers vx,vy,vz, got {wind!r}") from None
+            out_dir = out if out is not None else Path("out") / f"{path.stem}-refine"
+            out_dir.mkdir(parents=True, exist_ok=True)
+            scene_file = out_dir / f"{path.stem}.toml"
+            scene_file.write_text(scene_for_mesh(path, drape_on=drape_on, pin=pin, wind=w,
+                                                 frames=frames or 100))
+            typer.echo(f"wrote the scene {scene_file} (edit it and rerun: tisim refine {scene_file})")
+            path = scene_file
+        sc = load_scene(path, set)
+        out_dir = out if out is not None else Path("out") / f"{sc.name}-refine"
+        n = frames or sc.sim.frames
+        _refine_threads(deterministic or (resume and _refine_was_deterministic(out_dir)))
+        from tisim.progressive import ProgressiveRefiner, render_levels
+        from tisim.render import vulkan_available
+
+        r = ProgressiveRefiner(sc, out_dir, levels=levels, arch=arch, precision=precision, progress=not quiet)
+        counts = ", ".join(f"{lv.vertex_count}" for lv in r.hierarchy.levels)
+        typer.echo(f"{r.L + 1} levels ({counts} vertices), {n} frames, schedule "
+                   f"{schedule or sc.refine.schedule}")
+
+        def announce(level, folder, li):
+            what = "preview" if level == 0 else ("finest level" if level == r.L else f"level {level}")
+            typer.echo(f"{what} done: {folder}/ ({li.get('median_ms', float('nan')):.0f} ms/frame median, "
+                       f"{li.get('seconds', float('nan')):.1f} s)")
+
+        res = r.run(n, resume=resume, direct=direct, schedule=schedule, announce=announce)
+        if res.ended != "completed":
+            typer.echo(f"error: {res.message}", err=True)
+            return res.exit_code
+        if not no_render:
+            if vulkan_available():
+                paths = render_levels(r, n)
+                if paths.get("side_by_side"):
+                    typer.echo(f"side by side: {paths['side_by_side']}")
+            else:
+                logging.warning("no Vulkan driver found: no images (meshes and stats are written)")
+        c = res.info.get("consistency", {})
+        for k, v in c.items():
+            if k.startswith("level_"):
+                typer.echo(f"{k}: centre of mass within {100 * v['com_distance_max_rel']:.2f}% of the diagonal "
+                           "of the preview's")
+        if "direct" in res.info:
+            d = res.info["direct"]
+            typer.echo(f"direct: coarse {d['level_0_median_ms']:.0f} ms/frame, fine "
+                       f"{d[f'level_{r.L}_median_ms']:.0f} ms/frame; direct coarse vs fine centre of mass "
+                       f"{100 * d['direct_com_distance_max_rel']:.2f}% of the diagonal")
+        typer.echo(f"wrote {out_dir}/ (level_*/, consistency.csv, consistency.png, run.json)")
+        return 0
+
+    raise typer.Exit(_guard(go))
+
+
 @app.command()
 def info():
     """Print versions, the chosen backend and what optional pieces are available."""

@@ -1,0 +1,97 @@
+"""``tisim refine`` as a user meets it: bad meshes and inconsistent levels end with exit
+code 2 and one line naming the problem; a bare mesh file gets a scene written next to
+the output and runs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from tisim.cli.app import app
+from tisim.geometry.cloth import ClothMesh, save_cloth_obj
+from tisim.geometry.generate import cloth_rectangle
+
+
+def _refine(*args):
+    return CliRunner().invoke(app, ["refine", *args, "--no-render", "--quiet"])
+
+
+def _assert_one_line_error(r, *fragments):
+    assert r.exit_code == 2, (r.exit_code, r.output)
+    lines = [ln for ln in r.output.splitlines() if ln.strip()]
+    errors = [ln for ln in lines if ln.startswith("error: ")]
+    assert len(errors) == 1 and "Traceback" not in r.output, r.output
+    for f in fragments:
+        assert f in errors[0], errors[0]
+
+
+def _sheet(path, nx, ny, size=(0.4, 0.4), shift=(0.0, 0.0, 0.0)):
+    m = cloth_rectangle(size=size, resolution=(nx, ny))
+    save_cloth_obj(path, m.vertices + np.asarray(shift), ClothMesh(m.vertices, m.faces))
+    return path
+
+
+def _scene(tmp_path, mesh, extra=""):
+    p = tmp_path / "s.toml"
+    p.write_text(f'[sim]\ndt = 0.01\n[solver]\ntype = "cloth"\n[objects.c]\nkind = "cloth"\nmesh = "{mesh}"\n'
+                 f'translation = [0.0, 0.5, 0.0]\n{extra}')
+    return p
+
+
+def test_mesh_too_coarse_for_the_levels(tmp_path):
+    mesh = _sheet(tmp_path / "small.obj", 6, 6)  # 49 vertices; 3 levels need >= 1200
+    r = _refine(str(mesh), "--levels", "3", "--frames", "1", "--out", str(tmp_path / "o"))
+    _assert_one_line_error(r, "3-level hierarchy", "at least", "49")
+
+
+def test_user_levels_far_apart(tmp_path):
+    coarse = _sheet(tmp_path / "coarse.obj", 4, 4, shift=(0.0, 0.3, 0.0))  # 0.3 m above the fine sheet
+    fine = _sheet(tmp_path / "fine.obj", 12, 12)
+    p = _scene(tmp_path, fine, f'[refine]\nlevels = 2\nmethod = "meshes"\nmeshes = ["{coarse}"]\n')
+    r = _refine(str(p), "--frames", "1", "--out", str(tmp_path / "o"))
+    _assert_one_line_error(r, "s.toml", "level 1 is far from level 0", "embedding distance")
+
+
+def test_user_levels_of_different_shapes(tmp_path):
+    # the coarse level folded into a tent over the flat fine sheet
+    m = cloth_rectangle(size=(0.4, 0.4), resolution=(4, 4))
+    v = m.vertices.copy()
+    v[:, 1] += 0.5 * np.abs(v[:, 0])
+    coarse = tmp_path / "coarse.obj"
+    save_cloth_obj(coarse, v, ClothMesh(m.vertices, m.faces))
+    fine = _sheet(tmp_path / "fine.obj", 12, 12)
+    p = _scene(tmp_path, fine, f'[refine]\nlevels = 2\nmethod = "meshes"\nmeshes = ["{coarse}"]\n')
+    r = _refine(str(p), "--frames", "1", "--out", str(tmp_path / "o"))
+    _assert_one_line_error(r, "far from level 0")
+
+
+def test_user_levels_wrong_count(tmp_path):
+    fine = _sheet(tmp_path / "fine.obj", 12, 12)
+    p = _scene(tmp_path, fine, '[refine]\nlevels = 3\nmethod = "meshes"\nmeshes = []\n')
+    r = _refine(str(p), "--frames", "1", "--out", str(tmp_path / "o"))
+    _assert_one_line_error(r, "refine.meshes", "expected 2 coarser meshes")
+
+
+def test_non_manifold_mesh(tmp_path):
+    # three triangles on one edge (0-1): not a surface
+    p = tmp_path / "fan.obj"
+    p.write_text("v 0 0 0\nv 1 0 0\nv 0.5 1 0\nv 0.5 -1 0\nv 0.5 0 1\nf 1 2 3\nf 2 1 4\nf 1 2 5\n")
+    r = _refine(str(p), "--frames", "1", "--out", str(tmp_path / "o"))
+    _assert_one_line_error(r, "fan.obj", "non-manifold")
+
+
+@pytest.mark.slow
+def test_mesh_file_gets_a_scene_and_runs(tmp_path):
+    mesh = _sheet(tmp_path / "my.obj", 5, 5, size=(0.3, 0.3))
+    out = tmp_path / "out"
+    r = _refine(str(mesh), "--drape-on", "ground", "--frames", "2", "--levels", "1", "--out", str(out))
+    assert r.exit_code == 0, r.output
+    scene = out / "my.toml"
+    assert scene.exists() and "wrote the scene" in r.output
+    assert (out / "level_0" / "checkpoints" / "frame_00002.npz").exists()
+    assert (out / "run.json").exists()
+    from tisim.scene import load_scene
+
+    sc = load_scene(scene)
+    assert sc.objects["cloth"].kind == "cloth" and "ground" in sc.colliders

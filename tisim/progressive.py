@@ -1,0 +1,841 @@
+"""Progressive dynamics: a coarse cloth preview refined level by level into finer
+meshes that follow the same motion (``tisim refine``).
+
+The driver is built on the cloth solver (:class:`~tisim.solvers.cloth.solver.SolverCloth`):
+each level has its own solver (its own mesh, contact, strain limit), with
+
+* the elastic term replaced by the finest level's shell energy evaluated through the
+  direct prolongation, Psi_L(P_l(x)) (the "prolongation IP" of the notes, which cures
+  membrane locking of the coarse mesh), and
+* for levels above the preview, the inertial target taken from the level below:
+  x_hat^t_{l+1} = P(x^t_l) + U (x^t_l - x^{t-1}_l) (the "progressive IP").
+
+References:
+    Zhang, Li, Kaufman, Jiang, "Progressive Dynamics for Cloth and Shell Animation",
+    SIGGRAPH 2024 (notes: ../shared/papers/progressive-dynamics.md, sections 2-5, 7).
+
+Limitations:
+    One cloth object; obstacles are the scene's colliders (no soft bodies). The
+    pipelined schedule runs the levels in separate processes fed through the
+    per-frame checkpoints; on a machine with fewer cores than levels it cannot be
+    faster than the sequential one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+import os
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+
+from tisim.config import ConfigError
+from tisim.geometry.mesh import MeshError
+
+log = logging.getLogger(__name__)
+
+
+# --------------------------------------------------------------------------------------
+# the prolonged elastic term
+
+
+class ProlongedShell:
+    """Psi_L(P_l(x)): the finest level's shell energy at a level's prolonged positions.
+
+    Offsets a(x) are frozen at the Newton iterate where the gradient and Hessian were
+    last evaluated (notes §2.4: keeps the energy consistent with its gradient inside a
+    line search); gradient U^T grad Psi_L, Hessian U^T H_L U (PSD since H_L is).
+    """
+
+    def __init__(self, fine, P):
+        self.fine = fine
+        self.P = P
+        self._a: np.ndarray | None = None
+        self.n = P.coarse_count
+
+    def _prolong(self, x: np.ndarray, refresh: bool) -> np.ndarray:
+        if refresh or self._a is None:
+            self._a = self.P.offsets(x)
+        return self.P.U @ x + self._a
+
+    def exact_energy(self, x: np.ndarray) -> float:
+        return float(self.fine.evaluate(self.P.apply(x), energy_only=True)[0])
+
+    def evaluate(self, x: np.ndarray, hessian: bool = True, energy_only: bool = False):
+        if energy_only:
+            return self.fine.evaluate(self._prolong(x, False), energy_only=True)[0], None, None
+        y = self._prolong(x, True)
+        E, gf, Hf = self.fine.evaluate(y, hessian=hessian)
+        g = self.P.U.T @ gf
+        if not hessian:
+            return E, g, None
+        U3 = self.P.U3
+        return E, g, (U3.T @ Hf @ U3).tocsr()
+
+
+# --------------------------------------------------------------------------------------
+# levels
+
+
+@dataclass
+class LevelState:
+    """What one level carries from step to step."""
+
+    x: np.ndarray  # (n, 3) positions, m
+    v: np.ndarray  # (n, 3) velocities, m/s
+    t: float = 0.0
+    kappa: float = 0.0  # the solver's adaptive barrier stiffness after the step
+    kappa_max: float = math.inf  # and its cap (set with kappa at the first contact)
+    obstacles: np.ndarray | None = None
+
+
+def cloth_part_for_level(level, oc, mesh=None):
+    """A ClothPart (the cloth solver's input) for one hierarchy level, with the
+    object's material."""
+    from tisim.geometry.cloth import ClothMesh
+    from tisim.model import ClothPart
+
+    mesh = mesh if mesh is not None else ClothMesh(level.vertices, level.faces)
+    m = len(mesh.faces)
+    mu, lam = oc.lame_plane_stress
+    h = mesh.hinges
+    return ClothPart(
+        offset=0,
+        vertex_count=mesh.vertex_count,
+        faces=mesh.faces.astype(np.int32),
+        edges=mesh.edges.astype(np.int32),
+        hinges=np.asarray(h, dtype=np.int32).reshape(-1, 4),
+        rest=np.asarray(level.vertices, dtype=np.float64).copy(),
+        face_mu=np.full(m, mu),
+        face_lam=np.full(m, lam),
+        face_thickness=np.full(m, oc.thickness),
+        hinge_k=np.full(len(h), oc.plate_bending_stiffness),
+        vertex_mu=np.full(mesh.vertex_count, np.nan if oc.friction is None else oc.friction),
+        face_object=np.zeros(m, dtype=np.int64),
+        mass=np.asarray(level.mass, dtype=np.float64),
+        meshes=(("cloth", slice(0, mesh.vertex_count), mesh),),
+    )
+
+
+def build_levels(scene, model, count: int | None = None):
+    """The hierarchy for ``scene``'s cloth object: (Hierarchy, ObjectConfig, name)."""
+    from tisim.geometry import hierarchy as hy
+    from tisim.geometry.cloth import load_cloth_mesh
+    from tisim.model import _transform
+
+    rc = scene.refine
+    cloths = {k: o for k, o in scene.objects.items() if o.kind == "cloth"}
+    solids = [k for k, o in scene.objects.items() if o.kind != "cloth"]
+    if solids:
+        raise ConfigError(f"objects.{solids[0]}", "tisim refine takes cloth objects and colliders only", scene.path)
+    if rc.object is not None:
+        if rc.object not in cloths:
+            raise ConfigError("refine.object", f"expected the name of a cloth object ({', '.join(cloths)})", scene.path)
+        name = rc.object
+    elif len(cloths) != 1:
+        raise ConfigError("refine.object", f"the scene has {len(cloths)} cloth objects: name one", scene.path)
+    else:
+        name = next(iter(cloths))
+    oc = cloths[name]
+    levels = count if count is not None else rc.levels
+    cp = model.cloth
+    _, _, mesh = cp.meshes[0]
+    rho = oc.density * oc.thickness
+    method = rc.method
+    if method == "auto":
+        method = "loop" if oc.generator == "cloth" else "decimate"
+    # the object's own masses (the plain cloth solver's), so a one-level refine is that
+    # solver exactly and a mesh-file finest level keeps them
+    base = hy.Level(np.asarray(cp.rest, dtype=np.float64), mesh.faces, np.asarray(cp.mass, dtype=np.float64),
+                    mesh.uv, mesh.face_uv)
+    try:
+        if method in ("loop", "midpoint"):
+            H = hy.build_hierarchy(base, levels, method=method)
+        elif method == "decimate":
+            H = hy.build_hierarchy(base, levels, method="decimate", coarse_vertices=tuple(rc.coarse_vertices))
+        else:
+            if len(rc.meshes) != levels - 1:
+                raise ConfigError("refine.meshes", f"expected {levels - 1} coarser meshes for {levels} levels, "
+                                  f"got {len(rc.meshes)}", scene.path)
+            user = []
+            for f in rc.meshes:
+                m = load_cloth_mesh(str(scene.resolve_path(f)))
+                user.append(hy.Level.from_mesh(_transform(m.vertices, oc, scene), m.faces, rho, m.uv, m.face_uv))
+            H = hy.from_meshes(user + [base])
+    except MeshError as e:
+        raise MeshError(str(e).split(": ", 1)[-1] if scene.path and str(e).startswith(scene.path) else str(e),
+                        scene.path) from None
+    return H, oc, name
+
+
+# --------------------------------------------------------------------------------------
+# the driver
+
+
+@dataclass
+class RefineResult:
+    out_dir: Path
+    ended: str
+    frames: int
+    level_seconds: list[float]
+    info: dict = field(default_factory=dict)
+    message: str = ""
+
+    @property
+    def exit_code(self) -> int:
+        from tisim.runner import EXIT_DIVERGED, EXIT_INTERRUPTED, EXIT_OK
+
+        return {"diverged": EXIT_DIVERGED, "interrupted": EXIT_INTERRUPTED}.get(self.ended, EXIT_OK)
+
+
+class ProgressiveRefiner:
+    """Runs the preview (level 0) and refines it level by level.
+
+    Each level writes ``level_K/`` (stats.csv, meshes/NAME_NNNNN.obj, checkpoints/,
+    frames and an MP4 when rendering); the refiner writes consistency.csv,
+    consistency.png, run.json and, when rendering, a side-by-side MP4 of all levels.
+    """
+
+    def __init__(self, scene, out_dir, *, levels: int | None = None, arch: str = "auto",
+                 precision: str | None = None, render: bool = False, progress: bool = True,
+                 export_meshes: bool = True, on_level_done=None):
+        from tisim import backend
+        from tisim.model import Model
+
+        self.scene = scene
+        self.out = Path(out_dir)
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.binfo = backend.init(arch, precision)
+        self.model = Model.from_scene(scene)
+        if self.model.cloth is None:
+            raise ConfigError("objects", "tisim refine needs a cloth object (kind = 'cloth')", scene.path)
+        t_ = time.perf_counter()
+        self.hierarchy, self.oc, self.name = build_levels(scene, self.model, levels)
+        self.hierarchy_s = time.perf_counter() - t_
+        self.L = self.hierarchy.level_count - 1
+        self.render = render
+        self.progress = progress
+        self.export_meshes = export_meshes
+        self.on_level_done = on_level_done
+        self.h = scene.sim.dt
+        self.substeps = scene.sim.substeps
+        self._fine_term = None
+        self._solvers: dict[int, object] = {}
+        self._meshes: dict[int, object] = {}
+
+    # ------------------------------------------------------------------ set-up
+    def level_dir(self, level: int) -> Path:
+        return self.out / f"level_{level}"
+
+    def fine_term(self):
+        if self._fine_term is None:
+            from tisim.solvers.cloth.solver import ShellTerm
+
+            cp = cloth_part_for_level(self.hierarchy.finest, self.oc)
+            self._fine_term = ShellTerm(cp.vertex_count, cp.faces, cp.hinges, cp.rest, cp.face_mu, cp.face_lam,
+                                        cp.face_thickness, cp.hinge_k, bending=self.scene.solver.bending)
+        return self._fine_term
+
+    def solver(self, level: int, *, direct: bool = False):
+        """The cloth solver of ``level``; ``direct`` gives the plain solver of that mesh
+        (its own shell energy: a direct simulation, for comparisons)."""
+        key = (level, direct)
+        if key in self._solvers:
+            return self._solvers[key]
+        from tisim.solvers.cloth.solver import SolverCloth
+
+        lv = self.hierarchy.levels[level]
+        cp = cloth_part_for_level(lv, self.oc)
+        if direct:
+            elastic = None  # the mesh's own shell energy
+        elif level == self.L:
+            elastic = self.fine_term()
+        else:
+            elastic = ProlongedShell(self.fine_term(), self.hierarchy.to_finest(level))
+        s = SolverCloth(self.model, self.scene.solver, cloth=cp, elastic=elastic)
+        self._solvers[key] = s
+        return s
+
+    def handles(self, level: int):
+        from tisim.geometry.cloth import ClothMesh
+        from tisim.model import cloth_handles
+
+        lv = self.hierarchy.levels[level]
+        return cloth_handles(self.name, self.oc, lv.vertices, ClothMesh(lv.vertices, lv.faces), 0)
+
+    def initial_state(self, level: int) -> LevelState:
+        """x^0_l: the level's rest shape (= P(x^0_{l-1}), the preview starting at rest);
+        v^0_l = U v^0_{l-1} (notes §3 B.1), so every level starts with the preview's
+        momentum (m_l^T U = m_{l-1}^T with consistent masses). Evaluating the object's
+        initial velocity on each level instead spins each one about its own vertex mean,
+        which differs from the mass-weighted centre and breaks §5.3 from the first step."""
+        from tisim.model import _initial_velocity
+
+        x0 = self.hierarchy.levels[0].vertices
+        v = _initial_velocity(x0, self.oc, None)
+        for P in self.hierarchy.prolongations[:level]:
+            v = P.velocity(v)
+        return LevelState(x=self.hierarchy.levels[level].vertices.copy(), v=np.ascontiguousarray(v))
+
+    # ------------------------------------------------------------------ stepping
+    def step_level(self, level: int, st: LevelState, x_hat: np.ndarray, tolerance: float | None,
+                   solver=None, handles=None):
+        """One implicit step of ``level`` from ``st`` towards ``x_hat``; returns the new
+        LevelState and the solver's StepResult."""
+        s = solver if solver is not None else self.solver(level)
+        h = self.h
+        t1 = st.t + h
+        if st.kappa > 0:  # a resumed level continues with the stiffness it had reached
+            s.kappa = st.kappa
+            s.kappa_max = st.kappa_max
+        obs_start = st.obstacles if st.obstacles is not None else s.obstacles.positions(st.t, None)
+        obs_target = s.obstacles.positions(t1, None)
+        lv_mass = s.cloth_mass
+        f_ext = lv_mass[:, None] * s.gravity + s.wind.forces(st.t, st.x, st.v, s.cloth.faces)
+        hs = handles if handles is not None else self.handles(level)
+        active = [hd for hd in hs if hd.active(t1)]
+        if active:
+            idx = np.concatenate([hd.vertices for hd in active]).astype(np.int64)
+            tgt = np.concatenate([hd.targets(t1) for hd in active])
+        else:
+            idx, tgt = np.zeros(0, np.int64), np.zeros((0, 3))
+        res = s.solve(st.x, x_hat, h, f_ext=f_ext, obstacles=(obs_start, obs_target), held=(idx, tgt),
+                      tolerance=tolerance)
+        new = LevelState(x=res.x, v=(res.x - st.x) / h, t=t1, kappa=s.kappa, kappa_max=s.kappa_max,
+                         obstacles=s._last_obstacles.copy())
+        return new, res
+
+    def tolerance(self, level: int) -> float | None:
+        return None if level == self.L else self.scene.refine.intermediate_tolerance
+
+    # ------------------------------------------------------------------ checkpoints
+    def checkpoint_path(self, level: int, frame: int) -> Path:
+        return self.level_dir(level) / "checkpoints" / f"frame_{frame:05d}.npz"
+
+    def save_checkpoint(self, level: int, frame: int, st: LevelState, steps: list[np.ndarray]) -> None:
+        """Atomically write a finished frame: the level's state and the positions after
+        each of the frame's steps (what the next level is driven by)."""
+        p = self.checkpoint_path(level, frame)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        tmp = p.with_name(f".{p.stem}.{os.getpid()}.{uuid.uuid4().hex[:6]}.tmp.npz")
+        np.savez(tmp, x=st.x, v=st.v, t=st.t, kappa=st.kappa, kappa_max=st.kappa_max,
+                 obstacles=st.obstacles if st.obstacles is not None else np.zeros((0, 3)),
+                 steps=np.stack(steps) if steps else np.zeros((0,) + st.x.shape))
+        os.replace(tmp, p)
+
+    def load_checkpoint(self, level: int, frame: int):
+        with np.load(self.checkpoint_path(level, frame)) as d:
+            st = LevelState(x=d["x"].copy(), v=d["v"].copy(), t=float(d["t"]), kappa=float(d["kappa"]),
+                            kappa_max=float(d["kappa_max"]) if "kappa_max" in d else math.inf,
+                            obstacles=d["obstacles"].copy() if len(d["obstacles"]) else None)
+            return st, list(d["steps"])
+
+    def last_checkpoint(self, level: int) -> int:
+        """The last frame whose checkpoint is complete (-1: none)."""
+        d = self.level_dir(level) / "checkpoints"
+        if not d.is_dir():
+            return -1
+        frames = sorted(int(p.stem.split("_")[1]) for p in d.glob("frame_*.npz"))
+        # frames are written in order; a gap means a later file is from an older run
+        last = -1
+        for f in frames:
+            if f != last + 1:
+                break
+            last = f
+        return last
+
+    def prepare_outputs(self, resume: bool) -> list[int]:
+        """Make the checkpoints on disk a consistent starting point before any level
+        runs: without ``resume`` every level's old checkpoints go (a pipelined level
+        would otherwise read the level below's frames from an earlier run); with it,
+        each level keeps its frames up to the last one that the level below also
+        has (a level cannot be ahead of the one driving it) and drops the rest.
+        Returns the frame each level resumes from (-1: from the start)."""
+        starts = []
+        for level in range(self.L + 1):
+            last = self.last_checkpoint(level) if resume else -1
+            if level > 0:
+                last = min(last, starts[-1])
+            d = self.level_dir(level) / "checkpoints"
+            if d.is_dir():
+                for p in d.glob("frame_*.npz"):
+                    if int(p.stem.split("_")[1]) > last:
+                        p.unlink()
+            (self.level_dir(level) / "level.json").unlink(missing_ok=True)
+            starts.append(last)
+        return starts
+
+    # ------------------------------------------------------------------ one level
+    def run_level(self, level: int, frames: int, *, resume: bool = False, bar=None) -> dict:
+        """Simulate ``level`` for ``frames`` frames (level 0: the preview; others driven
+        by the level below's checkpoints). Returns per-level timing info."""
+        from tisim.runner import StatsWriter
+
+        d = self.level_dir(level)
+        d.mkdir(parents=True, exist_ok=True)
+        if self.export_meshes:
+            (d / "meshes").mkdir(exist_ok=True)
+        h, sub = self.h, self.substeps
+        solver = self.solver(level)
+        handles = self.handles(level)
+        tol = self.tolerance(level)
+        start = self.last_checkpoint(level) if resume else -1
+        stats = StatsWriter(d / "stats.csv")
+        if start > 0:
+            st, now = self.load_checkpoint(level, start)
+            if len(now) >= 2:  # substeps: the state one step before st is in the same frame
+                x_prev = now[-2]
+            else:
+                _, before = self.load_checkpoint(level, start - 1)
+                x_prev = before[-1] if len(before) else st.x - h * st.v
+            for row in _read_rows(d / "stats.csv", start):
+                stats.write(row)
+        else:
+            start = 0
+            st = self.initial_state(level)
+            x_prev = st.x - h * st.v
+            self.save_checkpoint(level, 0, st, [st.x.copy()])
+            stats.write(self._row(level, 0, st, None, 0.0, None))
+            self._export(level, 0, st.x)
+        below = _Trajectory(self, level - 1) if level > 0 else None
+        P = self.hierarchy.prolongations[level - 1] if level > 0 else None
+        wall = []
+        try:
+            for frame in range(start, frames):
+                t0 = time.perf_counter()
+                steps, agg, second = [], None, 0.0
+                for k in range(sub):
+                    t = frame * sub + k
+                    if below is None:
+                        x_hat = st.x + h * st.v
+                    else:  # the progressive IP's inertial target, from the level below
+                        xl, xl_prev = below.at(t), below.at(t - 1)
+                        x_hat = P.apply(xl) + P.U @ (xl - xl_prev)
+                    new, res = self.step_level(level, st, x_hat, tol, solver=solver, handles=handles)
+                    if not np.all(np.isfinite(new.x)):
+                        raise FloatingPointError(f"level {level} diverged at frame {frame + 1}")
+                    second = max(second, float(np.abs(new.x - 2 * st.x + x_prev).max()))
+                    x_prev, st = st.x, new
+                    steps.append(st.x.copy())
+                    agg = res if agg is None else _merge(agg, res)
+                ms = (time.perf_counter() - t0) * 1e3
+                wall.append(ms)
+                stats.write(self._row(level, frame + 1, st, agg, ms, second))
+                self._export(level, frame + 1, st.x)
+                # the checkpoint last: it marks the frame done (resume, the next level)
+                self.save_checkpoint(level, frame + 1, st, steps)
+                if bar is not None:
+                    bar()
+        finally:
+            stats.close()
+        return {"frames": frames - start, "median_ms": float(np.median(wall)) if wall else math.nan,
+                "mean_ms": float(np.mean(wall)) if wall else math.nan, "total_s": float(np.sum(wall) / 1e3)}
+
+    def _row(self, level, frame, st: LevelState, res, ms, second) -> dict:
+        s = self.solver(level)
+        m = s.cloth_mass
+        p = (m[:, None] * st.v).sum(axis=0)
+        L = (m[:, None] * np.cross(st.x, st.v)).sum(axis=0)
+        com = (m[:, None] * st.x).sum(axis=0) / m.sum()
+        ke = 0.5 * float((m * (st.v**2).sum(axis=1)).sum())
+        pot = s.potential_energy(st.x)
+        row = {"frame": frame, "time": st.t, "wall_ms": ms, "kinetic": ke, "potential": pot,
+               "total_energy": ke + pot, "px": p[0], "py": p[1], "pz": p[2], "lx": L[0], "ly": L[1], "lz": L[2],
+               "com_x": com[0], "com_y": com[1], "com_z": com[2], "vcom_x": p[0] / m.sum(),
+               "vcom_y": p[1] / m.sum(), "vcom_z": p[2] / m.sum(), "min_volume_ratio": math.nan,
+               "iterations": res.iterations if res else 0, "residual": res.residual if res else math.nan,
+               "n_contacts": res.n_contacts if res else 0, "max_penetration": 0.0 if res else math.nan,
+               "converged": res.converged if res else True,
+               "newton_iterations": res.iterations if res else 0,
+               "min_distance": res.min_distance if res else math.nan,
+               "ccd_clamps": res.ccd_clamps if res else 0,
+               "max_strain": res.max_strain if res else math.nan,
+               "second_difference": second if second is not None else math.nan}
+        return row
+
+    def _export(self, level: int, frame: int, x: np.ndarray) -> None:
+        if not self.export_meshes:
+            return
+        from tisim.geometry.cloth import ClothMesh, save_cloth_obj
+
+        mesh = self._meshes.get(level)
+        if mesh is None:  # one per level: it caches its UV and face lines
+            lv = self.hierarchy.levels[level]
+            mesh = self._meshes[level] = (ClothMesh(lv.vertices, lv.faces, lv.uv, lv.face_uv)
+                                          if lv.face_uv is not None else ClothMesh(lv.vertices, lv.faces))
+        save_cloth_obj(self.level_dir(level) / "meshes" / f"{self.name}_{frame:05d}.obj", x, mesh)
+
+    # ------------------------------------------------------------------ whole refine
+    def run(self, frames: int, *, resume: bool = False, direct: bool = False, schedule: str | None = None,
+            announce=None) -> RefineResult:
+        """Preview first, then every finer level; consistency, plot, run.json."""
+        schedule = schedule or self.scene.refine.schedule
+        info = {"scene": self.scene.to_dict(), "scene_file": self.scene.path, "levels": [],
+                "schedule": schedule, "hierarchy_s": self.hierarchy_s,
+                "hierarchy": {"method": self.hierarchy.method, "mass": self.hierarchy.mass,
+                              "vertices": [lv.vertex_count for lv in self.hierarchy.levels],
+                              "faces": [lv.face_count for lv in self.hierarchy.levels]},
+                "arch": self.binfo.arch, "precision": self.binfo.precision,
+                # "1": single-threaded Taichi, so a rerun or --resume is bit-identical
+                "cpu_threads": os.environ.get("TI_CPU_MAX_NUM_THREADS")}
+        from tisim.runner import machine, versions
+
+        info["machine"] = machine()
+        info["versions"] = versions()
+        seconds = []
+        ended, message = "completed", ""
+        info["resumed_from"] = self.prepare_outputs(resume)
+        try:
+            if schedule == "pipelined" and self.L > 0:
+                seconds = self._run_pipelined(frames, resume, info, announce)
+            else:
+                for level in range(self.L + 1):
+                    t0 = time.perf_counter()
+                    bar = _bar(self.progress, frames, f"level {level}")
+                    try:
+                        li = self.run_level(level, frames, resume=resume, bar=bar.advance if bar else None)
+                    finally:
+                        if bar:
+                            bar.stop()
+                    seconds.append(time.perf_counter() - t0)
+                    li.update(level=level, seconds=seconds[-1],
+                              vertices=self.hierarchy.levels[level].vertex_count,
+                              faces=self.hierarchy.levels[level].face_count)
+                    info["levels"].append(li)
+                    if announce is not None:
+                        announce(level, self.level_dir(level), li)
+        except KeyboardInterrupt:
+            ended, message = "interrupted", "interrupted: rerun with --resume to continue"
+        except FloatingPointError as e:
+            ended, message = "diverged", str(e)
+        if ended == "completed":
+            info["consistency"] = write_consistency(self.out, self.L, self.hierarchy.finest.diagonal)
+            if direct:
+                info["direct"] = dr = self.run_direct(frames)
+                prev = info["levels"][0].get("median_ms") if info["levels"] else None
+                fine = info["levels"][-1].get("median_ms") if info["levels"] else None
+                if prev:
+                    dr["preview_speedup_vs_direct_fine"] = dr[f"level_{self.L}_median_ms"] / prev
+                    dr["preview_cost_vs_direct_coarse"] = prev / dr["level_0_median_ms"]
+                if fine:
+                    dr["finest_cost_vs_direct_fine"] = fine / dr[f"level_{self.L}_median_ms"]
+        info.update(ended=ended, message=message)
+        _write_json(self.out / "run.json", info)
+        return RefineResult(self.out, ended, frames, seconds, info, message)
+
+    def _run_pipelined(self, frames, resume, info, announce):
+        """Every level in its own process, level l+1 following level l through the
+        checkpoints; returns the wall time of each level (from the common start)."""
+        import multiprocessing as mp
+
+        ctx = mp.get_context("spawn")
+        t0 = time.perf_counter()
+        procs = []
+        for level in range(self.L + 1):
+            pr = ctx.Process(target=_pipeline_worker,
+                             args=(self.scene, str(self.out), level, frames, resume, self.binfo.arch,
+                                   self.binfo.precision, self.hierarchy.level_count, self.export_meshes))
+            pr.start()
+            procs.append(pr)
+        seconds = []
+        try:
+            for level, pr in enumerate(procs):
+                pr.join()
+                seconds.append(time.perf_counter() - t0)
+                if pr.exitcode != 0:
+                    raise FloatingPointError(f"level {level} failed in its process (exit code {pr.exitcode})")
+                li = json.loads((self.level_dir(level) / "level.json").read_text())
+                li.update(level=level, seconds=seconds[-1])
+                info["levels"].append(li)
+                if announce is not None:
+                    announce(level, self.level_dir(level), li)
+        finally:
+            # a failed or interrupted level never writes the frames the levels above
+            # wait for: stop them rather than leave them polling
+            for pr in procs:
+                if pr.is_alive():
+                    pr.terminate()
+                    pr.join()
+        info["pipelined_wall_s"] = time.perf_counter() - t0
+        return seconds
+
+    def run_direct(self, frames: int) -> dict:
+        """Direct (plain) simulations of the coarsest and finest meshes, for the speed-up
+        of the preview and the consistency of plain simulations across resolutions."""
+        out = {}
+        traj = {}
+        for level in sorted({0, self.L}):
+            s = self.solver(level, direct=True)
+            hs = self.handles(level)
+            st = self.initial_state(level)
+            coms, ms = [], []
+            m = s.cloth_mass
+            coms.append((m[:, None] * st.x).sum(0) / m.sum())
+            for _ in range(frames):
+                t0 = time.perf_counter()
+                for _ in range(self.substeps):
+                    st, _ = self.step_level(level, st, st.x + self.h * st.v, None, solver=s, handles=hs)
+                ms.append((time.perf_counter() - t0) * 1e3)
+                coms.append((m[:, None] * st.x).sum(0) / m.sum())
+            traj[level] = np.asarray(coms)
+            out[f"level_{level}_median_ms"] = float(np.median(ms))
+        diag = self.hierarchy.finest.diagonal
+        d = np.linalg.norm(traj[0] - traj[self.L], axis=1)
+        out["direct_com_distance_max"] = float(d.max())
+        out["direct_com_distance_max_rel"] = float(d.max() / diag)
+        return out
+
+
+class _Trajectory:
+    """Positions x^t of a finished (or, pipelined, advancing) level, read from its
+    checkpoints: x^{-1} = x^0 - h v^0; x^t for t >= 1 is in frame ceil(t / substeps)."""
+
+    def __init__(self, refiner: ProgressiveRefiner, level: int):
+        self.r = refiner
+        self.level = level
+        self._cache: dict[int, tuple] = {}
+
+    def _frame(self, f: int):
+        if f not in self._cache:
+            p = self.r.checkpoint_path(self.level, f)
+            waited = 0.0
+            while not p.exists():  # pipelined: the level below is still working on it
+                time.sleep(0.02)
+                waited += 0.02
+                if waited > 3600:
+                    raise RuntimeError(f"level {self.level} frame {f} never arrived")
+            if len(self._cache) > 4:
+                self._cache.pop(min(self._cache))
+            self._cache[f] = self.r.load_checkpoint(self.level, f)
+        return self._cache[f]
+
+    def at(self, t: int) -> np.ndarray:
+        sub = self.r.substeps
+        if t <= 0:
+            st, _ = self._frame(0)
+            return st.x if t == 0 else st.x - self.r.h * st.v
+        _, steps = self._frame((t - 1) // sub + 1)
+        return steps[(t - 1) % sub]
+
+
+def _read_rows(path: Path, last_frame: int) -> list[dict]:
+    """The rows of an earlier stats.csv up to ``last_frame`` (numbers parsed)."""
+    import csv
+
+    if not path.exists():
+        return []
+    out = []
+    with open(path) as f:
+        for r in csv.DictReader(f):
+            if int(r["frame"]) > last_frame:
+                break
+            out.append({k: (float(v) if v not in ("", None) else math.nan) for k, v in r.items()})
+            out[-1]["frame"] = int(out[-1]["frame"])
+    return out
+
+
+def _pipeline_worker(scene, out, level, frames, resume, arch, precision, count, export):
+    r = ProgressiveRefiner(scene, out, levels=count, arch=arch, precision=precision, progress=False,
+                           export_meshes=export)
+    t0 = time.perf_counter()
+    li = r.run_level(level, frames, resume=resume)
+    li["process_s"] = time.perf_counter() - t0
+    (r.level_dir(level) / "level.json").write_text(json.dumps(li))
+
+
+def _merge(a, b):
+    return dataclasses.replace(
+        b, iterations=a.iterations + b.iterations, ccd_clamps=a.ccd_clamps + b.ccd_clamps,
+        min_distance=min(a.min_distance, b.min_distance), max_strain=max(a.max_strain, b.max_strain),
+        converged=a.converged and b.converged)
+
+
+# --------------------------------------------------------------------------------------
+# consistency
+
+
+def write_consistency(out: Path, L: int, diagonal: float) -> dict:
+    """consistency.csv (per frame: each level's centre-of-mass distance from the
+    preview, relative to the finest mesh's bounding-box diagonal, and kinetic-energy
+    difference) and consistency.png. Returns the maxima."""
+    import csv
+
+    cols = {}
+    for level in range(L + 1):
+        with open(out / f"level_{level}" / "stats.csv") as f:
+            rows = list(csv.DictReader(f))
+        cols[level] = {
+            "com": np.array([[float(r["com_x"]), float(r["com_y"]), float(r["com_z"])] for r in rows]),
+            "ke": np.array([float(r["kinetic"]) for r in rows]),
+            "time": np.array([float(r["time"]) for r in rows]),
+            "second": np.array([float(r["second_difference"] or "nan") for r in rows]),
+        }
+    n = min(len(c["ke"]) for c in cols.values())
+    summary = {}
+    with open(out / "consistency.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        head = ["frame", "time"]
+        for level in range(1, L + 1):
+            head += [f"com_distance_{level}", f"com_distance_rel_{level}", f"kinetic_{level}",
+                     f"kinetic_difference_{level}"]
+        w.writerow(["frame", "time", "kinetic_0"] + head[2:])
+        for i in range(n):
+            row = [i, cols[0]["time"][i], cols[0]["ke"][i]]
+            for level in range(1, L + 1):
+                d = float(np.linalg.norm(cols[level]["com"][i] - cols[0]["com"][i]))
+                row += [d, d / diagonal, cols[level]["ke"][i], cols[level]["ke"][i] - cols[0]["ke"][i]]
+            w.writerow(row)
+    for level in range(1, L + 1):
+        d = np.linalg.norm(cols[level]["com"][:n] - cols[0]["com"][:n], axis=1)
+        summary[f"level_{level}"] = {"com_distance_max": float(d.max()),
+                                     "com_distance_max_rel": float(d.max() / diagonal),
+                                     "kinetic_difference_max": float(np.abs(cols[level]["ke"][:n]
+                                                                            - cols[0]["ke"][:n]).max())}
+    summary["second_difference_max"] = {f"level_{k}": float(np.nanmax(c["second"])) if np.isfinite(
+        c["second"]).any() else None for k, c in cols.items()}
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, ax = plt.subplots(1, 2, figsize=(10, 3.6))
+        for level in range(L + 1):
+            ax[1].plot(cols[level]["time"][:n], cols[level]["ke"][:n], label=f"level {level}")
+            if level:
+                d = np.linalg.norm(cols[level]["com"][:n] - cols[0]["com"][:n], axis=1) / diagonal
+                ax[0].plot(cols[level]["time"][:n], 100 * d, label=f"level {level}")
+        ax[0].set_xlabel("time (s)")
+        ax[0].set_ylabel("centre-of-mass distance from preview (% of diagonal)")
+        ax[1].set_xlabel("time (s)")
+        ax[1].set_ylabel("kinetic energy (J)")
+        for a in ax:
+            if a.get_legend_handles_labels()[0]:
+                a.legend()
+            a.grid(alpha=0.3)
+        fig.tight_layout()
+        fig.savefig(out / "consistency.png", dpi=90)
+        plt.close(fig)
+    except Exception as e:  # the numbers are in the CSV either way
+        log.warning("could not draw consistency.png: %s", e)
+    return summary
+
+
+def _write_json(path: Path, data: dict) -> None:
+    from tisim.runner import _write_json as write
+
+    write(path, data)
+
+
+class _Bar:
+    def __init__(self, total, name):
+        from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
+        self.p = Progress(TextColumn(f"[bold]{name}"), BarColumn(), TextColumn("{task.completed}/{task.total} frames"),
+                          TimeRemainingColumn())
+        self.task = self.p.add_task(name, total=total)
+        self.p.start()
+
+    def advance(self):
+        self.p.advance(self.task)
+
+    def stop(self):
+        self.p.stop()
+
+
+def _bar(enabled, total, name):
+    return _Bar(total, name) if enabled else None
+
+
+# --------------------------------------------------------------------------------------
+# rendering
+
+
+def render_levels(refiner: ProgressiveRefiner, frames: int) -> dict:
+    """PNG frames and an MP4 per level from its checkpoints, and a side-by-side MP4 of
+    all levels (``levels.mp4``). Returns the paths written."""
+    from tisim.render.base import ViewInfo
+    from tisim.render.offscreen import OffscreenRenderer
+    from tisim.render.video import FrameWriter
+
+    scene = refiner.scene
+    fps = scene.render.fps or 1.0 / (scene.sim.dt * scene.sim.substeps)
+    out = {}
+    images: dict[int, list[Path]] = {}
+    for level in range(refiner.L + 1):
+        lv = refiner.hierarchy.levels[level]
+        d = refiner.level_dir(level)
+        writer = FrameWriter(d, fps=fps, video_name=f"level_{level}.mp4")
+        r = OffscreenRenderer(writer)
+        r.open(ViewInfo(faces=lv.faces, vertex_count=lv.vertex_count,
+                        colliders=[c for c in refiner.model.colliders if c.visible], camera=scene.camera,
+                        render=scene.render, title=f"level {level}"))
+        for f in range(frames + 1):
+            if not refiner.checkpoint_path(level, f).exists():
+                break
+            st, _ = refiner.load_checkpoint(level, f)
+            r.draw(f, st.t, st.x)
+        r.close()
+        out[f"level_{level}"] = str(r.video_path) if r.video_path else None
+        images[level] = sorted((d / "frames").glob("frame_*.png"))
+    n = min(len(v) for v in images.values()) if images else 0
+    if n:
+        import imageio.v3 as iio
+
+        side = FrameWriter(refiner.out / "side_by_side", fps=fps, video_name="levels.mp4")
+        for i in range(n):
+            side.write(np.concatenate([iio.imread(images[k][i]) for k in sorted(images)], axis=1))
+        path = side.finish()
+        out["side_by_side"] = str(path) if path else None
+    return out
+
+
+# --------------------------------------------------------------------------------------
+# a scene around a user's cloth mesh
+
+
+def scene_for_mesh(mesh_path: Path, *, drape_on: str = "sphere", pin: str | None = None,
+                   wind: tuple[float, float, float] | None = None, frames: int = 100) -> str:
+    """TOML text of a default scene for a cloth mesh file: the mesh centred and laid
+    above a sphere, the ground or a box (or pinned and blown by wind)."""
+    from tisim.geometry.cloth import load_cloth_mesh
+
+    m = load_cloth_mesh(str(mesh_path))
+    lo, hi = m.vertices.min(0), m.vertices.max(0)
+    size = float(np.linalg.norm(hi - lo))
+    c = 0.5 * (lo + hi)
+    lift = 0.25 * size
+    lines = [
+        "[scene]", f'name = "{mesh_path.stem}"',
+        f'description = "{mesh_path.name} draped on a {drape_on} (written by tisim refine; edit freely)"', "",
+        "[sim]", "dt = 0.01", f"frames = {frames}", "",
+        "[solver]", 'type = "cloth"', "",
+        "[contact]", "mu = 0.2", f"dhat = {max(1e-4, 1e-3 * size):.3g}", f"thickness = {max(1e-4, 1e-3 * size):.3g}",
+        "",
+        "[objects.cloth]", 'kind = "cloth"', f'mesh = "{mesh_path.resolve()}"',
+        "youngs_modulus = 1e5", "poisson_ratio = 0.3", "thickness = 1e-3", "density = 200.0",
+        f"translation = [{-c[0]:.6g}, {-lo[1] + lift + (0.35 * size if drape_on != 'ground' else 0):.6g}, "
+        f"{-c[2]:.6g}]",
+    ]
+    if pin:
+        lines.append(f'pin = "{pin}"')
+    lines.append("")
+    if drape_on == "sphere":
+        lines += ["[colliders.sphere]", 'type = "sphere"', f"position = [0.0, {0.2 * size:.6g}, 0.0]",
+                  f"radius = {0.2 * size:.6g}", ""]
+    elif drape_on == "box":
+        lines += ["[colliders.box]", 'type = "box"', f"position = [0.0, {0.15 * size:.6g}, 0.0]",
+                  f"half_extents = [{0.15 * size:.6g}, {0.15 * size:.6g}, {0.15 * size:.6g}]", ""]
+    lines += ["[colliders.ground]", 'type = "plane"', "position = [0.0, 0.0, 0.0]", "normal = [0.0, 1.0, 0.0]", ""]
+    if wind:
+        lines += ["[wind]", f"velocity = [{wind[0]}, {wind[1]}, {wind[2]}]", "gust = 0.5", ""]
+    lines += ["[camera]", f"position = [{1.2 * size:.6g}, {0.9 * size:.6g}, {1.4 * size:.6g}]",
+              f"lookat = [0.0, {0.25 * size:.6g}, 0.0]", ""]
+    return "\n".join(lines)
