@@ -241,7 +241,8 @@ def run_scene(
     ended, message = "completed", ""
     done = 0
     bar = _progress(progress and not live, n_frames, scene.name)
-    guards = DivergenceGuards(model, scene.sim.on_divergence)
+    guards = DivergenceGuards(model, scene.sim.on_divergence,
+                              max_capped_steps=getattr(solver, "max_capped_steps", MAX_CAPPED_STEPS))
 
     if viewer is not None:
         viewer.open(_view_info(model, scene, solver))

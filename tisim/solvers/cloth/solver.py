@@ -204,6 +204,10 @@ class SolverCloth(Solver):
     """
 
     name = "cloth"
+    # A Newton solve that stops at its iteration cap still ends on an intersection-free,
+    # strain-feasible iterate (every accepted iterate is): slow, not diverged. It is
+    # reported per frame (converged = 0) and never stops the run.
+    max_capped_steps = 2**31
 
     def __init__(self, model, config, *, elastic=None, cloth=None):
         super().__init__(model, config)
