@@ -32,6 +32,7 @@ bench: setup
 	$(BIN)/python tools/bench_pd.py --quick
 	$(BIN)/python tools/bench_contact.py --resolution 17.6493
 	$(BIN)/python tools/bench_admm.py --quick
+	$(BIN)/python tools/bench_cloth.py --quick --no-peer
 
 clean:
 	rm -rf out .pytest_cache build *.egg-info
