@@ -142,9 +142,10 @@ def _compute_boxes(
         for j in range(b * _SCAN_BLOCK, ti.min((b + 1) * _SCAN_BLOCK, nf + ne)):
             acc += ext[j]
         block_sums[b] = acc
-    ti.loop_config(serialize=True)
-    for b in range(n_blocks):
-        stats[0] += block_sums[b]
+    for _ in range(1):  # one thread sums the blocks in order (deterministic; SPIR-V has
+        # no loop_config(serialize))
+        for b in range(n_blocks):
+            stats[0] += block_sums[b]
 
 
 @ti.kernel
@@ -185,10 +186,10 @@ def _scan_buckets(buckets: ti.types.ndarray(), block_sums: ti.types.ndarray()):
             buckets[j, 1] = acc
             acc += buckets[j, 0]
         block_sums[b] = acc
-    ti.loop_config(serialize=True)
-    for b in range(1, n_blocks):
-        # serial: block b's offset needs blocks < b
-        block_sums[b] += block_sums[b - 1]
+    for _ in range(1):  # one thread runs the loop inside serially (loop_config(serialize)
+        # is not supported by the SPIR-V backends): block b's offset needs blocks < b
+        for b in range(1, n_blocks):
+            block_sums[b] += block_sums[b - 1]
     for j in range(n):
         b = j // _SCAN_BLOCK
         if b > 0:
