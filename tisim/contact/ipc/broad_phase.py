@@ -50,6 +50,10 @@ log = logging.getLogger(__name__)
 CELL_SCALE = 2.0  # cell size / mean box size (the largest side of each face and edge box)
 MAX_CELLS_PER_AXIS = 16  # the largest box spans at most this many cells per axis
 _SCAN_BLOCK = 256  # buckets summed per thread in the prefix sum's first pass
+# a power of two: block counts are taken with a shift, because an integer floor division
+# in a kernel's serial part is not supported by Taichi's SPIR-V (Vulkan) code generator
+_SCAN_SHIFT = 8
+assert _SCAN_BLOCK == 1 << _SCAN_SHIFT
 _MAX_GRID_CELLS = 1 << 20  # cells per axis over the whole domain (keeps i32 cell ids safe)
 
 
@@ -136,7 +140,7 @@ def _compute_boxes(
         e = (h - l).max()
         ext[i] = e
         ti.atomic_max(stats[1], e)  # max is exact: order-independent
-    n_blocks = (nf + ne + _SCAN_BLOCK - 1) // _SCAN_BLOCK
+    n_blocks = (nf + ne + _SCAN_BLOCK - 1) >> _SCAN_SHIFT
     for b in range(n_blocks):
         acc = 0.0
         for j in range(b * _SCAN_BLOCK, ti.min((b + 1) * _SCAN_BLOCK, nf + ne)):
@@ -179,7 +183,7 @@ def _scan_buckets(buckets: ti.types.ndarray(), block_sums: ti.types.ndarray()):
     """Exclusive prefix sum buckets[:, 1] = scan(buckets[:, 0]): per-block sums in parallel,
     a serial scan over the (few) blocks, then a parallel add of the block offsets."""
     n = buckets.shape[0]
-    n_blocks = (n + _SCAN_BLOCK - 1) // _SCAN_BLOCK
+    n_blocks = (n + _SCAN_BLOCK - 1) >> _SCAN_SHIFT
     for b in range(n_blocks):
         acc = 0
         for j in range(b * _SCAN_BLOCK, ti.min((b + 1) * _SCAN_BLOCK, n)):
