@@ -249,11 +249,6 @@ class SolverCloth(Solver):
         edges_all = mesh_edges(faces_all) if len(faces_all) else np.zeros((0, 2), np.int32)
         active = np.zeros(self.n, dtype=bool)
         active[: self.nc] = True
-        if not config.self_contact:
-            # cloth-cloth pairs are dropped by giving every cloth vertex its own group:
-            # the broad phase reports only pairs with an active vertex, so self-contact off
-            # is handled by filtering pairs below
-            pass
         self.broad = BroadPhase(self.n, faces_all, edges_all.astype(np.int32), active)
         self.cloth_mass = np.asarray(cp.mass, dtype=np.float64)
         x0_obs = self.obstacles.positions(0.0, model.initial_positions)
@@ -690,7 +685,6 @@ class SolverCloth(Solver):
             n_pt, n_ee = self.broad.detect(self.x, inflation, dx=self.dx, alpha=alpha)
         if not self.self_contact:
             n_pt, n_ee = self._drop_self_pairs(n_pt, n_ee)
-        self.barrier.ensure_capacity(n_pt + n_ee) if hasattr(self.barrier, "ensure_capacity") else None
         return n_pt, n_ee
 
     def _drop_self_pairs(self, n_pt, n_ee):
