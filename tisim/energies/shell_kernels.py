@@ -181,6 +181,34 @@ def membrane_gradient(
         scatter_gradient(g, faces, f, BG, P)
 
 
+@ti.func
+def membrane_blocks(F, area, mu, lam, tau):
+    """F-space Hessian blocks (H00, H01, H11) of Psi_m (H10 = H01^T)."""
+    _P, S, A, beta, kap = membrane_stress(F, area, mu, lam, tau)
+    PA = F @ A
+    P0 = ti.Vector([PA[0, 0], PA[1, 0], PA[2, 0]])
+    P1 = ti.Vector([PA[0, 1], PA[1, 1], PA[2, 1]])
+    FAF = PA @ F.transpose()
+    I3 = ti.Matrix.identity(float, 3)
+    c1 = 2.0 * kap * lam
+    c2 = 2.0 * kap * beta
+    H00 = 2.0 * S[0, 0] * I3 + c1 * P0.outer_product(P0) - c2 * (A[0, 0] * FAF + P0.outer_product(P0))
+    H11 = 2.0 * S[1, 1] * I3 + c1 * P1.outer_product(P1) - c2 * (A[1, 1] * FAF + P1.outer_product(P1))
+    H01 = 2.0 * S[0, 1] * I3 + c1 * P0.outer_product(P1) - c2 * (A[0, 1] * FAF + P1.outer_product(P0))
+    return H00, H01, H11
+
+
+@ti.func
+def store_f_hessian(out: ti.template(), f, H00, H01, H11):
+    """Write the 6 x 6 F-space Hessian of face f, row (column c of F, coordinate k)."""
+    H10 = H01.transpose()
+    for k, l in ti.static(ti.ndrange(3, 3)):
+        out[f, k, l] = H00[k, l]
+        out[f, k, 3 + l] = H01[k, l]
+        out[f, 3 + k, l] = H10[k, l]
+        out[f, 3 + k, 3 + l] = H11[k, l]
+
+
 @ti.kernel
 def membrane_hessian(
     x: ti.types.ndarray(),
@@ -192,33 +220,69 @@ def membrane_hessian(
     for f in range(faces.shape[0]):
         BG = face_frame(data, f)
         F = deformation(x, faces, f, BG)
-        lam = data[f, M_LAM]
-        _P, S, A, beta, kap = membrane_stress(
-            F, data[f, M_AREA], data[f, M_MU], lam, data[f, M_THICK]
-        )
-        PA = F @ A
-        P0 = ti.Vector([PA[0, 0], PA[1, 0], PA[2, 0]])
-        P1 = ti.Vector([PA[0, 1], PA[1, 1], PA[2, 1]])
-        FAF = PA @ F.transpose()
-        I3 = ti.Matrix.identity(float, 3)
-        c1 = 2.0 * kap * lam
-        c2 = 2.0 * kap * beta
-        H00 = (
-            2.0 * S[0, 0] * I3
-            + c1 * P0.outer_product(P0)
-            - c2 * (A[0, 0] * FAF + P0.outer_product(P0))
-        )
-        H11 = (
-            2.0 * S[1, 1] * I3
-            + c1 * P1.outer_product(P1)
-            - c2 * (A[1, 1] * FAF + P1.outer_product(P1))
-        )
-        H01 = (
-            2.0 * S[0, 1] * I3
-            + c1 * P0.outer_product(P1)
-            - c2 * (A[0, 1] * FAF + P1.outer_product(P0))
+        H00, H01, H11 = membrane_blocks(
+            F, data[f, M_AREA], data[f, M_MU], data[f, M_LAM], data[f, M_THICK]
         )
         store_face_hessian(out, f, BG, H00, H01, H11)
+
+
+@ti.kernel
+def membrane_hessian_f(
+    x: ti.types.ndarray(),
+    faces: ti.types.ndarray(),
+    data: ti.types.ndarray(),
+    out: ti.types.ndarray(),
+):
+    """out[f] = raw 6 x 6 Hessian of Psi_m of face f with respect to F (J).
+
+    The vertex Hessian is D^T out[f] D with D = dF/dx (6 x 9, constant per face), so a
+    PSD projection of this 6 x 6 matrix gives a PSD 9 x 9 one at a third of the cost."""
+    for f in range(faces.shape[0]):
+        BG = face_frame(data, f)
+        F = deformation(x, faces, f, BG)
+        H00, H01, H11 = membrane_blocks(
+            F, data[f, M_AREA], data[f, M_MU], data[f, M_LAM], data[f, M_THICK]
+        )
+        store_f_hessian(out, f, H00, H01, H11)
+
+
+@ti.kernel
+def scatter_face_hessians(
+    data: ti.types.ndarray(),
+    hf: ti.types.ndarray(),
+    slots: ti.types.ndarray(),
+    csr: ti.types.ndarray(),
+):
+    """csr[slots[f, i, j]] += (D^T hf[f] D)[i, j]: the 9 x 9 vertex Hessian of every face
+    from its F-space Hessian (``membrane_hessian_f``), added into a CSR value array
+    (slot -1: entry dropped)."""
+    for f in range(hf.shape[0]):
+        BG = face_frame(data, f)
+        for v, w in ti.ndrange(3, 3):
+            for k, l in ti.ndrange(3, 3):
+                s = slots[f, 3 * v + k, 3 * w + l]
+                if s >= 0:
+                    acc = 0.0
+                    for c in ti.static(range(2)):
+                        for d in ti.static(range(2)):
+                            acc += BG[v, c] * BG[w, d] * hf[f, 3 * c + k, 3 * d + l]
+                    csr[s] += acc
+
+
+@ti.kernel
+def scatter_blocks(h: ti.types.ndarray(), count: ti.i32, slots: ti.types.ndarray(), csr: ti.types.ndarray()):
+    """csr[slots[e, i, j]] += h[e, i, j] for e < count (slot -1: entry dropped)."""
+    for e in range(count):
+        for i, j in ti.ndrange(h.shape[1], h.shape[2]):
+            s = slots[e, i, j]
+            if s >= 0:
+                csr[s] += h[e, i, j]
+
+
+@ti.kernel
+def zero_scalars(a: ti.types.ndarray()):
+    for i in range(a.shape[0]):
+        a[i] = 0.0
 
 
 # ---------------------------------------------------------------------------
@@ -501,6 +565,38 @@ def strain_gradient(
             scatter_gradient(g, faces, f, BG, 2.0 * F @ S)
 
 
+@ti.func
+def strain_blocks(F, ka, s_max, s_hat, tol):
+    """F-space Hessian blocks (H00, H01, H11) of the strain barrier of one face (zero
+    below activation); ka = kappa * rest area."""
+    l1, l2, v1, v2 = sym_eigen2(F.transpose() @ F)
+    H00 = ti.Matrix.zero(float, 3, 3)
+    H01 = ti.Matrix.zero(float, 3, 3)
+    H11 = ti.Matrix.zero(float, 3, 3)
+    if ti.sqrt(ti.max(l1, 0.0)) > s_max - s_hat:
+        _e1, gp1, gq1 = strain_scalar(l1, ka, s_max, s_hat)
+        _e2, gp2, gq2 = strain_scalar(l2, ka, s_max, s_hat)
+        gamma = 0.0
+        if l1 - l2 > tol:
+            gamma = (gp1 - gp2) / (l1 - l2)
+        else:
+            # the divided difference tends to g'' at the mean eigenvalue
+            _em, _gpm, gqm = strain_scalar(0.5 * (l1 + l2), ka, s_max, s_hat)
+            gamma = gqm
+        S = gp1 * v1.outer_product(v1) + gp2 * v2.outer_product(v2)
+        f1 = F @ v1
+        f2 = F @ v2
+        w0 = v2[0] * f1 + v1[0] * f2
+        w1 = v2[1] * f1 + v1[1] * f2
+        F11 = 4.0 * gq1 * f1.outer_product(f1)
+        F22 = 4.0 * gq2 * f2.outer_product(f2)
+        I3 = ti.Matrix.identity(float, 3)
+        H00 = 2.0 * S[0, 0] * I3 + v1[0] * v1[0] * F11 + v2[0] * v2[0] * F22 + 2.0 * gamma * w0.outer_product(w0)
+        H01 = 2.0 * S[0, 1] * I3 + v1[0] * v1[1] * F11 + v2[0] * v2[1] * F22 + 2.0 * gamma * w0.outer_product(w1)
+        H11 = 2.0 * S[1, 1] * I3 + v1[1] * v1[1] * F11 + v2[1] * v2[1] * F22 + 2.0 * gamma * w1.outer_product(w1)
+    return H00, H01, H11
+
+
 @ti.kernel
 def strain_hessian(
     x: ti.types.ndarray(),
@@ -515,48 +611,36 @@ def strain_hessian(
     for f in range(faces.shape[0]):
         BG = face_frame(data, f)
         F = deformation(x, faces, f, BG)
-        l1, l2, v1, v2 = sym_eigen2(F.transpose() @ F)
-        H00 = ti.Matrix.zero(float, 3, 3)
-        H01 = ti.Matrix.zero(float, 3, 3)
-        H11 = ti.Matrix.zero(float, 3, 3)
-        if ti.sqrt(ti.max(l1, 0.0)) > s_max - s_hat:
-            ka = data[f, S_KAPPA] * data[f, S_AREA]
-            _e1, gp1, gq1 = strain_scalar(l1, ka, s_max, s_hat)
-            _e2, gp2, gq2 = strain_scalar(l2, ka, s_max, s_hat)
-            gamma = 0.0
-            if l1 - l2 > tol:
-                gamma = (gp1 - gp2) / (l1 - l2)
-            else:
-                # the divided difference tends to g'' at the mean eigenvalue
-                _em, _gpm, gqm = strain_scalar(0.5 * (l1 + l2), ka, s_max, s_hat)
-                gamma = gqm
-            S = gp1 * v1.outer_product(v1) + gp2 * v2.outer_product(v2)
-            f1 = F @ v1
-            f2 = F @ v2
-            w0 = v2[0] * f1 + v1[0] * f2
-            w1 = v2[1] * f1 + v1[1] * f2
-            F11 = 4.0 * gq1 * f1.outer_product(f1)
-            F22 = 4.0 * gq2 * f2.outer_product(f2)
-            I3 = ti.Matrix.identity(float, 3)
-            H00 = (
-                2.0 * S[0, 0] * I3
-                + v1[0] * v1[0] * F11
-                + v2[0] * v2[0] * F22
-                + 2.0 * gamma * w0.outer_product(w0)
-            )
-            H01 = (
-                2.0 * S[0, 1] * I3
-                + v1[0] * v1[1] * F11
-                + v2[0] * v2[1] * F22
-                + 2.0 * gamma * w0.outer_product(w1)
-            )
-            H11 = (
-                2.0 * S[1, 1] * I3
-                + v1[1] * v1[1] * F11
-                + v2[1] * v2[1] * F22
-                + 2.0 * gamma * w1.outer_product(w1)
-            )
+        H00, H01, H11 = strain_blocks(F, data[f, S_KAPPA] * data[f, S_AREA], s_max, s_hat, tol)
         store_face_hessian(out, f, BG, H00, H01, H11)
+
+
+@ti.kernel
+def strain_hessian_f(
+    x: ti.types.ndarray(),
+    faces: ti.types.ndarray(),
+    data: ti.types.ndarray(),
+    out: ti.types.ndarray(),
+    s_max: float,
+    s_hat: float,
+    tol: float,
+    accumulate: ti.i32,
+):
+    """out[f] (+)= the 6 x 6 F-space Hessian of Phi of face f (see membrane_hessian_f);
+    accumulate = 1 adds it (to a membrane F-space Hessian on the same faces), 0 sets it."""
+    for f in range(faces.shape[0]):
+        BG = face_frame(data, f)
+        F = deformation(x, faces, f, BG)
+        H00, H01, H11 = strain_blocks(F, data[f, S_KAPPA] * data[f, S_AREA], s_max, s_hat, tol)
+        if accumulate:
+            H10 = H01.transpose()
+            for k, l in ti.static(ti.ndrange(3, 3)):
+                out[f, k, l] += H00[k, l]
+                out[f, k, 3 + l] += H01[k, l]
+                out[f, 3 + k, l] += H10[k, l]
+                out[f, 3 + k, 3 + l] += H11[k, l]
+        else:
+            store_f_hessian(out, f, H00, H01, H11)
 
 
 @ti.kernel

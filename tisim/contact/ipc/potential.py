@@ -626,9 +626,13 @@ class BarrierPotential(_Rows):
         thickness: float,
         kappa: float,
         project: bool,
+        unknowns=None,
     ) -> int:
         """Fill ``hessians`` / ``stencils`` rows 0..n_pt+n_ee-1 (N/m); returns that count.
-        ``project``: clamp each local Hessian's negative eigenvalues to 0."""
+        ``project``: clamp each local Hessian's negative eigenvalues to 0.
+        ``unknowns``: optional (n,) i32 ndarray, < 0 for vertices that are not unknowns of
+        the Newton system (static obstacles): their rows and columns are cleared first, so
+        the projection acts on the Hessian restricted to the unknowns."""
         rows = int(n_pt) + int(n_ee)
         if rows == 0:
             return 0
@@ -650,6 +654,10 @@ class BarrierPotential(_Rows):
         _barrier_hessians(
             x, pt, int(n_pt), ee, int(n_ee), self._dtypes, self._coefs, self.hessians, self.stencils
         )
+        if unknowns is not None:
+            from tisim.solvers.cloth.assembly_kernels import zero_fixed
+
+            zero_fixed(self.hessians, self.stencils, rows, unknowns)
         if project:
             self._project(rows)
         return rows

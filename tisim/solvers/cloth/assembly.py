@@ -62,3 +62,90 @@ class PatternAssembler:
         if diag is not None:
             A = A + sp.diags(diag, format="csr")
         return A
+
+
+class DeviceAssembler:
+    """A fixed-pattern CSR matrix whose values are summed on the device.
+
+    parts: list of stencils arrays (k, s) (vertex indices, no -1) of element groups with
+    (3 s x 3 s) local Hessians; size: number of scalar dofs (3 n). Each group gets a
+    ``slots`` ndarray (k, 3 s, 3 s) of positions in the CSR value array ``data``
+    (``ti.ndarray(real, nnz)``); kernels add local Hessians into ``data`` there
+    (``shell_kernels.scatter_blocks`` / ``scatter_face_hessians``), and :meth:`matrix`
+    reads the nnz values back once. This replaces copying every local Hessian to the host
+    (9 x 9 per face, 12 x 12 per hinge) and summing them there with ``bincount``.
+    """
+
+    def __init__(self, size: int, parts: list[np.ndarray]):
+        import taichi as ti
+
+        from tisim import backend
+
+        triplets = [local_to_coo(np.ones((len(st), 3 * st.shape[1], 3 * st.shape[1])), st) for st in parts]
+        rows = np.concatenate([t[0] for t in triplets])
+        cols = np.concatenate([t[1] for t in triplets])
+        self.pattern = PatternAssembler(size, rows, cols)
+        self.size = size
+        self.slots = []
+        start = 0
+        for st in parts:
+            k, d = len(st), 3 * st.shape[1]
+            sl = self.pattern._slot[start:start + k * d * d].reshape(k, d, d).astype(np.int32)
+            start += k * d * d
+            a = ti.ndarray(ti.i32, shape=(max(k, 1), d, d))
+            a.from_numpy(sl if k else np.full((1, d, d), -1, np.int32))
+            self.slots.append(a)
+        self.data = ti.ndarray(backend.real(), shape=max(self.pattern._nnz, 1))
+
+    def zero(self) -> None:
+        from tisim.energies.shell_kernels import zero_scalars
+
+        zero_scalars(self.data)
+
+    def matrix(self) -> sp.csr_matrix:
+        """The summed matrix (CSR, sorted indices, float64)."""
+        p = self.pattern
+        data = self.data.to_numpy()[: p._nnz].astype(np.float64, copy=False)
+        return sp.csr_matrix((data, p._indices, p._indptr), shape=(self.size, self.size))
+
+
+class ContactTriplets:
+    """COO triplets of local contact Hessians over the Newton system's unknowns, built on
+    the device (``assembly_kernels``): per-pair counts, a prefix sum, then each pair
+    writes its nonzero entries at its offset (deterministic order).
+
+    n: vertex count. :meth:`set_unknowns` takes the (n,) map vertex -> index among the
+    unknowns (-1: not an unknown); rows and columns come out as 3 index + axis.
+    """
+
+    def __init__(self, n: int):
+        import taichi as ti
+
+        self.n = n
+        self.unknowns = ti.ndarray(ti.i32, shape=max(n, 1))
+        self._key = None
+
+    def set_unknowns(self, sysvert: np.ndarray) -> None:
+        key = sysvert.tobytes()
+        if key != self._key:  # unchanged through most Newton iterations
+            self.unknowns.from_numpy(np.asarray(sysvert, dtype=np.int32))
+            self._key = key
+
+    def triplets(self, H, stencils, rows: int):
+        from tisim import backend
+        from tisim.solvers.cloth.assembly_kernels import count_entries, emit_coo
+
+        if rows <= 0:
+            return None
+        counts = np.zeros(rows, dtype=np.int32)
+        count_entries(H, stencils, rows, self.unknowns, counts)
+        total = int(counts.sum())
+        if total == 0:
+            return None
+        offsets = np.zeros(rows, dtype=np.int32)
+        np.cumsum(counts[:-1], out=offsets[1:])
+        r = np.empty(total, dtype=np.int32)
+        c = np.empty(total, dtype=np.int32)
+        v = np.empty(total, dtype=backend.np_real())
+        emit_coo(H, stencils, rows, self.unknowns, offsets, r, c, v)
+        return r, c, v

@@ -41,7 +41,7 @@ import scipy.sparse as sp
 
 from tisim.config import ConfigError
 from tisim.solvers.base import Solver, StepStats, Tunable
-from tisim.solvers.cloth.assembly import PatternAssembler, local_to_coo
+from tisim.solvers.cloth.assembly import ContactTriplets, DeviceAssembler, PatternAssembler, local_to_coo
 from tisim.contact.ipc.halfspace import vertex_blocks_to_coo
 from tisim.solvers.cloth.wind import Wind
 
@@ -122,11 +122,22 @@ class ShellTerm:
         self._psd_b = None
         self.gauss_newton_bending = True
         e = self.energy_obj
-        parts = [local_to_coo(np.ones((len(faces), 9, 9)), _np(e.face_stencils))]
-        if len(hinges):
-            parts.append(local_to_coo(np.ones((len(hinges), 12, 12)), _np(e.hinge_stencils)))
-        r, c, _ = _concat(parts)
-        self.pattern = PatternAssembler(3 * vertex_count, r, c)
+        parts = [_np(e.face_stencils)] + ([_np(e.hinge_stencils)] if len(hinges) else [])
+        self.assembler = DeviceAssembler(3 * vertex_count, parts)
+        # F-space (6 x 6) membrane Hessians, projected there (see membrane_hessian_f)
+        self._hf = ti.ndarray(real, shape=(max(len(faces), 1), 6, 6))
+        # a strain limit on the same faces whose gradient and F-space Hessian are added
+        # here (one projection of the sum); set by the solver, see fold_strain
+        self.strain = None
+
+    def fold_strain(self, strain) -> bool:
+        """Take over the gradient and Hessian of ``strain`` (a _StrainTerm on this very
+        mesh): the sum of the two F-space Hessians is projected once, which is cheaper
+        than two projections and closer to the true Hessian. Returns whether it did."""
+        if strain is None or not np.array_equal(np.asarray(strain.faces), np.asarray(self.faces)):
+            return False
+        self.strain = strain
+        return True
 
     def evaluate(self, x: np.ndarray, hessian: bool = True, energy_only: bool = False):
         from tisim.linalg.psd import project_psd
@@ -137,18 +148,31 @@ class ShellTerm:
             return E, None, None
         _zero(self.g)
         self.energy_obj.add_gradient(self.x, self.g)
+        st = self.strain
+        strain_on = st is not None and st.active(self.x)
+        if strain_on:
+            st.obj.add_gradient(self.x, self.g)
         g = self.g.to_numpy()[: self.n]
         if not hessian:
             return E, g, None
+        from tisim.energies import shell_kernels as K
+
         e = self.energy_obj
-        e.local_hessians(self.x, project_bending=self.gauss_newton_bending)
-        self._psd = project_psd(e.membrane_hessians, len(self.faces), self._psd)
-        vals = [e.membrane_hessians.to_numpy()[: len(self.faces)].ravel()]
+        asm = self.assembler
+        asm.zero()
+        m = len(self.faces)
+        K.membrane_hessian_f(self.x, e.faces, e.face_data, self._hf)
+        if strain_on:
+            o = st.obj
+            K.strain_hessian_f(self.x, o.faces, o.face_data, self._hf, o.s_max, o.s_hat, o._tol, 1)
+        self._psd = project_psd(self._hf, m, self._psd)
+        K.scatter_face_hessians(e.face_data, self._hf, asm.slots[0], asm.data)
         if len(self.hinges):
+            K.bending_hessian(self.x, e.hinges, e.hinge_data, e.bending_hessians, not self.gauss_newton_bending)
             if not self.gauss_newton_bending:
                 self._psd_b = project_psd(e.bending_hessians, len(self.hinges), self._psd_b)
-            vals.append(e.bending_hessians.to_numpy()[: len(self.hinges)].ravel())
-        return E, g, self.pattern.matrix(np.concatenate(vals))
+            K.scatter_blocks(e.bending_hessians, len(self.hinges), asm.slots[1], asm.data)
+        return E, g, asm.matrix()
 
 
 def _pad(A: sp.csr_matrix, size: int) -> sp.csr_matrix:
@@ -170,14 +194,6 @@ def _zero(a) -> None:
 def _np(a) -> np.ndarray:
     """A Taichi field or a numpy array as numpy."""
     return a if isinstance(a, np.ndarray) else a.to_numpy()
-
-
-def _nonzero_coo(hessians, stencils, k: int):
-    """COO triplets of the first k local Hessians, skipping the all-zero ones (candidate
-    pairs beyond the activation distance)."""
-    H = hessians.to_numpy()[:k]
-    keep = np.any(H != 0, axis=(1, 2))
-    return local_to_coo(H[keep], stencils.to_numpy()[:k][keep])
 
 
 def _concat(parts):
@@ -275,6 +291,7 @@ class SolverCloth(Solver):
             E_t = float(np.mean(2 * cp.face_mu * cp.face_thickness))
             self.strain = _StrainTerm(StrainLimit, self.nc, cp.faces, cp.rest, config.strain_limit,
                                       config.strain_stiffness * E_t, real)
+        self._strain_folded = isinstance(self.elastic, ShellTerm) and self.elastic.fold_strain(self.strain)
         from tisim.contact.ipc.halfspace import HalfSpaces
 
         pl = self.obstacles.planes
@@ -282,6 +299,7 @@ class SolverCloth(Solver):
                                  [self.contact.mu if c.friction is None else c.friction for c in pl], self.nc)
         self.wind = Wind(model.scene.wind, length_scale=_diag(cp.rest))
         self.linear = SPDSolver()
+        self.coo = ContactTriplets(self.n)
         # the scene's scale for tolerances: the cloth's size (a large ground plane or
         # obstacle must not loosen the Newton tolerance)
         self.bbox_diag = max(_diag(cp.rest), 1e-6)
@@ -533,13 +551,20 @@ class SolverCloth(Solver):
                 g = np.zeros((n, 3))
                 g[:nc] = inv_h2 * mass[:, None] * (x[:nc] - x_hat) - f_ext + ge
                 Hc = He
-                if self.strain is not None:
+                if self.strain is not None and not self._strain_folded:
                     gs, Hs = self.strain.gradient_hessian(x[:nc])
-                    g[:nc] += gs
-                    Hc = Hc + Hs
-                rows, cols, vals = [], [], []
+                    if gs is not None:
+                        g[:nc] += gs
+                        Hc = Hc + Hs
+                rows, cols, vals = [], [], []  # COO triplets over all vertices' dofs
+                sys_parts = []  # COO triplets already over the system's unknowns
                 T["elastic"] += time.perf_counter() - t_
                 t_ = time.perf_counter()
+                # the unknowns: free vertices (static obstacles, fixed handles are not), cloth first
+                free = ~fixed
+                sysvert = np.full(n, -1, dtype=np.int32)
+                sysvert[free] = np.arange(int(free.sum()), dtype=np.int32)
+                self.coo.set_unknowns(sysvert)
                 self.x.from_numpy(x)
                 if sum(pairs) and self.kappa > 0:
                     _zero(self.g)
@@ -549,15 +574,12 @@ class SolverCloth(Solver):
                     if friction_on:
                         self.friction.add_gradient(self.x, self.x_ref, eps_v, h, self.g)
                     g += self.g.to_numpy()
-                    k = self.barrier.local_hessians(self.x, apt, na_pt, aee, na_ee, dhat, xi, self.kappa, True)
-                    if k:
-                        r, c, v = _nonzero_coo(self.barrier.hessians, self.barrier.stencils, k)
-                        rows.append(r), cols.append(c), vals.append(v)
+                    k = self.barrier.local_hessians(self.x, apt, na_pt, aee, na_ee, dhat, xi, self.kappa, True,
+                                                    unknowns=self.coo.unknowns)
+                    sys_parts.append(self.coo.triplets(self.barrier.hessians, self.barrier.stencils, k))
                     if friction_on:
                         k = self.friction.local_hessians(self.x, self.x_ref, eps_v, h, True)
-                        if k:
-                            r, c, v = _nonzero_coo(self.friction.hessians, self.friction.stencils, k)
-                            rows.append(r), cols.append(c), vals.append(v)
+                        sys_parts.append(self.coo.triplets(self.friction.hessians, self.friction.stencils, k))
                 if planes and self.kappa > 0:
                     gp, (vp, Bp) = planes.gradient_hessian(x[:nc], dhat, xi, self.kappa)
                     g[:nc] += gp
@@ -572,20 +594,34 @@ class SolverCloth(Solver):
                 t_ = time.perf_counter()
                 diag = np.zeros((n, 3))
                 diag[:nc] = inv_h2 * mass[:, None]
-                A = _pad(sp.csr_matrix(Hc), 3 * n)
+                # the system is assembled on the unknowns' dofs directly
+                dofs = np.flatnonzero(np.repeat(free, 3))
+                m_sys = len(dofs)
+                sysmap = np.full(3 * n, -1, dtype=np.int64)
+                sysmap[dofs] = np.arange(m_sys)
+                Hc = sp.csr_matrix(Hc)
+                if free[:nc].all():
+                    A = _pad(Hc, m_sys)
+                else:
+                    cd = dofs[dofs < 3 * nc]
+                    A = _pad(Hc[cd][:, cd], m_sys)
                 if rows:
-                    A = A + sp.csr_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),
-                                          shape=(3 * n, 3 * n))
+                    r, c, v = np.concatenate(rows), np.concatenate(cols), np.concatenate(vals)
+                    r, c = sysmap[r], sysmap[c]
+                    keep = (r >= 0) & (c >= 0)
+                    sys_parts.append((r[keep], c[keep], v[keep]))
+                sys_parts = [t for t in sys_parts if t is not None]
+                if sys_parts:
+                    r, c, v = (np.concatenate([t[i] for t in sys_parts]) for i in range(3))
+                    A = A + sp.csr_matrix((v.astype(np.float64, copy=False), (r, c)), shape=(m_sys, m_sys))
                 if pulled.any():
                     if w_al == 0.0:
                         # stiff enough to dominate every other term acting on those vertices
-                        w_al = 1e4 * max(float(np.abs(A.diagonal()).max()), float(inv_h2 * mass.max()), 1.0)
+                        w_al = 1e4 * max(float(np.abs(A.diagonal()).max(initial=0.0)),
+                                         float(inv_h2 * mass.max()), 1.0)
                     diag[pulled] += w_al
                     g[pulled] += w_al * (x[pulled] - target[pulled])
-                free = ~fixed
-                # only the free vertices are unknowns (static obstacles, fixed handles are not)
-                dofs = np.flatnonzero(np.repeat(free, 3))
-                A = (A + sp.diags(diag.ravel(), format="csr"))[dofs][:, dofs]
+                A = A + sp.diags(diag.ravel()[dofs], format="csr")
                 b = -g.ravel()[dofs]
                 T["assemble"] += time.perf_counter() - t_
                 t_ = time.perf_counter()
@@ -754,8 +790,8 @@ class _StrainTerm:
         self.faces = faces
         self.s_max = s_max
         self._psd = None
-        r, c, _ = local_to_coo(np.ones((len(faces), 9, 9)), _np(self.obj.face_stencils))
-        self.pattern = PatternAssembler(3 * n, r, c)
+        self.assembler = DeviceAssembler(3 * n, [_np(self.obj.face_stencils)])
+        self._hf = ti.ndarray(real, shape=(max(len(faces), 1), 6, 6))
 
     def energy(self, x):
         self.x.from_numpy(x)
@@ -764,13 +800,24 @@ class _StrainTerm:
     def gradient_hessian(self, x):
         from tisim.linalg.psd import project_psd
 
+        from tisim.energies import shell_kernels as K
+
         self.x.from_numpy(x)
+        if not self.active(self.x):
+            return None, None  # the barrier is inactive on every face: no force, no stiffness
         _zero(self.g)
-        self.obj.add_gradient(self.x, self.g)
-        self.obj.local_hessians(self.x)
-        k = len(self.faces)
-        self._psd = project_psd(self.obj.hessians, k, self._psd)
-        return self.g.to_numpy()[: self.n], self.pattern.matrix(self.obj.hessians.to_numpy()[:k].ravel())
+        o = self.obj
+        o.add_gradient(self.x, self.g)
+        K.strain_hessian_f(self.x, o.faces, o.face_data, self._hf, o.s_max, o.s_hat, o._tol, 0)
+        self._psd = project_psd(self._hf, len(self.faces), self._psd)
+        asm = self.assembler
+        asm.zero()
+        K.scatter_face_hessians(o.face_data, self._hf, asm.slots[0], asm.data)
+        return self.g.to_numpy()[: self.n], asm.matrix()
+
+    def active(self, x) -> bool:
+        """Whether the barrier acts on some face at positions x (an ndarray)."""
+        return bool(self.obj.max_stretch(x) > self.obj.s_max - self.obj.s_hat)
 
     def max_stretch(self, x) -> float:
         self.x.from_numpy(x)

@@ -1,0 +1,112 @@
+"""The cloth solver's elastic Hessian as it assembles it: membrane Hessians projected onto
+the PSD cone in F-space (6 x 6) on the device and summed into CSR values there, plus the
+Gauss-Newton bending Hessians. Checked against numpy: the raw 9 x 9 Hessians the
+energy module computes (themselves checked against finite differences in
+test_shell_energy.py), mapped to F-space through D = dF/dx, eigen-clamped by LAPACK,
+mapped back and summed with scipy."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from tisim.energies.shell import hinges as mesh_hinges
+from tisim.energies.shell import lame_plane_stress
+from tisim.geometry.generate import cloth_grid
+
+YOUNG, POISSON, THICK = 1.0e4, 0.3, 1.0e-2
+
+
+def _term(X, F, bending=True):
+    from tisim.solvers.cloth.solver import ShellTerm
+
+    mu, lam = lame_plane_stress(YOUNG, POISSON)
+    m = len(F)
+    hg = mesh_hinges(F)
+    return ShellTerm(len(X), F, hg, X, np.full(m, mu), np.full(m, lam), np.full(m, THICK),
+                     np.full(len(hg), 0.05), bending=bending)
+
+
+def _reference(term, x, strain=None):
+    """sum_f D_f^T clamp(H_F) D_f + GN bending, all in numpy from the raw 9 x 9 blocks
+    (H_F of the membrane plus, when given, the strain limit's)."""
+    e = term.energy_obj
+    xs = term.x
+    xs.from_numpy(x)
+    e.local_hessians(xs, project_bending=True)
+    H9 = e.membrane_hessians.to_numpy()[: len(term.faces)]
+    if strain is not None:
+        strain.obj.local_hessians(xs)
+        H9 = H9 + strain.obj.hessians.to_numpy()[: len(term.faces)]
+    data = e.face_data.to_numpy()
+    n = term.n
+    rows, cols, vals = [], [], []
+    for f, tri in enumerate(term.faces):
+        g00, g01, g11 = data[f, 0], data[f, 1], data[f, 2]
+        BG = np.array([[-g00, -g01 - g11], [g00, g01], [0.0, g11]])
+        D = np.kron(BG.T, np.eye(3))  # (6, 9): F[:, c] = sum_v BG[v, c] x_v
+        Dp = np.linalg.pinv(D)
+        HF = Dp.T @ H9[f] @ Dp
+        HF = 0.5 * (HF + HF.T)
+        w, V = np.linalg.eigh(HF)
+        Hp = D.T @ (V * np.maximum(w, 0.0)) @ V.T @ D
+        dofs = (3 * np.asarray(tri)[:, None] + np.arange(3)).ravel()
+        rows.append(np.repeat(dofs, 9)), cols.append(np.tile(dofs, 9)), vals.append(Hp.ravel())
+    if len(term.hinges):
+        Hb = e.bending_hessians.to_numpy()[: len(term.hinges)]
+        for h, hv in enumerate(term.hinges):
+            dofs = (3 * np.asarray(hv)[:, None] + np.arange(3)).ravel()
+            rows.append(np.repeat(dofs, 12)), cols.append(np.tile(dofs, 12)), vals.append(Hb[h].ravel())
+    return sp.csr_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=(3 * n, 3 * n))
+
+
+@pytest.mark.parametrize("case", ["stretched", "compressed"])
+def test_projected_elastic_hessian_matches_numpy(case):
+    mesh = cloth_grid((0.3, 0.3), (3, 3), normal="z")
+    X, F = np.asarray(mesh.vertices, dtype=np.float64), np.asarray(mesh.faces, dtype=np.int32)
+    rng = np.random.default_rng(7)
+    x = X.copy()
+    if case == "stretched":
+        x[:, 0] *= 1.08
+        x += 1e-4 * rng.standard_normal(x.shape)
+    else:  # compression and shear: membrane Hessians with negative eigenvalues
+        x[:, 0] *= 0.7
+        x += 0.01 * rng.standard_normal(x.shape)
+    term = _term(X, F)
+    E, g, H = term.evaluate(x, hessian=True)
+    R = _reference(term, x)
+    scale = abs(R).max()
+    assert abs(H - R).max() <= 1e-10 * scale
+    w = np.linalg.eigvalsh(H.toarray())
+    assert w.min() >= -1e-9 * scale
+    if case == "compressed":  # the projection did something: the raw Hessian is indefinite
+        term.energy_obj.local_hessians(term.x, project_bending=True)
+        raw9 = term.energy_obj.membrane_hessians.to_numpy()[: len(F)]
+        assert min(np.linalg.eigvalsh(h).min() for h in raw9) < -1e-6 * scale
+
+
+def test_strain_limit_folded_into_the_membrane_projection():
+    """With the strain barrier active, its F-space Hessian is added to the membrane's before
+    the one projection, and its gradient to the shell's."""
+    from tisim.energies.shell import StrainLimit
+    from tisim.solvers.cloth.solver import _StrainTerm
+
+    mesh = cloth_grid((0.3, 0.3), (3, 3), normal="z")
+    X, F = np.asarray(mesh.vertices, dtype=np.float64), np.asarray(mesh.faces, dtype=np.int32)
+    rng = np.random.default_rng(3)
+    x = X.copy()
+    x[:, 0] *= 1.06  # inside the limit 1.1, above the activation 1.0
+    x[:, 1] *= 0.9
+    x += 1e-4 * rng.standard_normal(x.shape)
+    term = _term(X, F)
+    E0, g0, _ = term.evaluate(x, hessian=True)
+    strain = _StrainTerm(StrainLimit, len(X), F, X, 1.1, 1e3, term.x.dtype)
+    assert term.fold_strain(strain)
+    gs, _Hs = strain.gradient_hessian(x)
+    assert gs is not None and np.abs(gs).max() > 1e-6 * np.abs(g0).max()
+    E, g, H = term.evaluate(x, hessian=True)
+    assert E == pytest.approx(E0, rel=1e-14)  # the energy stays the shell's alone
+    np.testing.assert_allclose(g, g0 + gs, rtol=1e-12, atol=1e-12 * np.abs(g0).max())
+    R = _reference(term, x, strain)
+    assert abs(H - R).max() <= 1e-10 * abs(R).max()
