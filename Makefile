@@ -5,11 +5,11 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.tisim-installed
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test test-fast bench lint clean
+.PHONY: setup demo test test-fast test-wheel wheel bench lint clean
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml tools/install_system_deps.sh
+$(STAMP): pyproject.toml setup.py tools/install_system_deps.sh
 	@bash tools/install_system_deps.sh
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else "tisim needs Python 3.10 or newer")'
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -28,6 +28,16 @@ test: setup
 test-fast: setup
 	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
 
+# The wheel (demos/ and assets/ inside it as package data) in dist/.
+wheel: setup
+	$(BIN)/python -m pip wheel --no-deps -w dist .
+
+# The wheel in a fresh venv with its dependencies installed from the index / pip
+# cache, as a user's `pip install` does (minutes; `make test` runs the same test with
+# the dependencies borrowed from .venv).
+test-wheel: setup
+	TISIM_WHEEL_DEPS=index $(BIN)/python -m pytest tests/demos/test_package.py $(PYTEST_ARGS)
+
 bench: setup
 	$(BIN)/python tools/bench_pd.py --quick
 	$(BIN)/python tools/bench_contact.py --resolution 17.6493
@@ -35,4 +45,4 @@ bench: setup
 	$(BIN)/python tools/bench_cloth.py --quick --no-peer
 
 clean:
-	rm -rf out .pytest_cache build *.egg-info
+	rm -rf out .pytest_cache build dist *.egg-info
