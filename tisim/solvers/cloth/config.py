@@ -24,6 +24,12 @@ class ClothConfig:
     tolerance: float = num(
         1e-2, gt=0, doc="Newton stops when max|p| / h < tolerance * cloth size per second (IPC)"
     )
+    stop: Literal["decrement", "max"] = field(
+        default="decrement",
+        metadata={"doc": "'max': stop on max|p| / h alone (IPC); 'decrement': also when the Newton "
+                         "decrement as a velocity, sqrt(p^T H p / M), is below the same tolerance "
+                         "(a mass-weighted RMS bound on p / h that ignores isolated floppy vertices)"},
+    )
     strain_limit: float = num(1.01, ge=0, doc="largest membrane stretch sigma_max (0: no limit)")
     strain_stiffness: float = num(1e2, gt=0, doc="strain-limit barrier stiffness, scales E t")
     self_contact: bool = True

@@ -468,6 +468,7 @@ class SolverCloth(Solver):
         prescribed = ~np.isnan(target[:, 0])
         tol_v = (tolerance if tolerance is not None else cfg.tolerance) * self.bbox_diag
         max_it = max_iterations or cfg.newton_iterations
+        stop_on_decrement = getattr(cfg, "stop", "max") == "decrement"
         mass = self.cloth_mass
         inv_h2 = 1.0 / (h * h)
         dhat, xi = self.contact.dhat, self.contact.thickness
@@ -631,7 +632,11 @@ class SolverCloth(Solver):
                 T["linear"] += time.perf_counter() - t_
 
                 residual = float(np.abs(p[:nc][free[:nc] & ~pulled[:nc]]).max(initial=0.0)) / h
-                if residual < tol_v and not pulled.any():
+                # Newton decrement lambda^2 = p^T H p >= sum m |p|^2 / h^2: as a velocity,
+                # sqrt(lambda^2 / M) bounds the mass-weighted RMS of p / h
+                m_free = float(mass[free[:nc]].sum())
+                v_dec = math.sqrt(max(float(b @ p.ravel()[dofs]), 0.0) / m_free) if m_free > 0 else 0.0
+                if not pulled.any() and (residual < tol_v or (stop_on_decrement and v_dec < tol_v)):
                     converged = True
                     break
 
