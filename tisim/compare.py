@@ -9,10 +9,15 @@ integrator through :func:`tisim.runner.run_scene` (``out_dir/NAME/stats.csv`` an
 * ``angular_momentum.png``: |L(t)| about the origin (kg m^2/s);
 * ``compare.json``: the summary returned (drifts, iterations, timings per integrator).
 
-All integrators report the same energy (the one ADMM integrates, see
-:mod:`tisim.solvers.baselines.common`) and the runner computes momenta from the
-velocities each integrator carries (ADMM: the midpoint recursion), so the curves
-compare like with like. Library code: the CLI (``tisim compare``) only parses.
+Like with like: every integrator must integrate the same energy (the one each reports
+as its potential, so the energy curves measure dissipation and drift, not a model
+mismatch). :func:`integrated_energies` names the energy each integrator integrates per
+scene material (:mod:`tisim.materials` names: ADMM, implicit Euler and XPBD integrate
+"neo-hookean-log" for the scene's "neo-hookean", PD tisim's stable "neo-hookean"; XPBD
+has only a stand-in for the symmetric energies); :func:`compare` refuses integrators that
+disagree (unless ``mixed_energies``) and records the energies in compare.json and its
+table. The runner computes momenta from the velocities each integrator carries (ADMM:
+the midpoint recursion). Library code: the CLI (``tisim compare``) only parses.
 """
 
 from __future__ import annotations
@@ -43,6 +48,53 @@ def scene_for(scene, integrator: str, options: dict | None = None):
     base = to_dict(scene.solver) if scene.solver is not None and scene.solver.type == integrator else {}
     data = {**base, **(options or {}), "type": integrator}
     return dataclasses.replace(scene, solver=from_dict(cls, data, "solver"))
+
+
+def integrated_energies(scene) -> dict[str, str]:
+    """{scene material: name of the energy the scene's solver integrates for it}, for the
+    materials of the scene's solid objects: a :mod:`tisim.materials` name when the solver
+    integrates that energy exactly (up to a constant), else a descriptive name ("...
+    stand-in", "unknown", or a "+ ..." suffix for extra terms)."""
+    mats = sorted({o.material for o in scene.objects.values() if getattr(o, "kind", "solid") == "solid"})
+    cfg = scene.solver
+    kind = cfg.type if cfg is not None else "unknown"
+    if kind == "xpbd":
+        from tisim.solvers.baselines.xpbd import integrated_energy
+
+        return {m: integrated_energy(m) for m in mats}
+    if kind == "implicit-euler":
+        from tisim.solvers.baselines.common import material_name
+
+        return {m: material_name(m, bool(getattr(cfg, "stable_neo_hookean", False))) for m in mats}
+    if kind == "admm":
+        from tisim.solvers.admm.prox import energy_name
+
+        return {m: energy_name(m) for m in mats}
+    if kind == "pd":
+        extra = " + volume constraint" if float(getattr(cfg, "volume_stiffness", 0.0)) > 0 else ""
+        return {m: m + extra for m in mats}
+    return {m: "unknown" for m in mats}
+
+
+def format_table(summary: dict) -> list[str]:
+    """The comparison as text lines: one row per integrator with how the run ended, the
+    largest relative energy drift, |dL|/L0, min det F, the median frame time and the
+    energy integrated (material=energy)."""
+    lines = [
+        f"{'integrator':16s} {'ended':10s} {'energy drift':>12s} {'|dL|/L0':>9s} "
+        f"{'min det F':>9s} {'ms/frame':>9s}  energy integrated"
+    ]
+    for k, v in summary["integrators"].items():
+        energy = ", ".join(f"{m}={e}" for m, e in v.get("energy", {}).items())
+        lines.append(
+            f"{k:16s} {v.get('ended', ''):10s} {v.get('energy_max_drift_rel', float('nan')):12.2e} "
+            f"{v.get('angular_momentum_max_drift_rel', float('nan')):9.2e} "
+            f"{v.get('min_volume_ratio', float('nan')):9.3f} {v.get('median_wall_ms', float('nan')):9.1f}  "
+            f"{energy}"
+        )
+    if not summary.get("same_energy", True):
+        lines.append("warning: the integrators integrate different energies: the drifts are not comparable")
+    return lines
 
 
 def read_stats(path: Path | str) -> dict[str, np.ndarray]:
@@ -129,6 +181,7 @@ def compare(
     frames: int | None = None,
     progress: bool | Callable[[str, int, int], None] | None = None,
     options: dict[str, dict] | None = None,
+    mixed_energies: bool = False,
 ) -> dict:
     """Run ``scene`` with each integrator and write stats, plots and compare.json.
 
@@ -137,9 +190,13 @@ def compare(
     frames: frames per run (default: the scene's). progress: True/False for the runner's
     progress bar, or a callable ``progress(name, index, count)`` called before each run.
     options: per-integrator config overrides, e.g. ``{"xpbd": {"substeps": 20}}``.
+    mixed_energies: run integrators that integrate different energies anyway (flagged);
+    by default that is a :class:`tisim.config.ConfigError` raised before any run.
 
-    Returns {"scene": name, "integrators": {name: summary}, "plots": [paths]}, where a
-    summary holds the run's end state ("completed"/"diverged"/...), its folder and the
+    Returns {"scene": name, "integrators": {name: summary}, "plots": [paths], "energy":
+    {material: energy} shared by all (None when mixed), "same_energy": bool}, where a
+    summary holds the run's end state ("completed"/"diverged"/...), its folder, the
+    energy it integrated ({material: energy}, :func:`integrated_energies`) and the
     drifts of :func:`summarize`.
     """
     from tisim.model import Model
@@ -147,20 +204,36 @@ def compare(
 
     if not integrators:
         raise ValueError("compare needs at least one integrator")
+    scenes = {name: scene_for(scene, name, (options or {}).get(name)) for name in integrators}
+    energies = {name: integrated_energies(sc) for name, sc in scenes.items()}
+    distinct = {tuple(sorted(e.items())) for e in energies.values()}
+    same = len(distinct) == 1 and not any("stand-in" in v or v == "unknown" for e in energies.values()
+                                          for v in e.values())
+    if not same:
+        text = "; ".join(f"{n}: " + ", ".join(f"{m} -> {e}" for m, e in en.items()) for n, en in energies.items())
+        if not mixed_energies:
+            from tisim.config import ConfigError
+
+            raise ConfigError(
+                "--integrators",
+                f"these integrators do not integrate the same energy ({text}); compare integrators that "
+                "share one (e.g. admm, implicit-euler and xpbd on arap, corotated or neo-hookean)",
+            )
+        log.warning("compare: different energies (%s): the energy drifts are not comparable", text)
     total_mass = float(Model.from_scene(scene).mass.sum())
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     results: dict[str, dict] = {}
     curves: dict[str, dict[str, np.ndarray]] = {}
     for i, name in enumerate(integrators):
-        sc = scene_for(scene, name, (options or {}).get(name))
+        sc = scenes[name]
         if callable(progress):
             progress(name, i, len(integrators))
         run_dir = out / name
         log.info("compare: running %s with %s", scene.name, name)
         res = run_scene(sc, run_dir, frames=frames, progress=bool(progress) and not callable(progress))
         stats = read_stats(run_dir / "stats.csv")
-        summary = {"ended": res.ended, "message": res.message, "out_dir": str(run_dir)}
+        summary = {"ended": res.ended, "message": res.message, "out_dir": str(run_dir), "energy": energies[name]}
         if stats and len(stats.get("frame", [])) > 1:
             summary.update(summarize(stats, total_mass))
             curves[name] = stats
@@ -178,7 +251,13 @@ def compare(
         _plot({k: (t[k], np.linalg.norm(np.stack([v["lx"], v["ly"], v["lz"]], 1), axis=1))
                for k, v in curves.items()}, "|L(t)| (kg m^2/s)", f"{scene.name}: angular momentum", paths[2])
         plots = [str(p) for p in paths]
-    summary = {"scene": scene.name, "integrators": results, "plots": plots}
+    summary = {
+        "scene": scene.name,
+        "integrators": results,
+        "plots": plots,
+        "energy": next(iter(energies.values())) if same else None,
+        "same_energy": same,
+    }
     (out / "compare.json").write_text(json.dumps(_jsonable(summary), indent=2))
     return summary
 

@@ -64,47 +64,69 @@ def test_twisting_bar_twists(tmp_path):
     assert np.all(np.diff(pot) > 0)  # twisting stores energy
 
 
-def test_twisting_bar_end_rotation_matches_the_handle():
-    scene = load_scene(
-        demos_dir() / "twisting-bar-neohookean.toml", ["objects.bar.resolution=[16,3,3]"]
-    )
+def _twist_profile(overrides, steps):
+    """Cross-section twist angles (rad) along the bar of twisting-bar-neohookean after
+    ``steps`` steps: (x of each vertex layer (c,), mean rotation about the bar's axis of
+    the layer's off-axis vertices (c,))."""
+    scene = load_scene(demos_dir() / "twisting-bar-neohookean.toml", overrides)
     model = Model.from_scene(scene)
     solver = SolverPD(model, scene.solver)
     a = model.initial_state()
     b = a.clone()
-    for _ in range(20):
-        solver.step(a, b, scene.sim.dt)
+    for _ in range(steps):
+        st = solver.step(a, b, scene.sim.dt)
         a, b = b, a
-    twist = next(h for h in model.handles if h.name.endswith("twist"))
-    x = a.positions[twist.vertices] - twist.center
-    x0 = twist.rest - twist.center
-    ang = np.arctan2(x[:, 2], x[:, 1]) - np.arctan2(x0[:, 2], x0[:, 1])
-    ang = np.angle(np.exp(1j * ang))
-    big = np.hypot(x0[:, 1], x0[:, 2]) > 1e-6
-    assert np.allclose(ang[big], np.pi * 0.2, atol=1e-6)  # 20 steps of 0.01 s at pi rad/s
-    mid = np.abs(model.initial_positions[:, 0]) < 0.05
-    assert (
-        np.all(np.isfinite(a.positions))
-        and np.abs(a.positions[mid] - model.initial_positions[mid]).max() > 1e-3
-    )
+        assert np.all(np.isfinite(a.positions)), st
+    x0, x = model.initial_positions, a.positions
+    ang = np.angle(np.exp(1j * (np.arctan2(x[:, 2], x[:, 1]) - np.arctan2(x0[:, 2], x0[:, 1]))))
+    off_axis = np.hypot(x0[:, 1], x0[:, 2]) > 1e-6
+    layers = np.unique(np.round(x0[:, 0], 9))
+    prof = np.array([ang[off_axis & (np.abs(x0[:, 0] - c) < 1e-9)].mean() for c in layers])
+    return layers, prof
+
+
+def test_twisting_bar_twist_profile_is_linear_when_converged():
+    """What the solver computes between the handles: twisted slowly (four 0.05 s steps
+    take the end to 0.2 pi rad, while a shear wave crosses the 1 m bar in 0.16 s) the
+    bar is near its static state, where a prismatic bar held at both ends twists at a
+    uniform rate (Saint-Venant), so each cross-section turns by theta_end (x + 0.5) / L.
+    The converged solve (relative residual 1e-3, 200-300 local-global iterations a step)
+    follows the line to 0.5 % of theta_end (measured 0.47 %; 0.45 % at 1e-6); the
+    handle angles are the prescribed input and are excluded. With the demo's 5
+    iterations a step the interior lags far behind the handle (51 % off; 6 % with 50):
+    the profile is computed, not copied, and the check sees an unconverged solve."""
+    base = ["objects.bar.resolution=[8,2,2]", "sim.gravity=[0.0, 0.0, 0.0]", "sim.dt=0.05"]
+    x, prof = _twist_profile(base + ["solver.tolerance=1e-3", "solver.iterations=3000"], 4)
+    theta_end = 4 * 0.05 * np.pi  # the handle's prescribed angle (pi rad/s)
+    inner = slice(1, -1)
+    line = theta_end * (x + 0.5)
+    assert np.abs(prof[inner] - line[inner]).max() < 0.01 * theta_end
+    assert np.all(np.diff(prof) > 0)
+    _, coarse = _twist_profile(base, 4)  # the demo's 5 iterations a step
+    assert np.abs(coarse[inner] - line[inner]).max() > 0.1 * theta_end
 
 
 def test_pulling_release_springs_back(tmp_path):
-    """Pulled for 0.5 s, released at 0.6 s: the top moves up while held, then the stiff
-    ball recoils towards its rest shape."""
+    """Pulled for 0.5 s, released at 0.6 s: the ball stretches while held (its centre of
+    mass follows the pulled top only part of the way: the top is prescribed, the rest is
+    computed), then the stiff ball recoils towards its rest shape."""
     scene = load_scene(demos_dir() / "pulling.toml", ["objects.ball.ball_resolution=5"])
     model = Model.from_scene(scene)
     solver = SolverPD(model, scene.solver)
     pull = next(h for h in model.handles if h.name.endswith("pull"))
     a = model.initial_state()
     b = a.clone()
-    top = []
+    top, com = [], []
+    m = model.mass
     for _ in range(90):
         st = solver.step(a, b, scene.sim.dt)
         a, b = b, a
         assert np.all(np.isfinite(a.positions)), st
         top.append(a.positions[pull.vertices, 1].mean())
+        com.append(m @ a.positions[:, 1] / m.sum())
     rest_top = model.initial_positions[pull.vertices, 1].mean()
-    assert top[50] - rest_top == pytest.approx(0.3 * 0.5, rel=1e-9)  # held at its target
-    assert top[-1] - rest_top < 0.5 * (top[50] - rest_top)  # recoiled after the release
+    rest_com = m @ model.initial_positions[:, 1] / m.sum()
+    rise = top[50] - rest_top
+    assert 0.05 * rise < com[50] - rest_com < 0.95 * rise  # dragged along and stretched
+    assert top[-1] - rest_top < 0.5 * rise  # recoiled after the release
     assert solver.info()["n_held"] < len(pull.vertices) * 2

@@ -173,3 +173,76 @@ def test_xpbd_restores_a_stretched_bar_and_projects_out_of_the_ground():
     assert np.ptp(a.positions[:, 0]) < L0  # pulled back towards the rest length
     assert a.positions[:, 1].min() >= -0.1 - 1e-9
     assert st.converged and np.isfinite(st.potential)
+
+
+@pytest.mark.parametrize("material", MATERIALS)
+def test_xpbd_integrates_the_monitored_energy(material, rng):
+    """XPBD's constraints are the energy the other integrators use (ModelEnergy) for
+    "arap", "corotated" and "neo-hookean" (log barrier): in the small-step limit one XPBD
+    substep with one pass moves x by -h^2 M^-1 grad E_c(x) + O(h^4), E_c the constraints'
+    energy sum_i C_i^2 / (2 alpha_i), because alpha~ = alpha / h^2 dominates each update.
+    So from a deformed state at rest, without gravity, (x1 - x0) / h^2 must equal
+    -M^-1 grad E(x0) of the monitored energy. h = 1e-6 s puts the O(h^2) terms and the
+    Gauss-Seidel coupling at ~1e-7 relative; the stand-in used for the symmetric energies
+    misses by O(1), which integrated_energy() reports."""
+    from tisim.solvers.baselines.xpbd import SolverXPBD, integrated_energy
+
+    sc = _scene(material, solver="xpbd", gravity=(0.0, 0.0, 0.0), resolution=(2, 1, 1),
+                solver_options={"substeps": 1, "iterations": 1})
+    model = Model.from_scene(sc)
+    solver = SolverXPBD(model, sc.solver)
+    a = model.initial_state()
+    a.positions[:] = _deformed(model, rng, 0.01)
+    b = a.clone()
+    h = 1e-6
+    solver.step(a, b, h)
+    accel = (b.positions - a.positions) / h**2
+    expected = -ModelEnergy(model).elastic_gradient(a.positions) / model.mass[:, None]
+    err = np.abs(accel - expected).max() / np.abs(expected).max()
+    assert np.abs(expected).max() > 1.0  # a real force, m/s^2
+    assert solver.integrated_energies() == {material: integrated_energy(material)}
+    if integrated_energy(material) == ModelEnergy(model).groups[0][0]:
+        assert err < 1e-5, err
+    else:
+        assert integrated_energy(material) == "xpbd-stable-neo-hookean-stand-in"
+        assert err > 1e-2, err
+
+
+def test_compare_names_the_energies_and_refuses_mixed_ones(tmp_path):
+    """tisim compare compares like with like: it names the energy each integrator
+    integrates and refuses, before running anything, integrators that disagree (PD
+    integrates the stable Neo-Hookean where ADMM integrates the log-barrier one; XPBD has
+    only a stand-in for the symmetric energies)."""
+    from tisim.compare import compare, integrated_energies, scene_for
+    from tisim.config import ConfigError
+
+    nh = _scene("neo-hookean")
+    trio = {n: integrated_energies(scene_for(nh, n)) for n in ("admm", "implicit-euler", "xpbd")}
+    assert all(e == {"neo-hookean": "neo-hookean-log"} for e in trio.values()), trio
+    assert integrated_energies(scene_for(nh, "pd")) == {"neo-hookean": "neo-hookean"}
+    stable = integrated_energies(scene_for(nh, "implicit-euler", {"stable_neo_hookean": True}))
+    assert stable == {"neo-hookean": "neo-hookean"}
+    mixed = "admm: neo-hookean -> neo-hookean-log.*pd: neo-hookean -> neo-hookean"
+    with pytest.raises(ConfigError, match=mixed):
+        compare(nh, ["admm", "pd"], tmp_path / "a", frames=1, progress=False)
+    with pytest.raises(ConfigError, match="stand-in"):
+        compare(_scene("symmetric-dirichlet"), ["implicit-euler", "xpbd"], tmp_path / "b", frames=1,
+                progress=False)
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()  # nothing ran
+
+
+@pytest.mark.slow
+def test_compare_records_the_energy_in_json_and_table(tmp_path):
+    import json
+
+    from tisim.compare import compare, format_table
+
+    sc = _scene("corotated", resolution=(2, 1, 1))
+    out = compare(sc, ["implicit-euler", "xpbd"], tmp_path / "c", frames=2, progress=False)
+    data = json.loads((tmp_path / "c" / "compare.json").read_text())
+    assert data["same_energy"] is True and data["energy"] == {"corotated": "corotated"}
+    for name in ("implicit-euler", "xpbd"):
+        assert data["integrators"][name]["energy"] == {"corotated": "corotated"}
+        assert data["integrators"][name]["ended"] == "completed"
+    table = format_table(out)
+    assert len(table) == 3 and all(line.endswith("corotated=corotated") for line in table[1:])

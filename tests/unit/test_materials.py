@@ -601,3 +601,142 @@ def test_ti_quaternion_roundtrip(ti_f64):
     out = run_rotations(G, G, 0)
     np.testing.assert_allclose(out["roundtrip"], G, atol=1e-14)
     np.testing.assert_allclose(out["R_iter"], G, atol=1e-14)  # 0 iterations: the guess itself
+
+
+# ---------------------------------------------------------------------------
+# Half-turn guard of the warm-started rotation extraction (issue 12)
+
+from tisim.solvers.pd.kernels import fast_rotation  # noqa: E402  (the PD local step's extraction)
+
+
+@ti.kernel
+def _ti_guarded(
+    F: ti.types.ndarray(dtype=ti.math.mat3, ndim=1),
+    q0: ti.types.ndarray(dtype=ti.math.vec4, ndim=1),
+    iterations: ti.i32,
+    guard: ti.i32,
+    R: ti.types.ndarray(dtype=ti.math.mat3, ndim=1),
+    same: ti.types.ndarray(ndim=1),
+    certified: ti.types.ndarray(ndim=1),
+):
+    """fast_rotation from q0 (guard = 0) or from polar_rotation_guard(F, q0) (guard = 1)."""
+    for e in range(F.shape[0]):
+        q = q0[e]
+        if guard:
+            q = tf.polar_rotation_guard(F[e], q0[e])
+        same[e] = 1 if (q - q0[e]).norm() == 0.0 else 0
+        R[e] = tf.quat_to_matrix(fast_rotation(F[e], q, iterations))
+        certified[e] = tf.is_polar_maximum(F[e], tf.quat_to_matrix(q0[e]))
+
+
+def run_guarded(F, R0, iterations):
+    """{"R_bare", "R_guarded": (m, 3, 3), "same": guard kept q0, "certified": q0 passed}."""
+    F = np.ascontiguousarray(F, dtype=np.float64)
+    q0 = np.ascontiguousarray(
+        np.roll(Rotation.from_matrix(np.broadcast_to(R0, F.shape)).as_quat(), 1, axis=1)
+    )  # (w, x, y, z)
+    out = {}
+    for guard, key in ((0, "R_bare"), (1, "R_guarded")):
+        out[key] = np.zeros_like(F)
+        out["same"] = np.zeros(len(F), dtype=np.int32)
+        out["certified"] = np.zeros(len(F), dtype=np.int32)
+        _ti_guarded(F, q0, iterations, guard, out[key], out["same"], out["certified"])
+    return out
+
+
+def half_turn_cases(rng, count):
+    """F = R S: rotations R about random and coordinate axes by angles spread over
+    (0, pi] and crowded towards pi (pi - 10^-k, k = 1..8, and pi itself), times stretches
+    S = Q diag(s) Q^T with s in [0.5, 2] (or S = I)."""
+    angles = np.concatenate(
+        [rng.uniform(0.0, np.pi, count), np.pi - 10.0 ** -np.arange(1, 9), [np.pi] * 4]
+    )
+    axes = rng.standard_normal((len(angles), 3))
+    axes[-4:-1] = np.eye(3)
+    axes /= np.linalg.norm(axes, axis=1, keepdims=True)
+    R = Rotation.from_rotvec(angles[:, None] * axes).as_matrix()
+    Q = rotations(len(angles), 91)
+    s = rng.uniform(0.5, 2.0, (len(angles), 3))
+    S = Q @ (s[:, :, None] * np.swapaxes(Q, 1, 2))
+    return np.concatenate([R, R @ S]), np.concatenate([np.ones(len(R)), s.max(1) / s.min(1)])
+
+
+def test_polar_optimality_certificate():
+    """numpy twin of the guard: the SVD polar rotation has g = 0 and m >= 0 (inverted F
+    included, at the rotation-variant convention); a rotation a half-turn away is a
+    critical point (g = 0) with m < 0, and for F a rotation m = 2 cos(angle off)."""
+    from tisim.materials.polar import polar_optimality
+
+    rng = np.random.default_rng(3)
+    F = np.concatenate([random_F(rng, 0.5, 30), far_F(4), [np.diag([1.4, 0.9, -0.5])]])
+    R = polar_rotation(F)
+    g, m = polar_optimality(F, R)
+    scale = np.linalg.norm(F, axis=(1, 2))
+    assert np.abs(g).max(axis=1).max() < 1e-13 * scale.max()
+    assert np.all(m >= -1e-13 * scale)
+    n = rng.standard_normal((len(F), 3))
+    n /= np.linalg.norm(n, axis=1, keepdims=True)
+    U, s, V = svd_rotation_variant(F)
+    axis = U[:, :, 0]  # about a singular axis the half-turn is a critical point
+    body_axis = (np.swapaxes(R, 1, 2) @ axis[:, :, None])[..., 0]
+    bad = R @ Rotation.from_rotvec(np.pi * body_axis).as_matrix()
+    g, m = polar_optimality(F, bad)
+    assert np.abs(g).max() < 1e-12 * scale.max() and np.all(m < -0.1 * s[:, 1])
+    theta = rng.uniform(0.0, np.pi, len(F))
+    Rn = Rotation.from_rotvec(theta[:, None] * n).as_matrix()
+    _, m = polar_optimality(np.eye(3), Rn)  # F = I, R theta off about n
+    np.testing.assert_allclose(m, np.minimum(2 * np.cos(theta), 1 + np.cos(theta)), atol=1e-12)
+
+
+def test_rotation_guard_near_half_turns(ti_f64):
+    """The PD local step's warm-started extraction (fast_rotation) from an identity warm
+    start passed through the guard (polar_rotation_guard: kept when it passes the
+    second-order test, else replaced by the SVD polar rotation), against the numpy SVD
+    polar rotation, for rotations up to and including half-turns, with and without
+    stretch. Bare, the iteration stalls at an exact half-turn (off by 2.0 in the diagonal:
+    g = 0 at the start); every start it fails from is one the guard rejects, and the
+    guarded extraction matches the polar rotation to round-off times max(s) / min(s).
+    The guard keeps (bit for bit, no SVD) every start under a quarter-turn off."""
+    rng = np.random.default_rng(21)
+    F, cond = half_turn_cases(rng, 200)
+    R = polar_rotation(F)
+    out = run_guarded(F, np.eye(3), 20)
+    err = _angle_error(out["R_guarded"], R)
+    assert np.all(err < 1e-12 * cond), err.max()
+    bare = _angle_error(out["R_bare"], R)
+    wrong = bare > 1e-6
+    assert np.all(out["certified"][wrong] == 0) and np.all(out["same"][wrong] == 0)
+    assert np.array_equal(out["same"], out["certified"])  # replaced exactly when rejected
+    # F a rotation: the identity start is m = 2 cos(angle) from the maximum, so it is
+    # kept under a quarter-turn and replaced beyond, near half-turns included
+    pure = cond == 1.0
+    angle = Rotation.from_matrix(F[pure]).magnitude()
+    flag = out["certified"][pure]
+    assert np.all(flag[angle < np.pi / 2 - 1e-6] == 1)
+    assert np.all(flag[angle > np.pi / 2 + 1e-6] == 0)
+    # solver-like warm starts (0.1 rad off) are never replaced
+    near = Rotation.from_rotvec(0.1 * rng.standard_normal((len(F), 3))).as_matrix() @ R
+    out = run_guarded(F, near, 1)
+    assert np.all(out["same"] == 1)
+    np.testing.assert_array_equal(out["R_guarded"], out["R_bare"])
+
+
+def test_rotation_guard_from_bad_warm_starts(ti_f64):
+    """Warm starts a half-turn (and 1e-4 short of one) away from the answer about each
+    singular axis, and random rotations: guarded, the extraction matches the polar
+    rotation for stretched, compressed and inverted F."""
+    rng = np.random.default_rng(8)
+    F = np.concatenate(
+        [random_F(rng, 0.5, 40, min_det=0.05), far_F(23), [np.diag([1.4, 0.9, -0.5])]]
+    )
+    R = polar_rotation(F)
+    U, s, _ = svd_rotation_variant(F)
+    cond = np.abs(s[:, 0]) / (s[:, 1] + s[:, 2])
+    starts = [rotations(len(F), 17)]
+    for k in range(3):
+        for a in (np.pi, np.pi - 1e-4):
+            starts.append(Rotation.from_rotvec(a * U[:, :, k]).as_matrix() @ R)
+    for R0 in starts:
+        out = run_guarded(F, R0, 20)
+        err = _angle_error(out["R_guarded"], R)
+        assert np.all(err < 1e-12 * np.maximum(cond, 1.0)), err.max()

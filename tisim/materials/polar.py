@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["polar_rotation", "rotation_derivative", "svd_rotation_variant"]
+__all__ = ["polar_optimality", "polar_rotation", "rotation_derivative", "svd_rotation_variant"]
 
 
 def _batch(F) -> tuple[np.ndarray, tuple[int, ...]]:
@@ -50,6 +50,29 @@ def polar_rotation(F) -> np.ndarray:
     """Polar rotation R = U V^T (..., 3, 3) of F (..., 3, 3), det R = +1 (see module doc)."""
     U, _, V = svd_rotation_variant(F)
     return U @ np.swapaxes(V, -1, -2)
+
+
+def polar_optimality(F, R) -> tuple[np.ndarray, np.ndarray]:
+    """Optimality certificate of a rotation R (..., 3, 3) for max tr(R^T F) over SO(3)
+    (F, R broadcast against each other).
+
+    Returns (g (..., 3), m (...)): g = axial(S - S^T) with S = R^T F, the gradient of
+    f(R exp([d]x)) at d = 0 (zero at every critical point), and m the smallest
+    eigenvalue of M = tr(S) I - sym(S), the Hessian of -f there. R is the polar
+    rotation (the maximiser) exactly when g = 0 and m >= 0 (then M's eigenvalues are
+    the pair sums sigma_j + sigma_k of the rotation-variant SVD). A warm-started
+    iteration that stalls at a half-turn from the answer has g = 0 and m < 0; one
+    started more than a quarter-turn off (F a rotation) has m < 0 too. The Taichi
+    guard :func:`tisim.materials.ti_funcs.is_polar_maximum` tests m >= 0.
+    """
+    F, R = np.broadcast_arrays(np.asarray(F, dtype=np.float64), np.asarray(R, dtype=np.float64))
+    Fm, batch = _batch(F)
+    Rm, _ = _batch(R)
+    S = np.swapaxes(Rm, -1, -2) @ Fm
+    g = np.stack([S[:, 2, 1] - S[:, 1, 2], S[:, 0, 2] - S[:, 2, 0], S[:, 1, 0] - S[:, 0, 1]], -1)
+    M = np.trace(S, axis1=1, axis2=2)[:, None, None] * np.eye(3) - 0.5 * (S + np.swapaxes(S, 1, 2))
+    m = np.linalg.eigvalsh(M)[:, 0]
+    return g.reshape(batch + (3,)), m.reshape(batch)
 
 
 def rotation_derivative(F, *, min_denominator: float = 1e-12) -> np.ndarray:

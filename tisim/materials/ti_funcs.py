@@ -25,6 +25,8 @@ solver can cache or warm-start it:
   ``polar_rotation_quat`` for the method and its convergence).
 * ``polar_rotation_svd(F) -> R`` and ``svd_rotation_variant(F) -> (U, sigma, V)``
   through ``ti.svd`` with the determinant fix.
+* ``polar_rotation_guard(F, q) -> q`` and ``is_polar_maximum(F, R)``: a half-turn guard
+  for any warm-started extraction (falls back to the SVD when R is not the maximiser).
 
 References:
     M. Müller, J. Bender, N. Chentanez, M. Macklin. A Robust Method to Extract the
@@ -57,8 +59,10 @@ __all__ = [
     "first_piola_nh_log",
     "first_piola_symmetric_dirichlet",
     "first_piola_symmetric_gradient",
+    "is_polar_maximum",
     "matrix_to_quat",
     "polar_rotation",
+    "polar_rotation_guard",
     "polar_rotation_quat",
     "polar_rotation_svd",
     "quat_mul",
@@ -376,6 +380,55 @@ def polar_rotation(F, R_guess, iterations):
     """Polar rotation of F (3x3, det = +1), warm-started from the rotation R_guess;
     see :func:`polar_rotation_quat` (stores and returns a matrix instead)."""
     return quat_to_matrix(polar_rotation_quat(F, matrix_to_quat(R_guess), iterations))
+
+
+@ti.func
+def is_polar_maximum(F, R):
+    """1 if the rotation R passes the second-order test for the maximiser of tr(R^T F)
+    over SO(3), else 0: M = tr(S) I - sym(S) with S = R^T F must be positive
+    semidefinite (its eigenvalues are the pair sums sigma_j + sigma_k >= 0 at the
+    maximiser, rotation-variant SVD). At the other critical points, R a half-turn away
+    from the maximiser about an axis n, n^T M n = -(the two pair sums across n) < 0;
+    for F a rotation, n^T M n = 2 cos(theta) for R theta away about n, so every R more
+    than a quarter-turn off fails (where Newton's step is not an ascent). Tested through
+    all principal minors (Sylvester), with a round-off floor of 1e-10 ||F||; F = 0 and
+    the maximiser at the inverted-F kink (a zero pair sum) pass. Numpy twin:
+    :func:`tisim.materials.polar.polar_optimality`."""
+    S = R.transpose() @ F
+    M = S.trace() * ti.Matrix.identity(float, 3) - 0.5 * (S + S.transpose())
+    t = 1e-10 * F.norm()
+    ok = 1
+    if M[0, 0] < -t or M[1, 1] < -t or M[2, 2] < -t:
+        ok = 0
+    t2 = t * (t + M.norm())
+    if (
+        M[0, 0] * M[1, 1] - M[0, 1] * M[1, 0] < -t2
+        or M[0, 0] * M[2, 2] - M[0, 2] * M[2, 0] < -t2
+        or M[1, 1] * M[2, 2] - M[1, 2] * M[2, 1] < -t2
+    ):
+        ok = 0
+    if M.determinant() < -t2 * (t + M.norm()):
+        ok = 0
+    return ok
+
+
+@ti.func
+def polar_rotation_guard(F, q):
+    """Half-turn guard for a warm-started rotation extraction: the unit quaternion q
+    (w, x, y, z) unchanged when its rotation passes :func:`is_polar_maximum`, else the
+    exact polar rotation of F (``polar_rotation_svd``, polished to round-off by two
+    iterations of :func:`polar_rotation_quat`).
+
+    Iterations that follow the gradient of tr(R^T F) (Newton, or Müller et al.'s damped
+    turn) stall at a start a half-turn away from the answer, where the gradient
+    vanishes (an identity start for F = R_x(pi) stays at I: off by 2.0 in every
+    diagonal entry), and crawl away from one near it. Call this on their result: it
+    costs one 3x3 test when the result is fine and an SVD when it is not (rare with
+    warm starts from the previous iteration or frame)."""
+    out = q
+    if is_polar_maximum(F, quat_to_matrix(q)) == 0:
+        out = polar_rotation_quat(F, matrix_to_quat(polar_rotation_svd(F)), 2)
+    return out
 
 
 @ti.func

@@ -8,14 +8,22 @@ the colliders, then v = (x - x_prev) / h_s.
 Constraints per tet (rest volume V, Lame mu, lam), Gauss-Seidel in parallel over a
 graph colouring of the tets (tets of one colour share no vertex):
 
-* "neo-hookean", "symmetric-dirichlet", "symmetric-gradient": the stable Neo-Hookean
-  pair of Macklin & Mueller 2021, deviatoric C_D = ||F||_F with compliance 1/(mu V) and
-  hydrostatic C_H = det F - gamma, gamma = 1 + mu/lam, compliance 1/(lam V), solved together
-  as one 2x2 block (which keeps the rest state in place; with lam = 0: C_D = ||F||_F - sqrt(3)
-  alone). For the two symmetric energies this is a stand-in with the same rest stiffness mu,
-  not the same energy.
+* "neo-hookean": the log-barrier Neo-Hookean that ADMM and implicit Euler integrate,
+  psi = mu/2 (I_C - 3) - mu log J + lam/2 (log J)^2, as the constraint pair of Macklin &
+  Mueller 2021 with a log hydrostatic part: deviatoric C_D = ||F||_F with compliance
+  1/(mu V) and hydrostatic C_H = log J - mu/lam with compliance 1/(lam V), solved together
+  as one 2x2 block. Their energy mu/2 C_D^2 + lam/2 C_H^2 (times V) is psi V plus a
+  constant, and the pair keeps the rest state in place. For J <= 1e-6 (inverted or
+  crushed: log J undefined) C_H falls back to Macklin & Mueller's det F - (1 + mu/lam),
+  which pushes the tet back out. With lam = 0: C_D = ||F||_F - sqrt(3) alone (no -mu log J
+  term: a stand-in).
+* "symmetric-dirichlet", "symmetric-gradient": a stand-in, Macklin & Mueller's stable
+  Neo-Hookean pair (C_H = det F - gamma, gamma = 1 + mu/lam) with the same rest
+  stiffness mu, not the same energy (:func:`integrated_energy` says so, and
+  ``tisim compare`` refuses to compare its energy with the others').
 * "arap": C = ||F - R||_F (R the polar rotation), compliance 1/(2 mu V), i.e. the energy
-  mu ||F - R||^2; "corotated" adds C_H = det F - 1 with compliance 1/(lam V) (2x2 block).
+  mu ||F - R||^2; "corotated" adds C_H = det F - 1 with compliance 1/(lam V) (2x2 block):
+  both exactly the energies the other integrators use.
 
 Handles hold their vertices (inverse mass 0); colliders are frictionless position
 projections along their normal (or the shared penalty potential as an external force,
@@ -31,8 +39,9 @@ References:
     MIG 2021.
 
 Limitations:
-    * Dissipative and only approximately conservative; the constraint energies differ
-      from the monitored energy (exactly for ARAP, in the rest stiffness otherwise).
+    * Dissipative and only approximately conservative. The constraint energies are the
+      monitored energy (up to a constant) for "arap", "corotated" and "neo-hookean"; the
+      symmetric energies get a stand-in (see above).
     * No iteration to convergence: stiffness is resolved only as far as the substeps allow.
     * Frictionless contact; no self-collision.
 """
@@ -59,6 +68,25 @@ ND2 = ti.types.ndarray(ndim=2)
 ND3 = ti.types.ndarray(ndim=3)
 _ARAP = MATERIALS.index("arap")
 _COROTATED = MATERIALS.index("corotated")
+_NEO_HOOKEAN = MATERIALS.index("neo-hookean")
+_LOG_J_FLOOR = 1e-6  # below, C_H = log J is replaced by det F - gamma (log undefined at J <= 0)
+
+# tisim.materials energy each scene material's constraints integrate (None: a stand-in)
+_INTEGRATED = {
+    "arap": "arap",
+    "corotated": "corotated",
+    "neo-hookean": "neo-hookean-log",
+    "symmetric-dirichlet": None,
+    "symmetric-gradient": None,
+}
+
+
+def integrated_energy(material: str) -> str:
+    """Name of the energy XPBD's constraints integrate for a scene material: a
+    :mod:`tisim.materials` name when they integrate it exactly (up to a constant), else
+    "xpbd-stable-neo-hookean-stand-in" (the symmetric energies)."""
+    name = _INTEGRATED[material]
+    return name if name is not None else "xpbd-stable-neo-hookean-stand-in"
 _PARALLEL_FROM = 20000  # tets; below, one serial sweep beats a launch per colour
 
 
@@ -174,8 +202,14 @@ def _project_tet(x: ti.template(), invm: ti.template(), topo: ti.template(), gra
     else:
         n = F.norm()
         if lam > 0.0:
-            _apply2(x, invm, topo, grad, e, n, F / n, inv_h2 / (mu * vol), F.determinant() - (1.0 + mu / lam),
-                    _cofactor(F), inv_h2 / (lam * vol), lam_acc)
+            J = F.determinant()
+            C_H = J - (1.0 + mu / lam)  # Macklin & Mueller's stable pair (the stand-in)
+            dC_H = _cofactor(F)
+            if mat == _NEO_HOOKEAN and J > _LOG_J_FLOOR:
+                C_H = ti.log(J) - mu / lam  # the log-barrier Neo-Hookean's own energy
+                dC_H = dC_H / J
+            _apply2(x, invm, topo, grad, e, n, F / n, inv_h2 / (mu * vol), C_H, dC_H, inv_h2 / (lam * vol),
+                    lam_acc)
         else:
             _apply(x, invm, topo, grad, e, n - ti.sqrt(3.0), F / n, inv_h2 / (mu * vol), lam_acc, 0)
 
@@ -297,6 +331,11 @@ class SolverXPBD(Solver):
     def potential_energy(self, positions: np.ndarray) -> float:
         return self.energy.potential(np.asarray(positions, dtype=np.float64), 0.0)
 
+    def integrated_energies(self) -> dict[str, str]:
+        """{scene material: energy its constraints integrate} for the model's materials."""
+        codes = np.unique(np.asarray(self.model.element_material))
+        return {MATERIALS[int(c)]: integrated_energy(MATERIALS[int(c)]) for c in codes}
+
     def info(self) -> dict:
         return {"solver": "xpbd", "substeps": self.config.substeps, "iterations": self.config.iterations,
-                "colors": self.colors}
+                "colors": self.colors, "energies": self.integrated_energies()}
