@@ -10,6 +10,7 @@ Usage:
     .venv/bin/python tools/bench_contact.py                       # 6,951 and 14,721 vertices
     .venv/bin/python tools/bench_contact.py --resolution 17.6493 --frames 60 --json bench_contact.json
     .venv/bin/python tools/bench_contact.py --set solver.global_step=\\"cholesky\\"
+    .venv/bin/python tools/bench_contact.py --arch cuda --precision f32   # on a GPU
 """
 
 from __future__ import annotations
@@ -125,11 +126,14 @@ def main(argv=None) -> int:
         "--set", action="append", default=[], help="scene override, e.g. solver.iterations=5"
     )
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--arch", default="cpu", choices=["cpu", "cuda", "vulkan", "auto"])
+    ap.add_argument("--precision", default=None, choices=["f64", "f32"],
+                    help="default: f64 on the CPU, f32 on a GPU backend")
     args = ap.parse_args(argv)
 
     from tisim import backend
 
-    b = backend.init("cpu", "f64")
+    b = backend.init(args.arch, args.precision)
     mach = machine()
     print(
         f"machine: {mach['cpu']}, {mach['cores']} CPUs, load {mach['load_average']}, "
@@ -171,6 +175,8 @@ def main(argv=None) -> int:
             json.dumps(
                 {
                     "machine": mach,
+                    "arch": b.arch,
+                    "precision": b.precision,
                     "scene": str(SCENE.name),
                     "overrides": args.set,
                     "results": results,

@@ -12,6 +12,8 @@ description (CPU model, cores, load average, Taichi backend).
     .venv/bin/python tools/bench_pd.py                 # all sizes and back-ends
     .venv/bin/python tools/bench_pd.py --quick         # 5.3k bar only, fewer frames
     .venv/bin/python tools/bench_pd.py --sizes 5k --backends cholesky sparse-inverse
+    .venv/bin/python tools/bench_pd.py --si-build 10 17.6493 --si-archs cpu vulkan \\
+        --out out/bench_si_build.json      # sparse-inverse build time per backend
 """
 
 from __future__ import annotations
@@ -108,6 +110,71 @@ def _measure(size, backend_name, frames, warmup, iterations, arch) -> dict:
     }
 
 
+def _si_build_one(resolution: float, arch: str, queue) -> None:
+    """Child process: time S = L^-1 of the squeeze-ball's global matrix on ``arch``."""
+    try:
+        from tisim import backend
+        from tisim.cli.app import demos_dir
+        from tisim.linalg.sparse_inverse import sparse_inverse
+        from tisim.model import Model
+        from tisim.scene import load_scene
+        from tisim.solvers.pd.solver import SolverPD
+
+        info = backend.init(arch)
+        scene = load_scene(
+            demos_dir() / "squeeze-ball.toml",
+            [f"objects.ball.ball_resolution={resolution}", 'solver.global_step="cholesky"',
+             "contact.enabled=false"],
+        )
+        model = Model.from_scene(scene)
+        g = SolverPD(model, scene.solver).global_step
+        f = g.factor
+        sparse_inverse(f)  # compile
+        t0 = time.perf_counter()
+        si = sparse_inverse(f)
+        dt = time.perf_counter() - t0
+        b = np.random.default_rng(0).standard_normal(g.n_free)
+        res = float(np.linalg.norm(g.A_ff @ si.solve(b) - b) / np.linalg.norm(b))
+        queue.put({"vertices": model.vertex_count, "arch": info.arch, "nnz_S": si.nnz,
+                   "levels": int(si.depth.max()), "build_s": dt, "relative_residual": res})
+    except Exception as e:  # report instead of hanging the parent
+        queue.put({"arch": arch, "error": f"{type(e).__name__}: {e}"})
+
+
+def si_build(resolutions, archs, out: Path) -> int:
+    """Build time of the sparse inverse, the same matrix on each backend side by side."""
+    ctx = mp.get_context("spawn")
+    rows = []
+    print(f"{'vertices':>8} {'levels':>6} {'nnz(S)':>10} " + " ".join(f"{a + ' s':>10}" for a in archs)
+          + "  relative residual A S^T S b - b")
+    for res in resolutions:
+        got = []
+        for arch in archs:
+            q = ctx.Queue()
+            proc = ctx.Process(target=_si_build_one, args=(res, arch, q))
+            proc.start()
+            got.append(q.get())
+            proc.join()
+        rows.extend(got)
+        ok = [r for r in got if "error" not in r]
+        if not ok:
+            print(f"ball_resolution {res}: " + "; ".join(r["error"] for r in got))
+            continue
+        r0 = ok[0]
+        times = " ".join(
+            f"{r['build_s']:>10.2f}" if "error" not in r else f"{'error':>10}" for r in got
+        )
+        resid = ", ".join(f"{r['arch']} {r['relative_residual']:.1e}" for r in ok)
+        print(f"{r0['vertices']:>8} {r0['levels']:>6} {r0['nnz_S']:>10,} {times}  {resid}")
+        for r in got:
+            if "error" in r:
+                print(f"  {r['arch']}: {r['error']}")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"machine": machine(), "sparse_inverse_build": rows}, indent=2))
+    print(f"wrote {out}")
+    return 0
+
+
 def machine() -> dict:
     from tisim.linalg.cholesky import cholmod_available
     from tisim.runner import machine as base, versions
@@ -128,9 +195,17 @@ def main(argv=None) -> int:
     )
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--iterations", type=int, default=5)
-    p.add_argument("--arch", default="cpu", choices=["cpu", "cuda", "auto"])
+    p.add_argument("--arch", default="cpu", choices=["cpu", "cuda", "vulkan", "auto"])
     p.add_argument("--out", default="out/bench_pd.json")
+    p.add_argument(
+        "--si-build", type=float, nargs="+", default=None, metavar="BALL_RESOLUTION",
+        help="instead: time the sparse-inverse build of the squeeze-ball matrix at these "
+        "ball resolutions (10: 1.5k vertices, 17.6493: 7k) on each --si-archs backend",
+    )
+    p.add_argument("--si-archs", nargs="+", default=["cpu", "vulkan"])
     args = p.parse_args(argv)
+    if args.si_build:
+        return si_build(args.si_build, args.si_archs, Path(args.out))
     sizes = args.sizes or (["5k"] if args.quick else list(SIZES))
     backends = args.backends or BACKENDS
     frames = args.frames or (10 if args.quick else 30)

@@ -143,3 +143,39 @@ def test_half_columns_give_the_delassus_operator(rng):
     W = (Z.T @ Z).toarray()
     ref = B.T.toarray() @ np.linalg.solve(A.toarray(), B.toarray())
     assert np.allclose(W, ref, rtol=1e-10, atol=1e-14 * abs(ref).max())
+
+
+@pytest.mark.parametrize("name", ["ball", "random-spd"])
+def test_entry_parallel_kernel_matches_column_kernel(name):
+    """The GPU kernel (one thread per entry of S, used off the CPU backend) gives the same
+    S as the CPU kernel (one thread per column) to round-off, and S L = I."""
+    A = MESHES[name]()
+    f = factorize(A, "auto", BACKENDS[0])
+    by_column = sparse_inverse(f, entry_parallel=False)
+    by_entry = sparse_inverse(f, entry_parallel=True)
+    assert np.array_equal(by_entry.ST.indices, by_column.ST.indices)
+    scale = np.abs(by_column.ST.data).max()
+    assert np.abs(by_entry.ST.data - by_column.ST.data).max() <= 1e-13 * scale
+    assert np.allclose((by_entry.S @ f.L).toarray(), np.eye(A.shape[0]), atol=1e-10)
+
+
+def test_entry_parallel_kernel_on_a_deep_dense_tree():
+    """A dense 420 x 420 factor: its etree is one chain, and the column at depth 420 needs
+    ~88k inner iterations in the one-thread-a-column kernel, beyond the 65,535 loop
+    iterations Mesa's lavapipe runs per shader invocation (it truncated those columns, so
+    W and the squeeze-ball demo were wrong under Vulkan). Each thread of the entry kernel
+    runs one column of L; on the CPU both must equal the dense inverse."""
+    rng = np.random.default_rng(0)
+    n = 420
+    M = 0.01 * rng.standard_normal((n, n))
+    Ld = np.linalg.cholesky(M @ M.T + np.eye(n))
+
+    class _Factor:
+        L = sp.csc_matrix(Ld)
+        perm = np.arange(n)
+
+    ref = np.linalg.inv(Ld)
+    for entry in (False, True):
+        si = sparse_inverse(_Factor, entry_parallel=entry)
+        assert si.depth.max() == n
+        assert np.abs(si.S.toarray() - ref).max() < 1e-12

@@ -18,8 +18,16 @@ This module has no ``from __future__ import annotations``: Taichi reads the
 kernels' type annotations when they are decorated.
 """
 
+import logging
+
 import numpy as np
 import taichi as ti
+
+log = logging.getLogger(__name__)
+
+# Mesa's lavapipe (Vulkan on the CPU) stops a shader invocation after this many loop
+# iterations, silently; one thread per row must stay below it there.
+LAVAPIPE_LOOP_LIMIT = 65535
 
 __all__ = [
     "DeviceCSR",
@@ -28,6 +36,9 @@ __all__ = [
     "device_array",
     "gather3",
     "inverse_columns",
+    "inverse_entries",
+    "inverse_paths",
+    "read_back",
 ]
 
 
@@ -46,6 +57,13 @@ def device_array(a: np.ndarray):
     d = ti.ndarray(dt, shape=a.shape)
     d.from_numpy(a)
     return d
+
+
+def read_back(dev, out: np.ndarray) -> None:
+    """Copy a :func:`device_array` result into ``out`` (nothing to do when it is ``out``)."""
+    if dev is out:
+        return
+    out[...] = dev.to_numpy()
 
 
 class DeviceCSR:
@@ -75,6 +93,15 @@ class DeviceCSR:
             shape=A.shape,
         )
         self.host = A
+        longest = int(np.diff(A.indptr).max(initial=0))
+        if backend.current().arch == "vulkan" and longest >= LAVAPIPE_LOOP_LIMIT:
+            log.warning(
+                "a CSR row has %d entries: Mesa's lavapipe Vulkan driver stops a thread after "
+                "%d loop iterations, so products with this matrix are wrong there "
+                "(a hardware Vulkan driver is not affected)",
+                longest,
+                LAVAPIPE_LOOP_LIMIT,
+            )
         self.shape = A.shape
         self.nnz = A.nnz
         self.indptr = device_array(A.indptr)
@@ -183,3 +210,66 @@ def inverse_columns(
         inv = 1.0 / Lx[Lp[j]]
         for t in range(d):
             Sx[start + t] = Sx[start + t] * inv
+
+
+@ti.kernel
+def inverse_paths(
+    parent: ti.types.ndarray(dtype=ti.i32, ndim=1),
+    depth: ti.types.ndarray(dtype=ti.i32, ndim=1),
+    Sp: ti.types.ndarray(dtype=ti.i64, ndim=1),
+    Si: ti.types.ndarray(dtype=ti.i32, ndim=1),
+):
+    """Row indices of every column of S = L^-1 (CSC): column j holds the etree path
+    j -> root in ascending order (one thread a column, depth[j] iterations)."""
+    for j in range(parent.shape[0]):
+        start = Sp[j]
+        v = j
+        for t in range(depth[j]):
+            Si[start + t] = v
+            v = parent[v]
+
+
+@ti.kernel
+def inverse_entries(
+    columns: ti.types.ndarray(dtype=ti.i32, ndim=1),
+    begin: ti.i32,
+    count: ti.i32,
+    d: ti.i32,
+    Lp: ti.types.ndarray(dtype=ti.i32, ndim=1),
+    Li: ti.types.ndarray(dtype=ti.i32, ndim=1),
+    Lx: ti.types.ndarray(dtype=ti.f64, ndim=1),
+    depth: ti.types.ndarray(dtype=ti.i32, ndim=1),
+    Sp: ti.types.ndarray(dtype=ti.i64, ndim=1),
+    Si: ti.types.ndarray(dtype=ti.i32, ndim=1),
+    Sx: ti.types.ndarray(dtype=ti.f64, ndim=1),
+):
+    """The ``count`` columns ``columns[begin:begin + count]`` of S = L^-1, all of depth d,
+    one thread per entry (column, path node v): from L s_j = e_j,
+
+        S[v, j] = (delta_vj - sum_{i > j} L[i, j] S[v, i]) / L[j, j],
+
+    where every such i is an ancestor of j (on its path) and S[v, i] != 0 only when v is
+    an ancestor-or-self of i, i.e. depth[v] <= depth[i]; it sits at offset
+    depth[i] - depth[v] of column i. Needs the row indices (:func:`inverse_paths`) and
+    the columns of all ancestors (the caller goes level by level, roots first).
+
+    A thread runs nnz(L[:, j]) iterations, not the column's whole triangular solve: Mesa's
+    lavapipe (Vulkan on the CPU) silently stops any shader invocation after 65,535 loop
+    iterations, which truncated the one-thread-per-column version of this kernel on
+    columns deeper than about 360 (the squeeze-ball demo's W was wrong under Vulkan).
+    """
+    for e in range(count * d):
+        j = columns[begin + e // d]
+        t = e % d
+        off = Sp[j] + t
+        v = Si[off]
+        dv = depth[v]
+        acc = ti.f64(0.0)  # S is built in f64 whatever the default precision
+        if t == 0:
+            acc = ti.f64(1.0)
+        for p in range(Lp[j] + 1, Lp[j + 1]):
+            i = Li[p]
+            di = depth[i]
+            if di >= dv:
+                acc -= Lx[p] * Sx[Sp[i] + di - dv]
+        Sx[off] = acc / Lx[Lp[j]]

@@ -76,6 +76,9 @@ def fast_rotation(F, q, iterations):
     from the previous iteration's rotation typically needs one iteration per
     local step (error ~ (change of R)^2). Stops early once g vanishes.
     """
+    # a warm start a half-turn (or nearly) from the answer stalls the iteration: such a
+    # start is replaced by the exact polar rotation (one 3x3 test otherwise)
+    q = mf.polar_rotation_guard(F, q)
     fn2 = F.norm_sqr()
     for _ in range(iterations):
         R = mf.quat_to_matrix(q)
@@ -607,26 +610,33 @@ class PDKernels:
     def residual_norm_sq(self) -> float:
         return norm_sq(self.r)
 
+    def _typed(self, a):
+        """A host array as the backend's float type (a kernel compiled for an f64 argument
+        would narrow it silently into the f32 arrays); Taichi arrays pass through."""
+        if isinstance(a, np.ndarray) and a.dtype != self.np_real:
+            return np.ascontiguousarray(a, dtype=self.np_real)
+        return a
+
     def add_to_residual(self, f: np.ndarray, scale: float) -> None:
-        add_scaled_rows(self.r, self.VF, f, scale)
+        add_scaled_rows(self.r, self.VF, self._typed(f), scale)
 
     def set_residual(self, f: np.ndarray, scale: float) -> None:
-        set_scaled_rows(self.r, self.VF, f, scale)
+        set_scaled_rows(self.r, self.VF, self._typed(f), scale)
 
     def gather_residual(self, index: np.ndarray, out: np.ndarray) -> None:
         gather_rows(self.r, index, out)
 
     def scatter_add_x(self, index: np.ndarray, delta: np.ndarray) -> None:
-        scatter_add_rows(self.x, index, delta)
+        scatter_add_rows(self.x, index, self._typed(delta))
 
     def read_x(self, out: np.ndarray) -> None:
         copy_rows(out, self.x)
 
     def write_x(self, src: np.ndarray) -> None:
-        copy_rows(self.x, src)
+        copy_rows(self.x, self._typed(src))
 
     def write_x_tilde(self, src: np.ndarray) -> None:
-        copy_rows(self.x_tilde, src)
+        copy_rows(self.x_tilde, self._typed(src))
 
     def copy_x_to_prev(self) -> None:
         copy_rows(self.x_prev, self.x)

@@ -1,0 +1,110 @@
+"""Backend-against-CPU comparisons shared by test_vulkan.py and test_cuda.py.
+
+:func:`on_backend` tears Taichi down, initialises the requested backend, runs a
+function that returns numpy data and restores the session's CPU f64 backend; it skips
+the test (with the reason) when the backend cannot start.
+
+Reference: the CPU backend in f64 (the suite's own backend). Tolerances, in metres for
+scenes about 0.2-1 m across:
+
+* f64 on another backend runs the same kernels (gathers only, no atomics, so the same
+  summation order); what differs is the compiler's contraction of a*b+c into FMAs and
+  the math library (sqrt, division). Those are round-off (1e-16 relative) per operation,
+  amplified by the global solve's conditioning over a few frames. Measured on lavapipe:
+  3e-15 m after 8 squeeze-ball frames; 1e-11 m leaves a margin of 3000.
+* f32 has eps = 6e-8: a position of 1 m carries 6e-8 m of round-off per store, and the
+  local-global iteration compounds it over 5-10 iterations a frame and a few frames:
+  1e-4 m (0.1 mm), a tenth of the demos' 1 mm contact margin, is the bound (measured on
+  lavapipe: 3e-7 m on the twisting bar after 5 frames, 2e-6 m on the squeeze-ball after
+  8). Contact counts must match exactly in f64; in f32 a vertex at the edge of the
+  detection band may flip, so they may differ by one contact per roller.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from functools import lru_cache
+
+import numpy as np
+import pytest
+
+import backend_scenarios as scenarios
+
+
+
+@lru_cache(maxsize=None)
+def backend_unavailable(arch: str) -> str | None:
+    """Why ``arch`` cannot run here, or None. Probed in a child process: Taichi falls back
+    to the CPU (with only a warning) when a GPU backend fails to start."""
+    from tisim import backend
+
+    if arch == "cuda" and not backend.cuda_available():
+        return "no CUDA device"
+    code = (
+        "import taichi as ti\n"
+        f"ti.init(arch=ti.{arch}, log_level=ti.ERROR)\n"
+        "import sys; a = ti.lang.impl.current_cfg().arch\n"
+        f"sys.exit(0 if a == ti.{arch} else 3)\n"
+    )
+    try:
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=120)
+    except subprocess.TimeoutExpired:
+        return f"Taichi's {arch} backend did not start within 120 s"
+    if r.returncode != 0:
+        return f"Taichi's {arch} backend cannot start here (no driver or device)"
+    return None
+
+
+def require(arch: str) -> None:
+    """Skip the calling test (with the reason) when ``arch`` cannot start here."""
+    why = backend_unavailable(arch)
+    if why:
+        pytest.skip(why)
+
+
+def on_backend(arch: str, precision: str, fn, *args, **kwargs):
+    """fn(*args, **kwargs) with Taichi on (arch, precision); restores CPU f64 afterwards."""
+    from tisim import backend
+
+    require(arch)
+    backend.reset()
+    try:
+        info = backend.init(arch, precision)
+        if info.arch != arch:
+            pytest.skip(f"Taichi fell back to {info.arch} instead of {arch}")
+        return fn(*args, **kwargs)
+    finally:
+        backend.reset()
+        backend.init("cpu", "f64")
+
+
+POSITION_TOL = {"f64": 1e-11, "f32": 1e-4}
+DET_F_TOL = 0.02  # issue 10: smallest det F within 0.02 of the CPU run's at every frame
+PENETRATION_MAX = 1e-4  # issue 10: penetration below 0.1 mm
+
+
+def check_scene(arch: str, precision: str, name: str, reference: dict) -> dict:
+    got = on_backend(arch, precision, getattr(scenarios, name))
+    dx = np.abs(got["positions"] - reference["positions"]).max(axis=(1, 2))
+    print(f"{name} {arch} {precision}: max |dx| per frame {dx}")
+    assert np.all(np.isfinite(got["positions"]))
+    if name == "squeeze_ball":  # the comparison must cover frames with contact
+        assert np.count_nonzero(reference["contacts"]) >= len(reference["contacts"]) // 2
+    assert dx.max() < POSITION_TOL[precision], dx
+    assert np.abs(got["det_f"] - reference["det_f"]).max() < DET_F_TOL
+    assert got["penetration"].max() < PENETRATION_MAX
+    assert np.abs(got["contacts"] - reference["contacts"]).max() <= (
+        0 if precision == "f64" else 2
+    ), (got["contacts"], reference["contacts"])
+    return got
+
+
+def check_stick_slip(arch: str, precision: str) -> None:
+    """Same verdicts as Coulomb's law (and the CPU in f64): at mu* - 0.003 the box slides
+    (0.029 m/s^2 for 0.25 s: 0.0073 m/s, above 3e-3), at mu* + 0.003 it stays (speed of
+    round-off: 1e-7 m/s in f64, 1e-5 m/s in f32 measured, below 1e-4)."""
+    got = on_backend(arch, precision, scenarios.stick_slip)
+    print(f"stick-slip {arch} {precision}: {got}")
+    assert got["slide"] > 3e-3, got
+    assert got["stick"] < 1e-4, got

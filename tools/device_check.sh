@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# One command for a machine with an NVIDIA GPU (issue 10): the cuda-marked tests
+# (tests/backends/test_cuda.py: twisting bar, squeeze-ball and stick-slip on CUDA in f64
+# and f32 against the CPU backend) and the PD, contact and ADMM benchmarks on the CPU
+# and on CUDA side by side, summarised in one table headed by the GPU's name.
+# Without a GPU the tests skip (with the reason) and only the CPU column is filled.
+#
+#   tools/device_check.sh            # about 5-8 minutes on a GPU machine
+#   OUT=/tmp/dc tools/device_check.sh
+#   BENCH=0 tools/device_check.sh    # the tests only
+set -u
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-.venv/bin/python}
+OUT=${OUT:-out/device_check}
+mkdir -p "$OUT"
+
+gpu=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -n 1)
+if [ -z "$gpu" ]; then
+  gpu="none (nvidia-smi found no GPU)"
+  archs="cpu"
+else
+  archs="cpu cuda"
+fi
+echo "GPU: $gpu"
+
+"$PY" -m pytest -q -rs -m cuda tests/backends/test_cuda.py -p no:cacheprovider \
+  --junitxml="$OUT/cuda_tests.xml" 2>&1 | tail -n 15
+tests_rc=${PIPESTATUS[0]}
+# pytest exits 5 when every test was deselected/skipped: not a failure here
+[ "$tests_rc" -eq 5 ] && tests_rc=0
+
+[ "${BENCH:-1}" = 0 ] && archs=""
+for arch in $archs; do
+  prec=f64; [ "$arch" = cuda ] && prec=f32
+  timeout 240 "$PY" tools/bench_pd.py --quick --backends sparse-inverse cholesky --arch "$arch" \
+    --out "$OUT/bench_pd_$arch.json" > "$OUT/bench_pd_$arch.log" 2>&1 || echo "bench_pd ($arch) failed: see $OUT/bench_pd_$arch.log"
+  timeout 240 "$PY" tools/bench_contact.py --resolution 17.6493 --frames 25 --arch "$arch" \
+    --precision "$prec" --json "$OUT/bench_contact_$arch.json" > "$OUT/bench_contact_$arch.log" 2>&1 \
+    || echo "bench_contact ($arch) failed: see $OUT/bench_contact_$arch.log"
+  timeout 240 "$PY" tools/bench_admm.py --quick --no-demos --arch "$arch" --out "$OUT/admm_$arch" \
+    > "$OUT/bench_admm_$arch.log" 2>&1 || echo "bench_admm ($arch) failed: see $OUT/bench_admm_$arch.log"
+done
+
+"$PY" - "$OUT" "$gpu" "$tests_rc" <<'PY'
+import json, sys
+from pathlib import Path
+
+out, gpu, rc = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+
+def load(name):
+    p = out / name
+    try:
+        return json.loads(p.read_text())
+    except (OSError, ValueError):
+        return None
+
+rows = []
+for arch in ("cpu", "cuda"):
+    pd = load(f"bench_pd_{arch}.json")
+    for r in (pd or {}).get("results", []):
+        if "error" not in r:
+            rows.append((f"PD twisting bar {r['vertices']} v, {r['global_step']}", arch,
+                         r["frame_ms_median"], f"setup {r['setup_s']:.1f} s"))
+    bc = load(f"bench_contact_{arch}.json")
+    for r in (bc or {}).get("results", []):
+        c = r.get("contact_frames") or {}
+        if c:
+            rows.append((f"PD squeeze-ball {r['vertices']} v (contact frames)", arch,
+                         c["wall_ms"]["median"],
+                         f"detect {c['detect_ms']['median']:.1f} / W {c['delassus_ms']['median']:.1f}"
+                         f" / NCP {c['cr_ms']['median']:.1f} ms"))
+    ad = load(f"admm_{arch}/bench_admm.json")
+    for r in (ad or {}).get("scaling", []):
+        rows.append((f"ADMM {r['vertices']} v (ms per iteration)", arch,
+                     r["ms_per_iteration_median"], f"q-step share {r['q_step_share']:.2f}"))
+print()
+print(f"device check, GPU: {gpu}; cuda tests: {'passed or skipped' if rc == 0 else 'FAILED'}")
+print(f"{'benchmark':<48}{'arch':>6}{'ms/frame':>10}  notes")
+for name, arch, ms, note in rows:
+    print(f"{name:<48}{arch:>6}{ms:>10.2f}  {note}")
+if not rows:
+    print("(no benchmark produced results; see the logs in", out, ")")
+(out / "device_check.json").write_text(json.dumps(
+    {"gpu": gpu, "cuda_tests_rc": rc, "rows": [dict(zip(("benchmark", "arch", "ms", "notes"), r)) for r in rows]},
+    indent=2))
+PY
+exit "$tests_rc"
