@@ -44,7 +44,8 @@ def bench_size(cells: int, iterations: int, steps: int) -> dict:
     sc = scene_from_dict({
         "sim": {"dt": 0.01, "gravity": [0.0, 0.0, 0.0]},
         "solver": {"type": "admm", "tolerance": 1e-300, "max_iterations": iterations, "min_iterations": iterations,
-                   "adaptive_rho": False, "local_rho": False, "warn_every": 1000000},
+                   "adaptive_rho": False, "local_rho": False, "warn_every": 1000000,
+                   "retry_stalled": False},  # a fixed iteration count: no retry of the (capped) steps
         "objects": {"box": {"generator": "box", "size": [1.0, 1.0, 1.0], "resolution": [cells] * 3,
                             "material": "neo-hookean", "youngs_modulus": 1e5, "poisson_ratio": 0.3,
                             "angular_velocity": [1.0, 2.0, 3.0]}},

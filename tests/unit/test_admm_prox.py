@@ -169,3 +169,22 @@ def test_arap_prox_is_psd_projection(rng):
     c = 2 * w * mu
     assert np.allclose(out, np.maximum((c + rho * L) / (c + rho), 0.0), atol=1e-15)
     assert np.any(out == 0.0) and np.all(out >= 0.0)
+
+
+@pytest.mark.parametrize("material", ["neo-hookean", "corotated"])
+def test_prox_newton_reports_its_cap(material, rng):
+    """The coupled proxes (Neo-Hookean with lam, corotated) are a damped Newton solve: with the
+    default cap every case converges (ok, and stationary as above); capped at one iteration,
+    the cases that need more are reported not ok (not returned as if they were the prox),
+    while the cases the cap does not cut stay ok and equal the converged answer."""
+    k = 200
+    s = rng.uniform(-1.0, 3.0, (k, 3))
+    w, mu, lam = rng.uniform(0.1, 2, k), rng.uniform(0.5, 5, k), rng.uniform(1, 20, k)
+    rho = np.exp(rng.uniform(np.log(0.05), np.log(50), k)) * w * mu
+    x, ok = prox.prox_eigenvalues(material, s, w, mu, lam, rho, with_status=True)
+    assert ok.all()
+    x1, ok1 = prox.prox_eigenvalues(material, s, w, mu, lam, rho, newton_iterations=1, with_status=True)
+    assert (~ok1).sum() > k // 4  # most cases need more than one Newton iteration
+    off = np.abs(x1 - x).max(axis=1) > 1e-8 * np.maximum(1.0, np.abs(x).max(axis=1))
+    assert not np.any(off & ok1)  # every answer that differs from the prox is flagged
+    assert np.any(off & ~ok1)

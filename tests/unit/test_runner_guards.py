@@ -144,8 +144,9 @@ def test_nan_potential_counts_only_after_a_finite_one():
 
 
 def test_real_admm_capped_steps_stop_the_run(tmp_path):
-    """ADMM with one iteration per step and an unreachable tolerance never converges: the run
-    stops after MAX_CAPPED_STEPS frames with exit code 3."""
+    """ADMM with one iteration per step and an unreachable tolerance never converges: its retries
+    fail too, and the run stops at the first frame with the stall's exit code 4 (issue 12; before,
+    it ran MAX_CAPPED_STEPS unconverged frames and ended "diverged", exit code 3)."""
     sc = scene_from_dict({
         "sim": {"dt": 0.01, "frames": MAX_CAPPED_STEPS + 5, "gravity": [0.0, 0.0, 0.0]},
         "solver": {"type": "admm", "max_iterations": 1, "tolerance": 1e-14},
@@ -154,5 +155,5 @@ def test_real_admm_capped_steps_stop_the_run(tmp_path):
                             "angular_velocity": [0.0, 0.0, 6.0]}},
     })
     res = run_scene(sc, tmp_path / "admm", progress=False, arch="cpu", precision="f64")
-    assert res.exit_code == EXIT_DIVERGED
-    assert f"frame {MAX_CAPPED_STEPS}" in res.message and "did not converge" in res.message
+    assert res.exit_code == runner.EXIT_STALLED and res.ended == "stalled" and res.frames_done == 0
+    assert "stalled at frame 1" in res.message and "did not converge" in res.message

@@ -25,8 +25,14 @@ class ADMMConfig:
     (the unconverged part of the q-step's elastic force, as a stress relative to the
     stiffness k_i), with contact also RMS ||q' - q'_previous|| / (mean edge length).
     A step stops when both are below their tolerance (after ``min_iterations``)
-    or at ``max_iterations`` (then the step is flagged as stalled and a warning
-    is logged).
+    or at ``max_iterations``: it has stalled. A stalled step is never accepted as it is: it
+    is retried from a fresh splitting (polar decomposition of q^k, rho back to its start)
+    with ``retry_iteration_factor`` times the iteration cap, then as two half steps (each
+    with the same retries, ``retry_halvings`` levels deep). A step that still has not
+    converged is returned flagged (``converged`` False, ``admm_stalled`` = 1,
+    ``stall_failed`` = 1) and the runner ends the run (exit status 4). The same holds for
+    the Newton solve of the energy-momentum option. ``retry_stalled = false`` skips the retries
+    (a step is flagged at once: for benchmarks of a fixed iteration count).
     """
 
     type: Literal["admm"] = "admm"
@@ -49,7 +55,13 @@ class ADMMConfig:
     contact_penalty_scale: float = num(
         1.0, gt=0, doc="ADMM penalty of the contact copy q' per vertex, mu_v = scale * m_v / h^2"
     )
-    warn_every: int = num(50, ge=1, doc="log one warning per this many stalled steps (the first always)")
+    warn_every: int = num(50, ge=1, doc="log one warning per this many retried steps (the first always)")
+    retry_stalled: bool = True  # False: a stalled step is returned flagged at once (fixed-iteration benchmarks)
+    retry_iteration_factor: float = num(
+        4.0, ge=1, doc="a stalled step is retried from a fresh splitting with this many times max_iterations")
+    retry_halvings: int = num(1, ge=0, doc="then retried as two half steps, recursively this many levels deep")
+    prox_newton_iterations: int = num(
+        60, ge=1, doc="cap of the Newton solve of the Neo-Hookean (lam != 0) and corotated S-step per element")
     integrator: Literal["midpoint", "energy-momentum"] = "midpoint"
     # "midpoint": the notes' variational midpoint rule, solved by ADMM (symplectic; on stiff nonlinear
     # runs its energy can drift and blow up, see SolverADMM). "energy-momentum": the discrete-gradient

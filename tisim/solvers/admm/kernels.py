@@ -36,8 +36,8 @@ MAT = 4  # column of ``topo``
 R_, S_, Y_, FK = range(4)
 
 # reductions returned by ``iterate`` (indices into its result vector)
-PRIMAL, DUAL, VOLUME, MIN_DET_Z, MIN_DET_F, NONFINITE, STRESS = range(7)
-N_SUMS = 7
+PRIMAL, DUAL, VOLUME, MIN_DET_Z, MIN_DET_F, NONFINITE, STRESS, PROX_FAILED = range(8)
+N_SUMS = 8
 
 
 @ti.func
@@ -107,7 +107,7 @@ def assemble_rhs(rhs: ND2, topo: ND2, grad: ND3, params: ND2, split: ND2):
 
 @ti.kernel
 def iterate(x: ND2, rhs: ND2, topo: ND2, params: ND2, grad: ND3, split: ND2,
-            check_stress: ti.i32) -> ti.types.vector(N_SUMS, float):
+            check_stress: ti.i32, newton_iterations: ti.i32) -> ti.types.vector(N_SUMS, float):
     """One ADMM pass over the elements after a q-step (notes §3, step 2.2 and the dual step):
     F = (Fk + F(x)) / 2, C = F + Y/rho; R <- rotation of rho C S + eta R (signed SVD);
     S <- prox_{(w/rho) psi}(sym(R^T C)); Y <- Y + rho (F - R S). Then the element part of
@@ -115,7 +115,9 @@ def iterate(x: ND2, rhs: ND2, topo: ND2, params: ND2, grad: ND3, split: ND2,
 
     Returns (PRIMAL = sum w ||F - R S||^2, DUAL = sum w (rho/wk)^2 ||R S - (R S)_old||^2,
     VOLUME = sum w, MIN_DET_Z = min det(R S), MIN_DET_F = min det F, NONFINITE = number of
-    elements whose update was not finite and was discarded, STRESS).
+    elements whose update was not finite and was discarded, STRESS, PROX_FAILED = number of
+    elements whose S-step Newton solve (Neo-Hookean with lam, corotated) stopped unconverged at
+    ``newton_iterations``: their S is not the prox, so the iteration must not count as converged).
 
     STRESS (only when ``check_stress``; else 0): sum w (||w P(F) - Y - rho dZ|| / wk)^2.
     The q-step just solved satisfies
@@ -130,6 +132,7 @@ def iterate(x: ND2, rhs: ND2, topo: ND2, params: ND2, grad: ND3, split: ND2,
     min_det_f = ti.math.inf
     nonfinite = 0.0
     stress = 0.0
+    prox_failed = 0.0
     for e in range(topo.shape[0]):
         w = params[e, W]
         re = params[e, RHO]
@@ -141,7 +144,10 @@ def iterate(x: ND2, rhs: ND2, topo: ND2, params: ND2, grad: ND3, split: ND2,
         C = F + Yold / re
         Rn = prox.closest_rotation(re * C @ Sold + params[e, ETA] * Rold)
         T = Rn.transpose() @ C
-        Sn = prox.prox_stretch(topo[e, MAT], 0.5 * (T + T.transpose()), w, params[e, MU], params[e, LAM], re)
+        Sn, prox_ok = prox.prox_stretch(topo[e, MAT], 0.5 * (T + T.transpose()), w, params[e, MU], params[e, LAM],
+                                        re, newton_iterations)
+        if prox_ok == 0:
+            prox_failed += 1.0
         Z = Rn @ Sn
         D = F - Z
         Yn = Yold + re * D
@@ -173,7 +179,7 @@ def iterate(x: ND2, rhs: ND2, topo: ND2, params: ND2, grad: ND3, split: ND2,
             _scatter(rhs, topo, grad, e, _rhs_term(re, Rold, Sold, Yold, Fk))
         volume += w
         ti.atomic_min(min_det_f, F.determinant())
-    return ti.Vector([primal, dual, volume, min_det_z, min_det_f, nonfinite, stress])
+    return ti.Vector([primal, dual, volume, min_det_z, min_det_f, nonfinite, stress, prox_failed])
 
 
 @ti.kernel

@@ -40,7 +40,7 @@ ARAP, COROTATED, NEO_HOOKEAN, SYMMETRIC_DIRICHLET, SYMMETRIC_GRADIENT = range(5)
 assert MATERIALS == ("arap", "corotated", "neo-hookean", "symmetric-dirichlet", "symmetric-gradient")
 
 _JACOBI_SWEEPS = 12  # quadratic convergence: 4-6 sweeps reach round-off for any 3x3 input
-_NEWTON_ITERS = 60
+NEWTON_ITERATIONS = 60  # default cap of the coupled proxes' damped Newton (ADMMConfig.prox_newton_iterations)
 _PAIRS = ((0, 1), (0, 2), (1, 2))  # Jacobi rotation planes
 
 
@@ -416,8 +416,11 @@ def _coupled_objective(mat, x, s, cw, lw, rho):
 
 
 @ti.func
-def _prox_newton(mat, s, cw, lw, rho, x0):
+def _prox_newton(mat, s, cw, lw, rho, x0, max_iterations):
     """Damped Newton for the coupled proxes (Neo-Hookean with lambda, corotated).
+    Returns (x, ok): ok is 0 when the iteration stopped at ``max_iterations`` or at a failed
+    line search away from the round-off floor of the gradient (x is then the last iterate,
+    not the minimiser, and the caller must not take it as converged).
 
     Neo-Hookean's Hessian is diag(d) + lw u u^T (u = 1/x), inverted by
     Sherman-Morrison after clamping d to >= rho/2 (positive definite). Corotated
@@ -429,7 +432,8 @@ def _prox_newton(mat, s, cw, lw, rho, x0):
     x = x0
     f = _coupled_objective(mat, x, s, cw, lw, rho)
     scale = cw + lw + rho
-    for _ in range(_NEWTON_ITERS):
+    ok = 0
+    for _ in range(max_iterations):
         J = x[0] * x[1] * x[2]
         u = ti.Vector([0.0, 0.0, 0.0])
         dg = ti.Vector([0.0, 0.0, 0.0])
@@ -447,7 +451,9 @@ def _prox_newton(mat, s, cw, lw, rho, x0):
                 if x[j] <= 0.0 and g[j] > 0.0:
                     g[j] = 0.0
                     u[j] = 0.0
-        if g.norm() <= 8.0 * _eps() * scale * ti.max(1.0, x.norm()):
+        gnorm = g.norm()
+        if gnorm <= 8.0 * _eps() * scale * ti.max(1.0, x.norm()):
+            ok = 1
             break
         d = ti.Vector([0.0, 0.0, 0.0])
         solved = False
@@ -488,21 +494,29 @@ def _prox_newton(mat, s, cw, lw, rho, x0):
                 break
             alpha *= 0.5
         if not accepted:
+            # no decrease along a descent direction: converged only at the round-off floor
+            if gnorm <= 1e-7 * scale * ti.max(1.0, x.norm()):
+                ok = 1
             break
         moved = (xn - x).norm()
         x = xn
         f = fn
         if moved <= 4.0 * _eps() * ti.max(1.0, x.norm()):
+            ok = 1
             break
-    return x
+    return x, ok
 
 
 @ti.func
-def prox_sigma(mat, s, w, mu, lam, rho):
+def prox_sigma(mat, s, w, mu, lam, rho, newton_iterations):
     """argmin_{sigma} w psi(sigma) + rho/2 ||sigma - s||^2 over sigma > 0 (>= 0 for
     ARAP/corotated), per material code ``mat``. s: vec3 eigenvalues of sym(R^T C);
-    w: element weight (rest volume, m^3); mu, lam: Pa; rho: the element's ADMM penalty."""
+    w: element weight (rest volume, m^3); mu, lam: Pa; rho: the element's ADMM penalty;
+    newton_iterations: cap of the damped Newton solve of the coupled proxes (Neo-Hookean
+    with lam != 0, corotated). Returns (sigma, ok): ok = 0 when that Newton solve stopped
+    unconverged (the closed-form and bracketed 1D proxes always converge)."""
     out = ti.Vector([0.0, 0.0, 0.0])
+    ok = 1
     cw = w * mu
     lw = w * lam
     if mat == ARAP or mat == COROTATED:
@@ -515,16 +529,17 @@ def prox_sigma(mat, s, w, mu, lam, rho):
             else:  # symmetric gradient, and Neo-Hookean's lambda = 0 solution
                 out[j] = _prox_symmetric_gradient_1d(s[j], cw, rho)
     if (mat == NEO_HOOKEAN or mat == COROTATED) and lw != 0.0:
-        out = _prox_newton(mat, s, cw, lw, rho, out)
-    return out
+        out, ok = _prox_newton(mat, s, cw, lw, rho, out, newton_iterations)
+    return out, ok
 
 
 @ti.func
-def prox_stretch(mat, Ssym, w, mu, lam, rho):
-    """The P-step on a symmetric matrix: Q diag(prox_sigma(eig(Ssym))) Q^T."""
+def prox_stretch(mat, Ssym, w, mu, lam, rho, newton_iterations):
+    """The P-step on a symmetric matrix: Q diag(prox_sigma(eig(Ssym))) Q^T; returns it and
+    the ok flag of :func:`prox_sigma`."""
     lam_s, Q = sym_eig3(Ssym)
-    sig = prox_sigma(mat, lam_s, w, mu, lam, rho)
-    return Q @ ti.Matrix([[sig[0], 0.0, 0.0], [0.0, sig[1], 0.0], [0.0, 0.0, sig[2]]]) @ Q.transpose()
+    sig, ok = prox_sigma(mat, lam_s, w, mu, lam, rho, newton_iterations)
+    return Q @ ti.Matrix([[sig[0], 0.0, 0.0], [0.0, sig[1], 0.0], [0.0, 0.0, sig[2]]]) @ Q.transpose(), ok
 
 
 # ---------------------------------------------------------------------------
@@ -568,10 +583,11 @@ def _eig_kernel(A: ti.types.ndarray(ndim=3), L: ti.types.ndarray(ndim=2), Q: ti.
 @ti.kernel
 def _prox_kernel(mat: ti.types.ndarray(ndim=1), s: ti.types.ndarray(ndim=2), w: ti.types.ndarray(ndim=1),
                  mu: ti.types.ndarray(ndim=1), lam: ti.types.ndarray(ndim=1), rho: ti.types.ndarray(ndim=1),
-                 out: ti.types.ndarray(ndim=2)):
+                 out: ti.types.ndarray(ndim=2), ok: ti.types.ndarray(ndim=1), newton_iterations: ti.i32):
     for i in range(s.shape[0]):
         sv = ti.Vector([s[i, 0], s[i, 1], s[i, 2]])
-        x = prox_sigma(mat[i], sv, w[i], mu[i], lam[i], rho[i])
+        x, good = prox_sigma(mat[i], sv, w[i], mu[i], lam[i], rho[i], newton_iterations)
+        ok[i] = good
         for j in ti.static(range(3)):
             out[i, j] = x[j]
 
@@ -620,18 +636,22 @@ def _codes(material, m: int) -> np.ndarray:
     return np.ascontiguousarray(np.broadcast_to(np.asarray(material, dtype=np.int32), (m,)))
 
 
-def prox_eigenvalues(material, s, w, mu, lam, rho) -> np.ndarray:
+def prox_eigenvalues(material, s, w, mu, lam, rho, *, newton_iterations: int = NEWTON_ITERATIONS,
+                     with_status: bool = False):
     """The P-step on eigenvalues s (m, 3): argmin_sigma w psi(sigma) + rho/2 ||sigma - s||^2.
 
-    material: scene material name or code(s); w (m^3), mu, lam (Pa), rho: scalars or (m,).
+    material: scene material name or code(s); w (m^3), mu, lam (Pa), rho: scalars or (m,);
+    newton_iterations: cap of the coupled proxes' Newton solve. Returns sigma (m, 3), and with
+    ``with_status`` also ok (m,) bool: False where that Newton solve stopped unconverged.
     """
     s = _real(np.reshape(s, (-1, 3)))
     m = len(s)
     out = np.zeros_like(s)
+    ok = np.ones(m, dtype=np.int32)
     if m:
         _prox_kernel(_codes(material, m), s, _batch_param(w, m), _batch_param(mu, m), _batch_param(lam, m),
-                     _batch_param(rho, m), out)
-    return out
+                     _batch_param(rho, m), out, ok, int(newton_iterations))
+    return (out, ok.astype(bool)) if with_status else out
 
 
 def energy_eigenvalues(material, sigma, mu, lam) -> np.ndarray:

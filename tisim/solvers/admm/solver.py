@@ -56,6 +56,14 @@ Every step reports ``energy_drift`` (relative change of the total energy since t
 step, NaN with handles, damping or moving colliders) and the solver warns once when it
 exceeds ``drift_warning``.
 
+Stalled steps (issue 12): a step that reaches ``max_iterations`` above the tolerance (or
+whose last iteration had an element S-step Newton solve at its cap, or a non-finite
+iterate) is not accepted: it is retried from a fresh splitting (rho back to its start) with
+``retry_iteration_factor`` x the cap, then as two half steps (``retry_halvings`` levels).
+What still fails is returned flagged (``converged`` False, ``stall_failed`` = 1) and the
+runner ends the run with exit status 4. Counts: ``info()["stalls"]`` and run.json.
+Verification that a wrong scheme fails: :mod:`tisim.solvers.admm.verification`.
+
 References:
     O. Gonzalez, Exact energy and momentum conserving algorithms for general models in
     nonlinear elasticity, CMAME 190, 2000 (the energy-momentum option);
@@ -103,6 +111,19 @@ from tisim.solvers.base import Solver, StepStats, Tunable
 log = logging.getLogger(__name__)
 
 
+def midpoint_velocity(q: np.ndarray, x0: np.ndarray, v0: np.ndarray, h: float) -> np.ndarray:
+    """v^{k+1} = 2/h (q^{k+1} - q^k) - v^k (n, 3), m/s: the implicit midpoint rule's velocity
+    (notes §2.4), not the finite difference (q^{k+1} - q^k)/h, which is first order and
+    changes the energy at every step (tests/verification/test_admm_mutations.py)."""
+    return 2.0 / h * (q - x0) - v0
+
+
+def _new_stall_counts() -> dict[str, int]:
+    # stalled_steps: steps whose first attempt stalled; retries: further attempts made;
+    # recovered: stalled steps a retry converged; failed: steps unconverged after all retries
+    return {"stalled_steps": 0, "retries": 0, "recovered": 0, "failed": 0}
+
+
 @dataclass
 class _Factorization:
     key: tuple
@@ -119,8 +140,11 @@ class SolverADMM(Solver):
     velocity v^{k+1} into ``state_out`` and returns StepStats with iterations,
     residual (primal), converged, potential (elastic + gravity + penalty at
     state_out, J) and extra columns ``primal_residual``, ``dual_residual``,
-    ``stress_residual`` (see :class:`ADMMConfig`), ``admm_stalled`` (0/1),
-    ``admm_stalled_total`` (stalled steps since reset), ``rho_scale`` (global rho
+    ``stress_residual`` (see :class:`ADMMConfig`), ``admm_stalled`` (0/1: unconverged even
+    after the retries), ``admm_stalled_total`` (such steps since reset), ``stall_retries``
+    (retries this step needed), ``stall_failed`` (= admm_stalled: the runner ends the run on
+    it), ``prox_failures`` (element S-steps whose Newton solve stopped unconverged, summed
+    over the step's iterations), ``rho_scale`` (global rho
     factor), ``rho_local_max`` (largest local rho raise), ``min_det_mid`` (min det F at
     the midpoint) and ``min_det`` (at state_out), ``energy_drift`` (relative total energy change
     since the first step). With ``integrator = "energy-momentum"`` iterations and residual are
@@ -172,11 +196,14 @@ class SolverADMM(Solver):
         self._damping = float(scene.sim.damping)
 
         self.trace: list | None = None  # set to [] to record (iteration, primal, dual, stress, min det, rho factor)
+        # called as f(iteration, q) after each full ADMM iteration (q-, R-, S-, dual steps); tests
+        self.iteration_callback = None
         self._fact: _Factorization | None = None
         self._token: int | None = None
         self._counter = 0
         self._W = np.zeros((n, 3))
-        self._stalled_steps = 0
+        self._stalls = _new_stall_counts()
+        self._why = ""  # why the last attempt stopped unconverged (for the warnings)
         self._last_time = 0.0
         self._x_scratch = np.zeros((n, 3), dtype=self._np_real)
         self._rhs = np.zeros((n, 3), dtype=self._np_real)
@@ -369,10 +396,99 @@ class SolverADMM(Solver):
             bad = np.flatnonzero(~(np.isfinite(x0).all(1) & np.isfinite(v0).all(1)))
             raise ValueError(f"ADMM step: the input state has NaN/inf positions or velocities "
                              f"({bad.size} vertices, first {bad[0]})")
+        h = float(dt)
+        self._retries_now = 0
+        st = self._solve(state_in, state_out, h, x0, v0, 0)
+        retries = self._retries_now
+        counts = self._stalls
+        if retries:
+            counts["stalled_steps"] += 1
+            counts["retries"] += retries
+            counts["recovered"] += int(st.converged)
+        if not st.converged:
+            counts["failed"] += 1
+            log.warning("%s step from t=%.6g s to t=%.6g s did not converge after %d retries (last attempt: %s); "
+                        "the step is flagged as stalled, not accepted as converged. A smaller sim.dt, a larger "
+                        "max_iterations or retry_halvings may help.", self._method(), float(state_in.time),
+                        float(state_in.time) + h, retries, self._why)
+        st.extra.update({
+            "admm_stalled": 0.0 if st.converged else 1.0,
+            "admm_stalled_total": float(counts["failed"]),  # since reset (kept right under substeps)
+            "stall_retries": float(retries),
+            "stall_failed": 0.0 if st.converged else 1.0,
+        })
+        return self._finish(st, state_in, state_out, x0, v0)
+
+    def _method(self) -> str:
+        return "energy-momentum" if self._em is not None else "ADMM"
+
+    def _attempt(self, state_in, state_out, h: float, x0: np.ndarray, v0: np.ndarray) -> StepStats:
         if self._em is not None:
-            return self._finish(self._step_energy_momentum(state_in, state_out, float(dt), x0, v0), state_in,
-                                state_out, x0, v0)
-        return self._finish(self._step_admm(state_in, state_out, float(dt), x0, v0), state_in, state_out, x0, v0)
+            return self._step_energy_momentum(state_in, state_out, h, x0, v0)
+        return self._step_admm(state_in, state_out, h, x0, v0)
+
+    def _restart(self) -> None:
+        """Forget the warm start: the next attempt re-initialises the splitting from the polar
+        decomposition of q^k with rho back at its start (global factor 1, no local raise), or
+        (energy-momentum) drops Newton's warm start and chord matrix."""
+        self._token = None
+        if self._em is not None:
+            self._em.forget()
+            return
+        self._rho_factor = 1.0
+        self._level[:] = 0
+        self._set_rho0()
+
+    def _solve(self, state_in, state_out, h: float, x0: np.ndarray, v0: np.ndarray, depth: int) -> StepStats:
+        """One step with the stall retries (see :class:`ADMMConfig`): the plain attempt; if it
+        stalls, a fresh start with more iterations; if that stalls, two half steps (each
+        retried the same way, ``retry_halvings`` levels deep). Returns the stats of the attempt
+        that wrote ``state_out``, with iterations and timings summed over all attempts."""
+        cfg = self.config
+        st = self._attempt(state_in, state_out, h, x0, v0)
+        if st.converged or not cfg.retry_stalled:
+            return st
+        used = [st]
+        self._note_retry(state_in, h, "restarting from a fresh splitting with "
+                         f"{cfg.retry_iteration_factor:g}x the iteration cap")
+        self._restart()
+        cap, em_cap = self.max_iterations, (self._em.max_iterations if self._em is not None else 0)
+        self.max_iterations = int(math.ceil(cap * cfg.retry_iteration_factor))
+        if self._em is not None:
+            self._em.max_iterations = int(math.ceil(em_cap * cfg.retry_iteration_factor))
+        try:
+            st = self._attempt(state_in, state_out, h, x0, v0)
+        finally:
+            self.max_iterations = cap
+            if self._em is not None:
+                self._em.max_iterations = em_cap
+        used.append(st)
+        if not st.converged and depth < cfg.retry_halvings:
+            self._note_retry(state_in, h, "as two half steps")
+            mid = state_in.clone()
+            first = self._solve(state_in, mid, 0.5 * h, x0, v0, depth + 1)
+            used.append(first)
+            if first.converged:
+                st = self._solve(mid, state_out, 0.5 * h, mid.positions, mid.velocities, depth + 1)
+                used.append(st)
+            else:
+                # state_out still holds the restarted attempt; the splitting belongs to the half
+                # step, so the next step starts afresh
+                self._token = None
+                state_out.warm["admm"] = None
+                st = StepStats(**{**st.__dict__, "converged": False})
+        return _combined(st, used)
+
+    def _note_retry(self, state_in, h: float, how: str) -> None:
+        self._retries_now += 1
+        n = self._stalls["stalled_steps"] + 1
+        if self._retries_now == 1 and (n == 1 or n % self.config.warn_every == 0):
+            log.warning("%s step from t=%.6g s (h = %.3g s) stalled (%s); retrying it, %s (%d stalled steps "
+                        "so far; counted in run.json).", self._method(), float(state_in.time), h, self._why,
+                        how, n)
+        else:
+            log.info("%s step from t=%.6g s (h = %.3g s) still unconverged (%s); retrying it, %s.",
+                     self._method(), float(state_in.time), h, self._why, how)
 
     def _step_admm(self, state_in, state_out, h: float, x0: np.ndarray, v0: np.ndarray) -> StepStats:
         K = self._K
@@ -413,6 +529,7 @@ class SolverADMM(Solver):
         min_det_mid = math.nan
         converged = False
         nonfinite = False
+        prox_failed = prox_failures = 0
         it = 0
         base_vertex = self._mass[:, None] * z / (h * h) + 0.5 * fext
 
@@ -438,7 +555,7 @@ class SolverADMM(Solver):
             np.copyto(rhs, base_vertex, casting="unsafe")
             check = it >= cfg.min_iterations and rp <= self.tolerance and rd <= self.dual_tolerance
             s = K.iterate(self._as_real(q), rhs, self._topo, self._params, self._grad, self._split,
-                          1 if check else 0)
+                          1 if check else 0, cfg.prox_newton_iterations)
             timings["local"] += 1e3 * (time.perf_counter() - ts)
             vol = max(float(s[K.VOLUME]), 1e-300)
             rp = math.sqrt(max(float(s[K.PRIMAL]), 0.0) / vol)
@@ -447,6 +564,8 @@ class SolverADMM(Solver):
             rd = math.sqrt(max(float(s[K.DUAL]), 0.0) / vol)
             rs = math.sqrt(float(s[K.STRESS]) / vol) if check else math.inf
             min_det_mid = float(s[K.MIN_DET_F])
+            prox_failed = int(s[K.PROX_FAILED])
+            prox_failures += prox_failed
             if s[K.NONFINITE] > 0:
                 nonfinite = True
             # proximal step on the contact copy q' (notes §2.7), then its dual
@@ -464,12 +583,15 @@ class SolverADMM(Solver):
                 timings["contact"] += 1e3 * (time.perf_counter() - ts)
             if self.trace is not None:
                 self.trace.append((it, rp, rd, rs, min_det_mid, self._rho_factor))
+            if self.iteration_callback is not None:
+                self.iteration_callback(it, q)
             if not (math.isfinite(rp) and math.isfinite(rd)) or nonfinite:
                 nonfinite = True
                 q[:] = q_last_good
                 break
             q_last_good[:] = q
-            if check and rp <= self.tolerance and rd <= self.dual_tolerance and rs <= self.dual_tolerance:
+            if (check and rp <= self.tolerance and rd <= self.dual_tolerance and rs <= self.dual_tolerance
+                    and prox_failed == 0):
                 converged = True
                 break
             if it % cfg.rho_update_interval == 0 and it < self.max_iterations:
@@ -497,20 +619,14 @@ class SolverADMM(Solver):
                     vertex_rhs()  # B depends on rho
                     K.assemble_rhs(rhs, self._topo, self._grad, self._params, self._split)
 
-        stalled = not converged
-        if stalled:
-            self._stalled_steps += 1
-            if self._stalled_steps == 1 or self._stalled_steps % cfg.warn_every == 0:
-                why = "non-finite iterate" if nonfinite else f"{self.max_iterations} iterations"
-                log.warning(
-                    "ADMM did not converge at t=%.6g s (%s): primal residual %.3g (tolerance %.3g), "
-                    "dual %.3g; the step ends at the last iterate (%d stalled steps so far). "
-                    "A smaller time step or a larger max_iterations may help.",
-                    t1, why, rp, self.tolerance, rd, self._stalled_steps,
-                )
+        if not converged:
+            self._why = (
+                f"{'a non-finite iterate' if nonfinite else f'{self.max_iterations} iterations'}: primal residual "
+                f"{rp:.3g}, dual {rd:.3g} (tolerance {self.tolerance:.3g})"
+                + (f", {prox_failed} elements' S-step Newton unconverged" if prox_failed else ""))
 
         # q^{k+1}, the midpoint-recursion velocity
-        v1 = 2.0 / h * (q - x0) - v0
+        v1 = midpoint_velocity(q, x0, v0, h)
         if len(held):
             v1[held] = held_v
         if self._damping > 0:
@@ -541,8 +657,7 @@ class SolverADMM(Solver):
                 "primal_residual": rp,
                 "dual_residual": rd,
                 "stress_residual": rs,
-                "admm_stalled": 1.0 if stalled else 0.0,
-                "admm_stalled_total": float(self._stalled_steps),  # since reset (kept right under substeps)
+                "prox_failures": float(prox_failures),
                 "rho_scale": self.rho_scale * self._rho_factor,
                 "rho_local_max": float(2 ** int(self._level.max())) if self.m else 1.0,
                 "min_det_mid": min_det_mid,
@@ -562,14 +677,9 @@ class SolverADMM(Solver):
         solve_ms = 1e3 * (time.perf_counter() - ts)
         q = res.positions
         if not res.converged:
-            self._stalled_steps += 1
-            if self._stalled_steps == 1 or self._stalled_steps % self.config.warn_every == 0:
-                log.warning(
-                    "energy-momentum step did not converge at t=%.6g s (%d Newton iterations, last step %.3g, "
-                    "tolerance %.3g; %d stalled steps so far). A smaller time step may help.",
-                    t1, res.iterations, res.residual, self.config.newton_tolerance, self._stalled_steps,
-                )
-        v1 = 2.0 / h * (q - x0) - v0
+            self._why = (f"{res.iterations} Newton iterations: last correction {res.residual:.3g} "
+                         f"(tolerance {self.config.newton_tolerance:.3g})")
+        v1 = midpoint_velocity(q, x0, v0, h)
         if len(held):
             v1[held] = held_v
         if self._damping > 0:
@@ -592,8 +702,6 @@ class SolverADMM(Solver):
             max_penetration=depth if self._colliders else math.nan,
             timings={"newton": solve_ms},
             extra={
-                "admm_stalled": 0.0 if res.converged else 1.0,
-                "admm_stalled_total": float(self._stalled_steps),
                 "factorizations": float(res.factorizations),
                 "min_det": min_det,
             },
@@ -659,7 +767,7 @@ class SolverADMM(Solver):
         state.warm.clear()
         self._token = None
         self._W[:] = 0.0
-        self._stalled_steps = 0
+        self._stalls = _new_stall_counts()
         self._energy_ref = None
         self._drift_warned = False
         if self._em is not None:
@@ -715,4 +823,21 @@ class SolverADMM(Solver):
             "rho_scale": self.rho_scale * self._rho_factor,
             "contact_stiffness": self._kc if self._colliders else None,
             "factorization": None if self._fact is None else self._fact.factor.backend,
+            "retry_iteration_factor": self.config.retry_iteration_factor,
+            "retry_halvings": self.config.retry_halvings,
+            "stalls": dict(self._stalls),
         }
+
+
+def _combined(last: StepStats, attempts: list[StepStats]) -> StepStats:
+    """The stats of ``last`` (the attempt whose result is in state_out) with iterations and
+    timings summed over ``attempts`` (a list that contains it) and the prox failures summed."""
+    out = StepStats(**{**last.__dict__, "timings": dict(last.timings), "extra": dict(last.extra)})
+    out.iterations = sum(a.iterations for a in attempts)
+    out.timings = {}
+    for a in attempts:
+        for k, v in a.timings.items():
+            out.timings[k] = out.timings.get(k, 0.0) + v
+    if "prox_failures" in last.extra:
+        out.extra["prox_failures"] = float(sum(a.extra.get("prox_failures", 0.0) for a in attempts))
+    return out
