@@ -155,3 +155,102 @@ def test_roller_spinning_about_its_axis_keeps_its_shape_and_drags():
     np.testing.assert_allclose(col.signed_distance(x, 1.3)[0], 0.0, atol=1e-14)
     v = col.velocity_at(x, 1.3)
     np.testing.assert_allclose(v, [[0.0, -0.6, 0.0], [0.6, 0.0, 0.0]], atol=1e-14)
+
+
+# keyframed colliders ----------------------------------------------------------
+
+_POS_KEYS = ((0.2, -0.1, 0.05, 0.0), (0.6, -0.05, 0.05, 0.0), (1.1, -0.05, 0.25, 0.1))
+
+
+def _smoothstep(s):
+    return s * s * (3 - 2 * s), 6 * s * (1 - s)
+
+
+@pytest.mark.parametrize("mode", ["linear", "smooth"])
+def test_position_keyframes_against_closed_form(mode):
+    col = _make(type="box", position_keys=_POS_KEYS, interpolation=mode)
+    p = np.array([k[1:] for k in _POS_KEYS])
+    tk = np.array([k[0] for k in _POS_KEYS])
+    # held before the first key and after the last, at rest there
+    np.testing.assert_allclose(col.center(0.0), p[0], atol=0)
+    np.testing.assert_allclose(col.center(3.0), p[-1], atol=0)
+    np.testing.assert_allclose(col.linear_velocity(0.1), 0.0, atol=0)
+    np.testing.assert_allclose(col.linear_velocity(2.0), 0.0, atol=0)
+    for i, s in [(0, 0.25), (0, 0.5), (1, 0.1), (1, 0.8)]:
+        t = tk[i] + s * (tk[i + 1] - tk[i])
+        h, dh = (s, 1.0) if mode == "linear" else _smoothstep(s)
+        np.testing.assert_allclose(col.center(t), p[i] + h * (p[i + 1] - p[i]), atol=1e-15)
+        v = (p[i + 1] - p[i]) * dh / (tk[i + 1] - tk[i])
+        np.testing.assert_allclose(col.linear_velocity(t), v, atol=1e-14)
+        assert np.linalg.norm(v) > 0.05  # a zero rate must not pass
+    # exact at the keys
+    for t, q in zip(tk, p):
+        np.testing.assert_allclose(col.center(t), q, atol=1e-15)
+    if mode == "smooth":  # eases in and out: at rest at every key
+        for t in tk:
+            np.testing.assert_allclose(col.linear_velocity(t), 0.0, atol=1e-14)
+
+
+@pytest.mark.parametrize("mode", ["linear", "smooth"])
+def test_keyframed_material_velocity_matches_finite_differences(mode):
+    """velocity_at against central differences of a point attached to a collider that
+    is keyframed in position and rotation (all three Euler angles changing)."""
+    col = _make(
+        type="box",
+        half_extents=(0.2, 0.1, 0.3),
+        position_keys=_POS_KEYS,
+        rotation_keys=((0.0, 0.0, 0.0, 0.0), (0.5, 30.0, -20.0, 50.0), (1.0, 10.0, 40.0, 200.0)),
+        interpolation=mode,
+    )
+    assert col.is_moving()
+    x0 = np.array([[0.3, 0.1, -0.2], [0.0, 0.5, 0.4], [-0.2, -0.1, 0.1]])
+    eps = 1e-6
+
+    def material_point(tt):
+        R = col.orientation(tt) @ col.orientation(0.0).T
+        return col.center(tt) + (x0 - col.center(0.0)) @ R.T
+
+    for t in (0.15, 0.3, 0.45, 0.7, 0.93):  # inside segments (linear has kinks at keys)
+        v_fd = (material_point(t + eps) - material_point(t - eps)) / (2 * eps)
+        assert np.abs(v_fd).max() > 0.05
+        np.testing.assert_allclose(col.velocity_at(material_point(t), t), v_fd, atol=1e-7)
+        # spin from dR/dt R^T, skew-symmetric
+        dR = (col.orientation(t + eps) - col.orientation(t - eps)) / (2 * eps)
+        W = dR @ col.orientation(t).T
+        np.testing.assert_allclose(W, -W.T, atol=1e-7)
+        np.testing.assert_allclose(col.spin(t), [W[2, 1], W[0, 2], W[1, 0]], atol=1e-7)
+        # an attached point keeps its signed distance
+        d_t = col.signed_distance(material_point(t), t)[0]
+        np.testing.assert_allclose(d_t, col.signed_distance(x0, 0.0)[0], atol=1e-12)
+
+
+def test_constant_keyframes_do_not_move_and_single_key_is_a_pose():
+    col = _make(type="sphere", position_keys=((0.0, 1.0, 2.0, 3.0),))
+    assert not col.is_moving()
+    np.testing.assert_allclose(col.center(5.0), [1.0, 2.0, 3.0])
+    spun = _make(type="cylinder", rotation_keys=((0.0, 0.0, 0.0, 0.0), (1.0, 0.0, 0.0, 720.0)),
+                 interpolation="linear")
+    assert spun.is_moving()
+    # two full turns about z at a constant rate: 4 pi rad/s
+    np.testing.assert_allclose(spun.spin(0.5), [0.0, 0.0, 4 * math.pi], atol=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("kw", "key", "words"),
+    [
+        ({"position_keys": ((0, 0, 0, 0), (0, 1, 0, 0))}, "position_keys[1]", "strictly increasing"),
+        ({"rotation_keys": ((1, 0, 0, 0), (0.5, 1, 0, 0))}, "rotation_keys[1]", "strictly increasing"),
+        ({"position_keys": ((0, 0, 0, 0),), "velocity": (0, 1, 0)}, "position_keys", "velocity"),
+        ({"rotation_keys": ((0, 0, 0, 0),), "rotation": (0, 0, 5)}, "rotation_keys", "rotation"),
+        ({"position_keys": ((0.0, 0, 0),)}, "position_keys[0]", "4 numbers"),
+        ({"interpolation": "cubic"}, "interpolation", "'smooth'"),
+    ],
+)
+def test_keyframe_keys_are_validated_in_one_line(kw, key, words):
+    from tisim.scene import scene_from_dict
+
+    data = {"objects": {"b": {"generator": "box"}}, "colliders": {"f": {"type": "box", **kw}}}
+    with pytest.raises(Exception) as e:
+        scene_from_dict(data, "s.toml")
+    msg = str(e.value)
+    assert "\n" not in msg and f"colliders.f.{key}" in msg and words in msg, msg

@@ -472,6 +472,78 @@ def test_offscreen_extra_points_and_object_colours(renderer):
 
 
 @needs_vulkan
+def test_offscreen_roller_stripes_turn_with_the_roller(renderer):
+    """A roller seen end-on keeps its silhouette while it spins, but its stripes turn
+    with it: after one stripe's angle (30 degrees of 12 stripes a turn) light and dark
+    swap, after two they are back."""
+    from tisim.render.offscreen import STRIPES
+
+    step = 2 * math.pi / STRIPES
+    roller = Collider.from_config(
+        "roller",
+        ColliderConfig(type="cylinder", position=(0.0, -0.6, 0.0), radius=0.35, length=0.3,
+                       axis=(0.0, 0.0, 1.0), angular_velocity=(0.0, 0.0, step)),
+    )
+    info, x = _box_info(colliders=[roller])
+    renderer.open(info)
+    images = []
+    for t in (0.0, 1.0, 2.0):
+        renderer.draw(0, t, x)
+        images.append(renderer.image().astype(int))
+    pix, _ = renderer.view.project(np.array([[0.0, -0.6, 0.15]]))  # the cap's centre
+    rr, cc = np.mgrid[0:H, 0:W]
+    r = np.hypot(rr + 0.5 - pix[0, 1], cc + 0.5 - pix[0, 0])
+    cap = (r > 3) & (r < 12)  # a ring inside the cap, away from its centre
+    assert cap.sum() > 200
+    masks = [_object_mask(im) for im in images]
+    assert (masks[0] != masks[1]).sum() < 0.02 * masks[0].sum()  # same silhouette
+    lum = [im.sum(axis=2) for im in images]
+    assert lum[0][cap].std() > 20  # striped, not flat
+    swapped = np.abs(lum[1] - lum[0])[cap] > 30
+    assert swapped.mean() > 0.6  # turned by one stripe: light and dark swapped
+    back = np.abs(lum[2] - lum[0])[cap] > 30
+    assert back.mean() < 0.15  # two stripes: the same pattern again
+
+
+@needs_vulkan
+def test_offscreen_floor_shows_a_grid_and_the_objects_shadow(renderer):
+    """A plane collider is drawn as a checkered floor (light and dark tiles along a
+    row) and the box casts its shadow on it where the sun direction projects it."""
+    from tisim.render.offscreen import sun_direction
+
+    floor = Collider.from_config("floor", ColliderConfig(type="plane", position=(0.0, -0.5, 0.0)))
+    mesh = box((0.5, 0.5, 0.5), (2, 2, 2), center=(0.0, 0.0, 0.0))
+    cam = CameraConfig(position=(0.0, 1.2, 3.0), lookat=(0.0, -0.3, 0.0), fov=45.0)
+    info = ViewInfo(
+        faces=surface_triangles(mesh.tets),
+        vertex_count=len(mesh.vertices),
+        colliders=[floor],
+        camera=cam,
+        render=RenderConfig(width=W, height=H, background=BG),
+    )
+    renderer.open(info)
+    renderer.draw(0, 0.0, mesh.vertices)
+    img = renderer.image().astype(int)
+    lum = img.sum(axis=2)
+    grey = (img.max(axis=2) - img.min(axis=2)) < 30
+    # a floor row in front of the box: tiles alternate light/dark several times
+    row = lum[int(0.9 * H)]
+    assert grey[int(0.9 * H)].all()
+    levels = row > np.median(row)
+    assert np.count_nonzero(levels[1:] != levels[:-1]) >= 4
+    # the box's shadow: its centre projected along the sun onto the floor
+    d = sun_direction(cam)
+    c = np.array([0.0, 0.0, 0.0])
+    shadow = c - (c[1] + 0.5) / d[1] * d
+    pix, _ = renderer.view.project(shadow[None])
+    i, j = int(pix[0, 1]), int(pix[0, 0])
+    assert 0 <= i < H and 0 <= j < W and grey[i, j]  # on the floor, not on the (orange) box
+    floor_px = lum[grey & (np.arange(H)[:, None] > 0.8 * H)]
+    assert lum[i, j] < 0.75 * np.percentile(floor_px, 10), (lum[i, j], np.percentile(floor_px, 10))
+    renderer.close()
+
+
+@needs_vulkan
 def test_offscreen_records_frames_and_video(renderer, tmp_path):
     import imageio.v2 as iio2
 
@@ -588,3 +660,24 @@ def test_live_viewer_logic_on_an_offscreen_window(renderer):
         v.close()
         v.close()
         release_window()  # leave no imgui state behind for the other tests
+
+
+def test_size_option_sets_the_render_size_and_rejects_bad_input(tmp_path):
+    """--size WxH becomes render.width/height; a malformed size is one line, exit code 2."""
+    from typer.testing import CliRunner
+
+    from tisim.cli.app import _size_overrides, app
+
+    assert _size_overrides("1280x720") == ["render.width=1280", "render.height=720"]
+    assert _size_overrides(None) == []
+    from tisim.scene import load_scene
+
+    scene = tmp_path / "s.toml"
+    scene.write_text('[objects.b]\ngenerator = "box"\n')
+    s = load_scene(scene, _size_overrides("320X200"))
+    assert (s.render.width, s.render.height) == (320, 200)
+    for bad in ("1280", "1280x", "8x8", "axb", "12x34x5"):
+        r = CliRunner().invoke(app, ["run", str(scene), "--no-render", "-n", "1", "--size", bad])
+        assert r.exit_code == 2, (bad, r.output)
+        lines = [ln for ln in r.output.splitlines() if ln.strip()]
+        assert len(lines) == 1 and "--size" in lines[0] and "WIDTHxHEIGHT" in lines[0], r.output

@@ -1,7 +1,11 @@
 """Analytic colliders: signed distance, outward normal and surface velocity (numpy).
 
-Every collider moves rigidly: its reference point is ``position + velocity * t``
-and it is rotated by ``angular_velocity * t`` (rad/s) about that point.
+Every collider moves rigidly. Its reference point is ``position + velocity * t``,
+or, with position keyframes, the keyframes interpolated at t; it is rotated by
+``angular_velocity * t`` (rad/s) about that point, or, with rotation keyframes, by
+the interpolated XYZ Euler angles. The pose at time t (``center``, ``orientation``)
+and its rate (``linear_velocity``, ``spin``) are all a contact solver needs:
+``velocity_at`` combines them into the velocity of the collider's material.
 """
 
 from __future__ import annotations
@@ -12,6 +16,90 @@ from dataclasses import dataclass
 import numpy as np
 
 from tisim.geometry.transforms import euler_xyz_deg, rotation_vector
+
+INTERPOLATIONS = ("linear", "smooth")
+
+
+@dataclass(frozen=True, eq=False)
+class Keyframes:
+    """A 3-vector given at increasing times and interpolated between them.
+
+    times: (k,) seconds, strictly increasing. values: (k, 3). mode: "linear" (constant
+    rate between keys, a kink at each) or "smooth" (per segment
+    v0 + (v1 - v0) h(s), h(s) = 3 s^2 - 2 s^3, s = (t - t0) / (t1 - t0): C1, at rest
+    at every key, never past a key's value). Before the first key and after the
+    last the value is held (rate 0).
+    """
+
+    times: np.ndarray
+    values: np.ndarray
+    mode: str = "smooth"
+
+    def __post_init__(self) -> None:
+        t = np.asarray(self.times, dtype=np.float64).reshape(-1)
+        v = np.asarray(self.values, dtype=np.float64).reshape(len(t), 3)
+        if len(t) == 0:
+            raise ValueError("keyframes need at least one key")
+        if np.any(np.diff(t) <= 0):
+            raise ValueError("keyframe times must be strictly increasing")
+        if self.mode not in INTERPOLATIONS:
+            raise ValueError(f"interpolation must be one of {INTERPOLATIONS}, got {self.mode!r}")
+        object.__setattr__(self, "times", t)
+        object.__setattr__(self, "values", v)
+
+    @classmethod
+    def from_rows(cls, rows, mode: str = "smooth") -> Keyframes:
+        """From rows ``[t, x, y, z]`` (k, 4)."""
+        a = np.asarray(rows, dtype=np.float64).reshape(-1, 4)
+        return cls(a[:, 0], a[:, 1:], mode)
+
+    def _segment(self, t: float) -> tuple[int, float, float]:
+        """(i, s, ds/dt): t lies in [times[i], times[i+1]] at fraction s; s held at
+        0 or 1 (and ds/dt = 0) outside the keys."""
+        tk = self.times
+        if len(tk) == 1 or t <= tk[0]:
+            return 0, 0.0, 0.0
+        if t >= tk[-1]:
+            return len(tk) - 2, 1.0, 0.0
+        i = int(np.searchsorted(tk, t, side="right")) - 1
+        h = tk[i + 1] - tk[i]
+        return i, (t - tk[i]) / h, 1.0 / h
+
+    def _shape(self, s: float) -> tuple[float, float]:
+        """(h(s), h'(s)) of the interpolation."""
+        if self.mode == "linear":
+            return s, 1.0
+        return s * s * (3.0 - 2.0 * s), 6.0 * s * (1.0 - s)
+
+    def value(self, t: float) -> np.ndarray:
+        """(3,) interpolated value at time ``t`` (s)."""
+        if len(self.times) == 1:
+            return self.values[0].copy()
+        i, s, _ = self._segment(float(t))
+        h, _ = self._shape(s)
+        return self.values[i] + (self.values[i + 1] - self.values[i]) * h
+
+    def rate(self, t: float) -> np.ndarray:
+        """(3,) time derivative of ``value`` at ``t`` (units of value per second)."""
+        if len(self.times) == 1:
+            return np.zeros(3)
+        i, s, ds = self._segment(float(t))
+        _, dh = self._shape(s)
+        return (self.values[i + 1] - self.values[i]) * (dh * ds)
+
+    def is_constant(self) -> bool:
+        return bool(np.all(self.values == self.values[0]))
+
+
+def euler_rates_to_angular_velocity(angles_deg, rates_deg) -> np.ndarray:
+    """(3,) world angular velocity (rad/s) of the rotation ``euler_xyz_deg(angles)``
+    (R = Rz Ry Rx) whose angles change at ``rates`` (degrees per second):
+    omega = c' e_z + b' Rz e_y + a' Rz Ry e_x."""
+    a, b, c = np.radians(np.asarray(angles_deg, dtype=np.float64))
+    da, db, dc = np.radians(np.asarray(rates_deg, dtype=np.float64))
+    ey_rot = np.array([-np.sin(c), np.cos(c), 0.0])  # Rz e_y
+    ex_rot = np.array([np.cos(b) * np.cos(c), np.cos(b) * np.sin(c), -np.sin(b)])  # Rz Ry e_x
+    return dc * np.array([0.0, 0.0, 1.0]) + db * ey_rot + da * ex_rot
 
 
 @dataclass(frozen=True, eq=False)
@@ -24,6 +112,11 @@ class Collider:
     rotation: (3, 3) initial orientation of box/cylinder/plane (applied to the
     reference normal/axis). velocity: (3,) m/s. angular_velocity: (3,) rad/s.
     friction: per-collider Coulomb coefficient, or None for the scene's.
+    position_keys: ``Keyframes`` of the reference point (m), replacing ``position``
+    and ``velocity``; rotation_keys: ``Keyframes`` of XYZ Euler angles (degrees),
+    replacing ``rotation`` and ``angular_velocity``. Read the pose through
+    ``center(t)`` / ``orientation(t)`` and its rate through ``linear_velocity(t)`` /
+    ``spin(t)``, never through the fields.
     """
 
     name: str
@@ -42,6 +135,8 @@ class Collider:
     # kind "mesh": triangles in the collider's frame (scaled), placed by rotation and position
     mesh_vertices: np.ndarray | None = None
     mesh_faces: np.ndarray | None = None
+    position_keys: Keyframes | None = None
+    rotation_keys: Keyframes | None = None
 
     @classmethod
     def from_config(cls, name: str, c, source_dir=None) -> Collider:
@@ -59,6 +154,7 @@ class Collider:
             mv, mf = tri.vertices * c.scale, tri.faces
         n = np.asarray(c.normal, dtype=np.float64)
         a = np.asarray(c.axis, dtype=np.float64)
+        mode, pk, rk = c.interpolation, c.position_keys, c.rotation_keys
         return cls(
             name=name,
             kind=c.type,
@@ -75,18 +171,45 @@ class Collider:
             visible=c.visible,
             mesh_vertices=mv,
             mesh_faces=mf,
+            position_keys=Keyframes.from_rows(pk, mode) if len(pk) else None,
+            rotation_keys=Keyframes.from_rows(rk, mode) if len(rk) else None,
         )
 
     # pose -------------------------------------------------------------------
     def center(self, t: float) -> np.ndarray:
+        """(3,) reference point (m) at time t (s)."""
+        if self.position_keys is not None:
+            return self.position_keys.value(t)
         return self.position + self.velocity * t
 
     def orientation(self, t: float) -> np.ndarray:
         """(3, 3) world rotation at time t."""
+        if self.rotation_keys is not None:
+            return euler_xyz_deg(self.rotation_keys.value(t))
         return rotation_vector(self.angular_velocity * t) @ self.rotation
 
+    def linear_velocity(self, t: float) -> np.ndarray:
+        """(3,) velocity of the reference point (m/s) at time t: d center / dt."""
+        if self.position_keys is not None:
+            return self.position_keys.rate(t)
+        return self.velocity.copy()
+
+    def spin(self, t: float) -> np.ndarray:
+        """(3,) world angular velocity (rad/s) at time t: [spin]x = dR/dt R^T."""
+        if self.rotation_keys is not None:
+            k = self.rotation_keys
+            return euler_rates_to_angular_velocity(k.value(t), k.rate(t))
+        return self.angular_velocity.copy()
+
     def is_moving(self) -> bool:
-        return bool(np.any(self.velocity) or np.any(self.angular_velocity))
+        """Whether the pose changes with time at all."""
+        if self.position_keys is not None:
+            moves = not self.position_keys.is_constant()
+        else:
+            moves = bool(np.any(self.velocity))
+        if self.rotation_keys is not None:
+            return moves or not self.rotation_keys.is_constant()
+        return moves or bool(np.any(self.angular_velocity))
 
     # queries ----------------------------------------------------------------
     def signed_distance(self, points: np.ndarray, t: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
@@ -133,7 +256,7 @@ class Collider:
     def velocity_at(self, points: np.ndarray, t: float = 0.0) -> np.ndarray:
         """(k, 3) velocity of the collider's material at ``points`` (m/s)."""
         x = np.asarray(points, dtype=np.float64).reshape(-1, 3)
-        return self.velocity + np.cross(self.angular_velocity, x - self.center(t))
+        return self.linear_velocity(t) + np.cross(self.spin(t), x - self.center(t))
 
     # drawing ----------------------------------------------------------------
     def surface_mesh(self, t: float = 0.0, extent: float = 4.0, segments: int = 48):
@@ -161,7 +284,7 @@ class Collider:
         if self.kind == "cylinder":
             a = R @ self.axis
             L = self.length if math.isfinite(self.length) else 2 * extent
-            u = _any_perpendicular(a)
+            u = R @ _any_perpendicular(self.axis)  # turns with the body, so a spin shows
             w = np.cross(a, u)
             th = np.linspace(0, 2 * np.pi, segments, endpoint=False)
             ring = self.radius * (np.cos(th)[:, None] * u + np.sin(th)[:, None] * w)

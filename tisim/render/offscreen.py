@@ -33,7 +33,11 @@ from tisim.render.video import FrameWriter
 log = logging.getLogger(__name__)
 
 COLLIDER_COLOR = (0.62, 0.64, 0.68)
+COLLIDER_STRIPE = (0.36, 0.38, 0.43)  # the darker stripes / checks on round colliders
 PLANE_COLOR = (0.42, 0.44, 0.48)
+PLANE_CHECK = (0.37, 0.39, 0.43)  # alternate floor tiles
+SHADOW_DARKNESS = 0.55  # the umbra is the floor's colour times this
+STRIPES = 12  # stripes around a cylinder, checks around a sphere
 POINT_COLOR = (0.25, 0.85, 0.95)
 DRAG_COLOR = (1.0, 0.9, 0.15)
 
@@ -111,7 +115,13 @@ def _flat_mesh(V: np.ndarray, F: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 class _MeshFields:
     """f32 vertex/normal fields and an index field of one fixed-topology mesh."""
 
-    def __init__(self, vertex_count: int, faces: np.ndarray, colors: np.ndarray | None = None):
+    def __init__(
+        self,
+        vertex_count: int,
+        faces: np.ndarray,
+        colors: np.ndarray | None = None,
+        color=(1.0, 1.0, 1.0),
+    ):
         import taichi as ti
 
         n = max(int(vertex_count), 1)
@@ -122,15 +132,23 @@ class _MeshFields:
         self.idx = ti.field(ti.i32, shape=max(3 * len(self.faces), 3))
         if len(self.faces):
             self.idx.from_numpy(self.faces.reshape(-1))
-        self.colors = None
-        if colors is not None:
-            self.colors = ti.Vector.field(3, ti.f32, shape=n)
-            self.colors.from_numpy(np.asarray(colors, dtype=np.float32))
+        # every mesh carries per-vertex colours: GGUI reuses its renderables by draw
+        # order across scenes, and one drawn without them after one drawn with them
+        # (or the reverse) may not show at all
+        self.colors = ti.Vector.field(3, ti.f32, shape=n)
+        c = np.asarray(colors if colors is not None else color, dtype=np.float32)
+        c = np.broadcast_to(c, (n, 3))
+        self.colors.from_numpy(np.ascontiguousarray(c))
 
-    def update(self, positions: np.ndarray) -> None:
+    def update(self, positions: np.ndarray, normals: np.ndarray | None = None) -> None:
+        """New positions (n, 3); normals (n, 3), or (3,) for all, default: from the faces."""
         x = np.asarray(positions, dtype=np.float64).reshape(-1, 3)
         self.x.from_numpy(x.astype(np.float32))
-        self.n.from_numpy(vertex_normals(x, self.faces).astype(np.float32))
+        if normals is None:
+            nrm = vertex_normals(x, self.faces)
+        else:
+            nrm = np.broadcast_to(np.asarray(normals, dtype=np.float64), x.shape)
+        self.n.from_numpy(np.ascontiguousarray(nrm, dtype=np.float32))
 
     def draw(self, scene, color) -> None:
         if not len(self.faces):
@@ -145,30 +163,184 @@ class _MeshFields:
         )
 
 
+def _shadow_fields(vertex_count: int, faces: np.ndarray, copies: int) -> _MeshFields:
+    """Fields for ``copies`` shadows of one caster in one mesh (one a light sample)."""
+    n = vertex_count
+    F = np.concatenate([faces + k * n for k in range(copies)])
+    return _MeshFields(copies * n, F, np.zeros((copies * n, 3)))
+
+
+def nice_length(x: float) -> float:
+    """The largest 1, 2 or 5 times a power of ten that is <= ``x`` (> 0)."""
+    e = math.floor(math.log10(x))
+    for m in (5.0, 2.0, 1.0):
+        if m * 10.0**e <= x * (1 + 1e-12):
+            return m * 10.0**e
+    return 10.0**e
+
+
+def sun_direction(camera) -> np.ndarray:
+    """(3,) unit vector towards the light that casts the shadows: high above (world up
+    = the camera's up), a little to the camera's right and beyond the target, so the
+    shadows fall to the left and towards the viewer, where they are seen. Fixed in the
+    world: orbiting the live view does not swing them."""
+    from tisim.render.camera import look_at_basis
+
+    up = np.asarray(camera.up, dtype=np.float64)
+    up = up / np.linalg.norm(up)
+    right, _, forward = look_at_basis(camera.position, camera.lookat, up)
+    fwd_h = forward - (forward @ up) * up
+    if np.linalg.norm(fwd_h) > 1e-9:
+        fwd_h /= np.linalg.norm(fwd_h)
+    d = up + 0.35 * right + 0.35 * fwd_h
+    return d / np.linalg.norm(d)
+
+
+def collider_pattern(c, points: np.ndarray, t: float) -> np.ndarray:
+    """(k,) 0/1 pattern of the collider's material at world ``points`` (k, 3), time t:
+    ``STRIPES`` stripes around a cylinder, a checker on a sphere, both in the body
+    frame so they turn with it; 0 on other kinds."""
+    if c.kind not in ("cylinder", "sphere"):
+        return np.zeros(len(points), dtype=np.int64)
+    from tisim.contact.colliders import _any_perpendicular
+
+    local = (np.asarray(points, dtype=np.float64) - c.center(t)) @ c.orientation(t)  # body frame
+    a = c.axis if c.kind == "cylinder" else np.array([0.0, 1.0, 0.0])
+    u = _any_perpendicular(a)
+    w = np.cross(a, u)
+    angle = np.arctan2(local @ w, local @ u)
+    sector = np.floor((angle + np.pi) / (2 * np.pi) * STRIPES).astype(np.int64)
+    if c.kind == "cylinder":
+        return sector % 2
+    r = np.maximum(np.linalg.norm(local, axis=1), 1e-300)
+    polar = np.arccos(np.clip(local @ a / r, -1, 1))
+    band = np.floor(polar / np.pi * (STRIPES // 2)).astype(np.int64)
+    return (sector + band) % 2
+
+
+def _fog(dist: np.ndarray, radius: float) -> np.ndarray:
+    """(k,) 0 -> 1 blend towards the background from 60 % to 100 % of ``radius``."""
+    s = np.clip((np.asarray(dist) / radius - 0.6) / 0.4, 0.0, 1.0)
+    return s * s * (3 - 2 * s)
+
+
+class _Ground:
+    """A plane collider drawn as a checkered floor: tiles of ``tile`` metres attached
+    to the plane (a moving plane shows it), centred under the camera's target and
+    fading into the background towards ``radius`` metres from there."""
+
+    def __init__(self, c, info: ViewInfo, tile: float, radius: float):
+        from tisim.contact.colliders import _any_perpendicular
+
+        self.c = c
+        self.radius = radius
+        self._u = _any_perpendicular(c.normal)  # body-frame tile directions
+        self._w = np.cross(c.normal, self._u)
+        p, n, u, w = self.frame(0.0)
+        target = np.asarray(info.camera.lookat, dtype=np.float64)
+        self.origin_uw = np.round(np.array([(target - p) @ u, (target - p) @ w]) / tile) * tile
+        m = max(2, int(math.ceil(radius / tile)))
+        iu, iw = (a.ravel() for a in np.meshgrid(np.arange(-m, m), np.arange(-m, m), indexing="ij"))
+        corners = np.array([[0, 0], [1, 0], [1, 1], [0, 1]], dtype=np.float64)
+        quads = (np.stack([iu, iw], 1)[:, None, :] + corners[None]) * tile + self.origin_uw
+        self.uw = quads[:, [0, 1, 2, 0, 2, 3], :].reshape(-1, 2)  # two triangles a tile
+        check = ((iu + iw) % 2).repeat(6)
+        base = np.where(check[:, None] == 1, np.array(PLANE_CHECK), np.array(PLANE_COLOR))
+        V = self.vertices(0.0)
+        self.fog_color = self._unlit_background(info, V, n)
+        fade = self.fog(self.uw)[:, None]
+        self.colors = (1 - fade) * base + fade * self.fog_color
+        faces = np.arange(len(self.uw)).reshape(-1, 3)
+        if np.dot(np.cross(V[1] - V[0], V[2] - V[0]), n) < 0:
+            faces = faces[:, ::-1].copy()
+        self.fields = _MeshFields(len(V), faces, self.colors)
+        self.fields.update(V, n)
+
+    @staticmethod
+    def _unlit_background(info: ViewInfo, V: np.ndarray, n: np.ndarray) -> np.ndarray:
+        """(k, 3) colours that GGUI's shading turns into the background at vertices V:
+        the floor fades into them, so its far edge disappears (from the scene's camera)."""
+        view = CameraView.from_config(info.camera, info.render.width, info.render.height)
+        to_light = head_light(view) - V
+        to_light /= np.linalg.norm(to_light, axis=1, keepdims=True)
+        lit = AMBIENT + LIGHT * np.abs(to_light @ n)  # two-sided
+        bg = np.asarray(info.render.background, dtype=np.float64)
+        return np.clip(bg[None, :] / lit[:, None], 0.0, 1.0)
+
+    def frame(self, t: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(point, unit normal, u, w) of the plane at time t, each (3,)."""
+        R = self.c.orientation(t)
+        return self.c.center(t), R @ self.c.normal, R @ self._u, R @ self._w
+
+    def vertices(self, t: float) -> np.ndarray:
+        p, _, u, w = self.frame(t)
+        return p + self.uw[:, :1] * u + self.uw[:, 1:] * w
+
+    def fog(self, uw: np.ndarray) -> np.ndarray:
+        """(k,) fade towards the background at plane coordinates ``uw`` (k, 2), metres."""
+        return _fog(np.linalg.norm(uw - self.origin_uw, axis=1), self.radius)
+
+
 class SceneDrawer:
     """Everything a ViewInfo describes, as GGUI draw calls.
 
     ``update`` takes the frame's positions (n, 3) in metres, the time in seconds
     and optional extra points (p, 3); ``draw`` issues the draw calls on a GGUI scene.
+
+    Depth cues (GGUI has no shadow maps): plane colliders are checkered floors fading
+    into the background, and the objects and other colliders cast shadows on them,
+    projected along ``sun_direction`` (a dark umbra over a lighter penumbra from a
+    ring of tilted light directions: soft edges, and the gap between an object and
+    its shadow shows its height). Cylinders are striped and spheres checkered in
+    their own frame, so their rotation shows.
     """
+
+    PENUMBRA_SAMPLES = 4
+    PENUMBRA_SPREAD = 0.1  # how far the penumbra's light directions tilt, radians
 
     def __init__(self, info: ViewInfo):
         import taichi as ti
 
         self.info = info
-        self.surface = _MeshFields(info.vertex_count, info.faces, info.vertex_colors())
+        self.surface = _MeshFields(
+            info.vertex_count, info.faces, info.vertex_colors(), info.render.color
+        )
         cam = info.camera
-        cam_dist = float(np.linalg.norm(np.subtract(cam.position, cam.lookat)))
-        self._plane_extent = max(4.0, 3.0 * cam_dist)
+        self._cam_dist = float(np.linalg.norm(np.subtract(cam.position, cam.lookat)))
+        self.sun = sun_direction(cam)
         self.colliders: list[tuple[Any, _MeshFields, bool, tuple]] = []
+        self._collider_vertices: list[np.ndarray] = []
+        self.grounds: list[_Ground] = []
+        tile = nice_length(self._cam_dist / 6.0)
         for c in info.colliders:
             if not getattr(c, "visible", True):
                 continue
-            V, F = self._collider_mesh(c, 0.0)
-            fields = _MeshFields(len(V), F)
-            fields.update(V)
-            color = PLANE_COLOR if c.kind == "plane" else COLLIDER_COLOR
-            self.colliders.append((c, fields, c.is_moving(), color))
+            if c.kind == "plane":
+                self.grounds.append(_Ground(c, info, tile, 3.0 * self._cam_dist))
+                continue
+            V, F, nrm = self._collider_mesh(c, 0.0)
+            colors = None
+            if c.kind in ("cylinder", "sphere"):
+                pattern = collider_pattern(c, V[F].mean(axis=1), 0.0).repeat(3)
+                colors = np.where(
+                    pattern[:, None] == 1, np.array(COLLIDER_STRIPE), np.array(COLLIDER_COLOR)
+                )
+            fields = _MeshFields(len(V), F, colors, COLLIDER_COLOR)
+            fields.update(V, nrm)
+            self.colliders.append((c, fields, c.is_moving(), COLLIDER_COLOR))
+            self._collider_vertices.append(V)
+        # shadows: per floor and caster (the surface, then each collider) one mesh that
+        # holds a copy of the caster per light sample
+        self._lights = self._light_samples()
+        self._shadows: list[list[_MeshFields]] = []
+        L = len(self._lights)
+        casters = [(info.vertex_count, info.faces)]
+        casters += [(f.vertex_count, f.faces) for _, f, _, _ in self.colliders]
+        for _ in self.grounds:
+            self._shadows.append(
+                [_shadow_fields(nv, F, L) for nv, F in casters]
+            )
+        self._shadow_on = False
         self._points = None
         self._point_count = 0
         self._marker = ti.Vector.field(3, ti.f32, shape=2)  # dragged vertex and its target
@@ -177,15 +349,33 @@ class SceneDrawer:
         self._sized = False
         self.time = 0.0
 
-    def _collider_mesh(self, c, t: float) -> tuple[np.ndarray, np.ndarray]:
-        if c.kind == "plane":
-            V, F = c.surface_mesh(t, extent=self._plane_extent)
-        else:
-            V, F = c.surface_mesh(t)
-        V, F = np.asarray(V, dtype=np.float64), np.asarray(F, dtype=np.int64)
-        if c.kind != "sphere":  # flat faces look right only with unwelded corners
-            V, F = _flat_mesh(V, F)
-        return V, F
+    def _light_samples(self) -> list[tuple[np.ndarray, float, float]]:
+        """(unit direction, strength in [0, 1], lift in units of 1e-3 camera distances)
+        of each shadow layer, in drawing order: the penumbra's tilted directions first,
+        lighter and lower, then the umbra above them (no z-fighting between layers)."""
+        from tisim.contact.colliders import _any_perpendicular
+
+        d = self.sun
+        u = _any_perpendicular(d)
+        w = np.cross(d, u)
+        out = []
+        for k in range(self.PENUMBRA_SAMPLES):
+            a = 2 * np.pi * k / self.PENUMBRA_SAMPLES
+            dk = d + self.PENUMBRA_SPREAD * (np.cos(a) * u + np.sin(a) * w)
+            out.append((dk / np.linalg.norm(dk), 0.5, 1.0 + 0.2 * k))
+        out.append((d, 1.0, 2.0))
+        return out
+
+    def _collider_mesh(self, c, t: float) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """Unwelded triangles of a collider at time t (flat faces, one colour a face) and
+        their normals (None: from the faces; a sphere gets the exact ones, so it looks round)."""
+        V, F = c.surface_mesh(t)
+        V, F = _flat_mesh(np.asarray(V, dtype=np.float64), np.asarray(F, dtype=np.int64))
+        nrm = None
+        if c.kind == "sphere":
+            d = V - c.center(t)
+            nrm = d / np.maximum(np.linalg.norm(d, axis=1, keepdims=True), 1e-300)
+        return V, F, nrm
 
     def update(
         self, positions: np.ndarray, time: float, extra_points: np.ndarray | None = None
@@ -198,16 +388,46 @@ class SceneDrawer:
             # 0.6 % of the object's size, but at least ~2 pixels at the camera's distance
             diag = float(np.linalg.norm(x.max(0) - x.min(0)))
             cam = self.info.camera
-            dist = float(np.linalg.norm(np.subtract(cam.position, cam.lookat)))
-            pixel = 2.0 * dist * math.tan(math.radians(cam.fov) / 2.0) / self.info.render.height
+            tan_half = math.tan(math.radians(cam.fov) / 2.0)
+            pixel = 2.0 * self._cam_dist * tan_half / self.info.render.height
             self.radius = max(0.006 * diag, 2.0 * pixel, 1e-6)
             self._sized = True
         if time != self.time:
-            for c, fields, moving, _ in self.colliders:
+            for i, (c, fields, moving, _) in enumerate(self.colliders):
                 if moving:
-                    fields.update(self._collider_mesh(c, time)[0])
+                    V, _, nrm = self._collider_mesh(c, time)
+                    fields.update(V, nrm)
+                    self._collider_vertices[i] = V
+            for g in self.grounds:
+                if g.c.is_moving():
+                    g.fields.update(g.vertices(time), g.frame(time)[1])
         self.time = time
+        self._update_shadows(x, time)
         self._set_points(extra_points)
+
+    def _update_shadows(self, x: np.ndarray, time: float) -> None:
+        """Project every caster onto every floor along each light sample."""
+        if not self.grounds:
+            return
+        floor = np.asarray(PLANE_COLOR)
+        casters = [x] + self._collider_vertices
+        for g, per_caster in zip(self.grounds, self._shadows):
+            p, n, u, w = g.frame(time)
+            for V, fields in zip(casters, per_caster):
+                # what is below the floor is hidden by it: clamp heights at 0
+                h = np.maximum((V - p) @ n, 0.0)
+                pos, col = [], []
+                for d, strength, lift in self._lights:
+                    dn = max(float(d @ n), 0.05)  # a grazing light would throw shadows to infinity
+                    S = V - (h / dn)[:, None] * d + (lift * 1e-3 * self._cam_dist) * n
+                    fog = g.fog(np.stack([(S - p) @ u, (S - p) @ w], 1))[:, None]
+                    dark = floor * (1.0 - strength * (1.0 - SHADOW_DARKNESS))
+                    # shadows lie near the target, where the fog colour hardly matters
+                    pos.append(S)
+                    col.append((1 - fog) * dark + fog * g.fog_color.mean(0))
+                fields.colors.from_numpy(np.concatenate(col).astype(np.float32))
+                fields.update(np.concatenate(pos), n)
+        self._shadow_on = True
 
     def _set_points(self, pts: np.ndarray | None) -> None:
         import taichi as ti
@@ -234,6 +454,12 @@ class SceneDrawer:
         self._marker_on = True
 
     def draw(self, scene) -> None:
+        for g in self.grounds:
+            g.fields.draw(scene, PLANE_COLOR)
+        if self._shadow_on:
+            for per_caster in self._shadows:
+                for fields in per_caster:
+                    fields.draw(scene, PLANE_COLOR)
         self.surface.draw(scene, self.info.render.color)
         for _, fields, _, color in self.colliders:
             fields.draw(scene, color)
@@ -255,7 +481,6 @@ class SceneDrawer:
 def setup_camera_and_lights(scene, ti_camera, view: CameraView) -> None:
     """Point the GGUI camera along ``view`` and place a light above and beside the eye
     (a head light keeps whatever the user orbits to lit)."""
-    right, up, _ = view.basis()
     dist = float(np.linalg.norm(view.target - view.eye))
     ti_camera.position(*view.eye.tolist())
     ti_camera.lookat(*view.target.tolist())
@@ -264,9 +489,18 @@ def setup_camera_and_lights(scene, ti_camera, view: CameraView) -> None:
     ti_camera.z_near(min(0.1, 0.05 * dist))
     ti_camera.z_far(max(1000.0, 100.0 * dist))
     scene.set_camera(ti_camera)
-    light = view.eye + dist * (0.6 * up + 0.4 * right)
-    scene.point_light(tuple(light.tolist()), (0.85, 0.85, 0.85))
-    scene.ambient_light((0.3, 0.3, 0.3))
+    scene.point_light(tuple(head_light(view).tolist()), (LIGHT, LIGHT, LIGHT))
+    scene.ambient_light((AMBIENT, AMBIENT, AMBIENT))
+
+
+LIGHT, AMBIENT = 0.75, 0.4  # GGUI shades a colour c as c (AMBIENT + LIGHT max(n.l, 0))
+
+
+def head_light(view: CameraView) -> np.ndarray:
+    """(3,) position of the point light: above and beside the eye."""
+    right, up, _ = view.basis()
+    dist = float(np.linalg.norm(view.target - view.eye))
+    return view.eye + dist * (0.6 * up + 0.4 * right)
 
 
 def buffer_to_image(buf: np.ndarray) -> np.ndarray:
