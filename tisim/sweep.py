@@ -64,7 +64,7 @@ BUILTIN_METRICS: dict[str, tuple[str, str]] = {
     "frame_ms": ("median wall-clock time of a frame on its worker (frames 2..N)", "ms"),
 }
 REDUCTIONS = ("min", "max", "last", "mean")
-FINISHED = ("completed", "diverged")  # results a rerun keeps; "failed" runs are retried
+FINISHED = ("completed", "diverged", "stalled")  # results a rerun keeps; "failed" runs are retried
 DEFAULT_CONNECT_TIMEOUT_S = 10.0
 
 
@@ -493,7 +493,7 @@ def plot(path: Path, rows: list[dict], varies: list[Vary], metrics: list[Metric]
                 yc = np.where(ok, y, np.nan)
                 label = ", ".join(f"{k.split('.')[-1]}={_fmt(rs[0][k])}" for k in others) or None
                 ax.plot(x, yc, "o-", ms=3.5, lw=1.2, label=label)
-                bad = np.array([r["ended"] in ("diverged", "failed") for r in rs])
+                bad = np.array([r["ended"] in ("diverged", "stalled", "failed") for r in rs])
                 bad_x += list(x[bad])
                 bad_y += [yy if np.isfinite(yy) else np.nan for yy in y[bad]]
                 ys_all += list(y[np.isfinite(y)])
