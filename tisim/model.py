@@ -281,6 +281,10 @@ def _cloth_mesh(scene: Scene, name: str, oc: ObjectConfig):
 
     if oc.generator == "cloth":
         return cloth_rectangle(oc.cloth_size, oc.cloth_resolution, (0.0, 0.0, 0.0), oc.cloth_normal)
+    if oc.generator == "sphere":
+        from tisim.geometry.generate import cloth_sphere
+
+        return cloth_sphere(oc.radius, oc.sphere_subdivisions)
     return load_cloth_mesh(str(scene.resolve_path(oc.mesh)))
 
 

@@ -150,7 +150,7 @@ def build_levels(scene, model, count: int | None = None):
     rho = oc.density * oc.thickness
     method = rc.method
     if method == "auto":
-        method = "loop" if oc.generator == "cloth" else "decimate"
+        method = "loop" if oc.generator in ("cloth", "sphere") else "decimate"
     # the object's own masses (the plain cloth solver's), so a one-level refine is that
     # solver exactly and a mesh-file finest level keeps them
     base = hy.Level(np.asarray(cp.rest, dtype=np.float64), mesh.faces, np.asarray(cp.mass, dtype=np.float64),
@@ -312,6 +312,22 @@ class ProgressiveRefiner:
                          obstacles=s._last_obstacles.copy())
         return new, res
 
+    def inertial_target(self, P, xl: np.ndarray, xl_prev: np.ndarray, x: np.ndarray) -> np.ndarray:
+        """x_hat^t_{l+1} from the level below's x^t_l, x^{t-1}_l and this level's x^t.
+
+        ``refine.position_gain`` g = 1: the notes' P(x^t_l) + U (x^t_l - x^{t-1}_l),
+        which re-prolongs the position every step, so this level's own detail survives
+        only through one implicit step. g < 1 prolongs position and velocity separately
+        (the addendum's follow-up): x^t + U (x^t_l - x^{t-1}_l) + g (P(x^t_l) - x^t),
+        the velocity from the level below and the position pulled towards the prolonged
+        one by g per step. With consistent masses (m^T U = m_l^T, m^T a = 0) the target's
+        centre of mass is 2 c^t_l - c^{t-1}_l + (1 - g)(c^t - c^t_l), so §5.3 still holds
+        for any g once c^t = c^t_l."""
+        g = self.scene.refine.position_gain
+        if g >= 1.0:
+            return P.apply(xl) + P.U @ (xl - xl_prev)
+        return x + P.U @ (xl - xl_prev) + g * (P.apply(xl) - x)
+
     def tolerance(self, level: int) -> float | None:
         return None if level == self.L else self.scene.refine.intermediate_tolerance
 
@@ -417,7 +433,7 @@ class ProgressiveRefiner:
                         x_hat = st.x + h * st.v
                     else:  # the progressive IP's inertial target, from the level below
                         xl, xl_prev = below.at(t), below.at(t - 1)
-                        x_hat = P.apply(xl) + P.U @ (xl - xl_prev)
+                        x_hat = self.inertial_target(P, xl, xl_prev, st.x)
                     new, res = self.step_level(level, st, x_hat, tol, solver=solver, handles=handles)
                     if not np.all(np.isfinite(new.x)):
                         raise FloatingPointError(f"level {level} diverged at frame {frame + 1}")
@@ -752,6 +768,59 @@ class _Bar:
 
 def _bar(enabled, total, name):
     return _Bar(total, name) if enabled else None
+
+
+# --------------------------------------------------------------------------------------
+# a toss at a hole (the toss demo's hit-or-miss metric)
+
+
+@dataclass(frozen=True)
+class Hole:
+    """A rectangular hole in a horizontal surface: ``lo``, ``hi`` (2,) m, its extent
+    along the two horizontal axes (x, z); ``top`` m, the height of the surface (y up)."""
+
+    lo: tuple[float, float]
+    hi: tuple[float, float]
+    top: float
+
+    @classmethod
+    def from_boxes(cls, scene, prefix: str = "rim_") -> Hole:
+        """The hole framed by the scene's four axis-aligned box colliders named
+        ``{prefix}near``/``far`` (smaller/larger x) and ``{prefix}left``/``right``
+        (smaller/larger z), whose tops are level (the toss demo's table)."""
+        need = [f"{prefix}{k}" for k in ("near", "far", "left", "right")]
+        missing = [k for k in need if k not in scene.colliders or scene.colliders[k].type != "box"]
+        if missing:
+            raise ConfigError(f"colliders.{missing[0]}", "expected a box collider framing the hole", scene.path)
+        c = {k[len(prefix):]: scene.colliders[k] for k in need}
+        if any(any(abs(a) > 0 for a in b.rotation) for b in c.values()):
+            raise ConfigError(f"colliders.{prefix}near", "the hole's boxes must not be rotated", scene.path)
+        lo = (c["near"].position[0] + c["near"].half_extents[0], c["left"].position[2] + c["left"].half_extents[2])
+        hi = (c["far"].position[0] - c["far"].half_extents[0], c["right"].position[2] - c["right"].half_extents[2])
+        tops = [b.position[1] + b.half_extents[1] for b in c.values()]
+        if not (lo[0] < hi[0] and lo[1] < hi[1]) or max(tops) - min(tops) > 1e-9:
+            raise ConfigError(f"colliders.{prefix}near", "the four boxes do not frame a hole with a level top",
+                              scene.path)
+        return cls(lo=lo, hi=hi, top=tops[0])
+
+
+def through_hole(com: np.ndarray, hole: Hole) -> int | None:
+    """The first frame at which a toy's centre of mass ``com`` ((frames, 3) m) is
+    below the surface's top inside the hole's footprint (the toy went in), or None (a
+    miss: it stayed on the surface, or fell past its edge outside the hole)."""
+    com = np.asarray(com, dtype=np.float64).reshape(-1, 3)
+    inside = ((com[:, 0] >= hole.lo[0]) & (com[:, 0] <= hole.hi[0]) & (com[:, 2] >= hole.lo[1])
+              & (com[:, 2] <= hole.hi[1]) & (com[:, 1] < hole.top))
+    hit = np.flatnonzero(inside)
+    return int(hit[0]) if hit.size else None
+
+
+def level_com(out: Path, level: int) -> np.ndarray:
+    """(frames + 1, 3): a finished level's centre of mass per frame, from its stats.csv."""
+    import csv
+
+    with open(Path(out) / f"level_{level}" / "stats.csv") as f:
+        return np.array([[float(r["com_x"]), float(r["com_y"]), float(r["com_z"])] for r in csv.DictReader(f)])
 
 
 # --------------------------------------------------------------------------------------

@@ -606,3 +606,17 @@ def cloth_disc(
         tri = tri[:, [0, 2, 1]]
     uv = (pts / r + 1.0) / 2.0
     return ClothMesh(vertices, tri, uv, tri.copy())
+
+
+def cloth_sphere(radius: float = 0.5, subdivisions: int = 1, center=(0.0, 0.0, 0.0)):
+    """A closed spherical shell (a ``ClothMesh`` without UVs): the ``icosphere`` of
+    ``subdivisions`` scaled to ``radius`` (m) about ``center`` ((3,) m). Vertices
+    10*4^s + 2, faces 20*4^s, outward. Loop subdivision of it (``tisim refine``)
+    moves the even vertices inwards, so refined levels are slightly smaller spheres
+    that are nested exactly (no boundary)."""
+    from tisim.geometry.cloth import ClothMesh
+
+    if not radius > 0:
+        raise MeshError(f"sphere shell radius must be > 0, got {radius}")
+    m = icosphere(subdivisions)
+    return ClothMesh(m.vertices * float(radius) + np.asarray(center, dtype=np.float64), m.faces)
