@@ -31,18 +31,23 @@ STATS_COLUMNS = [
 ]
 
 # Exit codes of a run (the CLI returns them).
-EXIT_OK, EXIT_USAGE, EXIT_DIVERGED, EXIT_INTERRUPTED = 0, 2, 3, 130
+EXIT_OK, EXIT_USAGE, EXIT_DIVERGED, EXIT_STALLED, EXIT_INTERRUPTED = 0, 2, 3, 4, 130
 
 
 class Diverged(RuntimeError):
     pass
 
 
+class Stalled(RuntimeError):
+    """A solver step did not converge even after the solver's own retries (StepStats extra
+    ``stall_failed`` = 1): the run ends like a divergence, with its own exit status."""
+
+
 @dataclass
 class RunResult:
     out_dir: Path
     frames_done: int
-    ended: str  # "completed" | "interrupted" | "diverged" | "closed"
+    ended: str  # "completed" | "interrupted" | "diverged" | "stalled" | "closed"
     message: str = ""
     video: Path | None = None
     frame_ms: list[float] = field(default_factory=list)
@@ -50,7 +55,8 @@ class RunResult:
 
     @property
     def exit_code(self) -> int:
-        return {"diverged": EXIT_DIVERGED, "interrupted": EXIT_INTERRUPTED}.get(self.ended, EXIT_OK)
+        return {"diverged": EXIT_DIVERGED, "stalled": EXIT_STALLED,
+                "interrupted": EXIT_INTERRUPTED}.get(self.ended, EXIT_OK)
 
 
 def frame_quantities(model, positions: np.ndarray, velocities: np.ndarray) -> dict[str, float]:
@@ -172,9 +178,10 @@ def build(scene: Scene, arch: str = "auto", precision: str | None = None):
     from tisim import backend
     from tisim.model import Model
     from tisim.solvers.registry import solver_class
+    from tisim.startup import check_initial_overlaps
 
     info = backend.init(arch, precision)
-    model = Model.from_scene(scene)
+    model = check_initial_overlaps(Model.from_scene(scene))  # a deep overlap: one line, exit 2
     if model.cloth is not None and scene.solver.type != "cloth":
         from tisim.config import ConfigError
 
@@ -309,6 +316,7 @@ def run_scene(
                         f"the simulation diverged at frame {frame + 1} (t = {state.time:.4g} s): "
                         f"NaN or Inf in the positions or velocities; the {frame} frames before are kept"
                     )
+                guards.check_stall(state, st, frame + 1)
                 guards.check(state, st, frame + 1)
             wall_ms = (time.perf_counter() - t0) * 1e3
             frame += 1
@@ -317,6 +325,8 @@ def run_scene(
             done = frame
             if bar is not None:
                 bar.advance()
+    except Stalled as e:
+        ended, message = "stalled", str(e)
     except Diverged as e:
         ended, message = "diverged", str(e)
     except KeyboardInterrupt:
@@ -341,12 +351,13 @@ def run_scene(
             solver_info=solver.info() if hasattr(solver, "info") else {},
             video=str(video) if video else None,
             guards=guards.info(),
+            stalls=guards.stalls,
         )
         _write_json(run_json, run_info)
     return RunResult(out, done, ended, message, video, frame_ms, run_info)
 
 
-_SUMMED = {"newton_iterations", "ccd_clamps"}
+_SUMMED = {"newton_iterations", "ccd_clamps", "stall_retries", "prox_failures"}
 
 
 def export_frame_meshes(model, mesh_dir: Path, frame: int, positions: np.ndarray) -> None:
@@ -378,7 +389,9 @@ class DivergenceGuards:
       before, since NaN also means "not computed");
     * an inverted element (det F <= 0) in the end-of-step state, for tet meshes only
       (``model.element_count > 0``; cloth has no tets);
-    * ``MAX_CAPPED_STEPS`` consecutive steps with ``StepStats.converged`` false.
+    * ``MAX_CAPPED_STEPS`` consecutive steps with ``StepStats.converged`` false;
+    * (``check_stall``) a step the solver could not converge even after its own retries
+      (``StepStats.extra["stall_failed"]`` = 1): :class:`Stalled`, exit status 4.
 
     ``on_divergence = "stop"`` raises :class:`Diverged` naming the frame and the cause;
     "continue" logs each cause once and records its first occurrence (``info()``, in run.json).
@@ -394,6 +407,30 @@ class DivergenceGuards:
         self._reports_potential = False
         self.events: list[dict] = []
         self._seen: set[str] = set()
+        # solvers that retry stalled steps report stall_retries / stall_failed per step (StepStats.extra)
+        self.stalls: dict[str, int] = {"stalled_steps": 0, "retries": 0, "recovered": 0, "failed": 0}
+
+    def check_stall(self, state, st: StepStats, frame: int) -> None:
+        """Count the step's stall retries; raise :class:`Stalled` (or, with on_divergence =
+        "continue", record the event) when the step is unconverged after them."""
+        retries = int(st.extra.get("stall_retries", 0) or 0)
+        failed = bool(st.extra.get("stall_failed", 0))
+        if retries or failed:
+            self.stalls["stalled_steps"] += 1
+            self.stalls["retries"] += retries
+            self.stalls["recovered"] += int(not failed)
+            self.stalls["failed"] += int(failed)
+        if not failed:
+            return
+        msg = (f"the solver stalled at frame {frame} (t = {state.time:.4g} s): the step did not converge "
+               f"after {retries} retries (residual {st.residual:.3g}, {st.iterations} iterations)")
+        if self.stop:
+            raise Stalled(f"{msg}; the {frame - 1} frames before are kept "
+                          f"(sim.on_divergence = \"continue\" runs on)")
+        if "stalled" not in self._seen:
+            self._seen.add("stalled")
+            self.events.append({"frame": frame, "time": float(state.time), "cause": "stalled", "message": msg})
+            log.warning("%s; continuing (sim.on_divergence = \"continue\")", msg)
 
     def check(self, state, st: StepStats, frame: int) -> None:
         """Raise :class:`Diverged` (or record the event) if the step that produced ``state``

@@ -4,11 +4,14 @@ A scene has the sections ``[scene]``, ``[sim]``, ``[solver]``, ``[contact]``,
 ``[objects.NAME]`` (with ``[objects.NAME.handles.GROUP]``), ``[colliders.NAME]``,
 ``[camera]`` and ``[render]``. Every value has a dotted path, and any value can
 be overridden with ``--set path=value`` (the value parsed as TOML).
+``--set objects.NAME.mesh=FILE`` replaces the object's generator (and
+``...generator=KIND`` its mesh): the last source set wins.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 import sys
 from dataclasses import dataclass, field
@@ -21,6 +24,8 @@ if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
+
+log = logging.getLogger(__name__)
 
 INF = math.inf
 MATERIALS = ("arap", "corotated", "neo-hookean", "symmetric-dirichlet", "symmetric-gradient")
@@ -83,12 +88,13 @@ class ObjectConfig:
     (kg/m^3) give the areal density; ``bending_stiffness`` (N m) overrides the plate
     value E t^3 / (24 (1 - nu^2)); ``pin`` pins "corners", "top-edge" (largest y) or
     the edge of the sheet at the smallest/largest x or z; ``friction`` overrides
-    ``contact.mu`` for this object.
+    ``contact.mu`` for this object. ``generator = "sphere"`` makes a closed spherical
+    shell of ``radius`` (an icosphere of ``sphere_subdivisions``).
     """
 
     kind: Literal["solid", "cloth"] = "solid"
     mesh: str | None = None
-    generator: Literal["box", "ball", "cloth"] | None = None
+    generator: Literal["box", "ball", "cloth", "sphere"] | None = None
     size: Vec3 = (1.0, 1.0, 1.0)
     resolution: Int3 = (4, 4, 4)
     tets_per_cell: Literal[5, 6] = 5
@@ -111,6 +117,7 @@ class ObjectConfig:
     cloth_size: tuple[float, float] = (1.0, 1.0)
     cloth_resolution: tuple[int, int] = (20, 20)
     cloth_normal: Literal["x", "y", "z"] = "y"
+    sphere_subdivisions: int = num(1, ge=0, le=5, doc="generator 'sphere': icosphere subdivisions (10*4^s+2 vertices)")
     thickness: float = num(1e-3, gt=0, doc="shell thickness, m (mass and bending)")
     bending_stiffness: float | None = None
     pin: Literal["corners", "top-edge", "x-min", "x-max", "z-min", "z-max"] | None = None
@@ -119,8 +126,11 @@ class ObjectConfig:
     def __post_init__(self):
         if (self.mesh is None) == (self.generator is None):
             raise ConfigError("", "an object needs exactly one of 'mesh' (a file) or 'generator'")
-        if self.kind == "cloth" and self.generator not in (None, "cloth"):
-            raise ConfigError("generator", f"a cloth object takes generator = 'cloth' or a mesh, got {self.generator!r}")
+        if self.kind == "cloth" and self.generator not in (None, "cloth", "sphere"):
+            raise ConfigError("generator", f"a cloth object takes generator = 'cloth', 'sphere' or a mesh, "
+                              f"got {self.generator!r}")
+        if self.kind == "solid" and self.generator == "sphere":
+            raise ConfigError("kind", "generator = 'sphere' (a closed shell) needs kind = 'cloth'")
         if self.kind == "solid" and self.generator == "cloth":
             raise ConfigError("kind", "generator = 'cloth' needs kind = 'cloth'")
         if any(r < 1 for r in self.cloth_resolution):
@@ -168,6 +178,12 @@ class ColliderConfig:
     ``half_extents``: box half sizes. Moving colliders translate with ``velocity``
     and spin with ``angular_velocity`` (rad/s, about ``position``); a cylinder
     spinning about its own axis stays in place but drags what touches it.
+
+    Keyframed motion: ``position_keys`` rows ``[t, x, y, z]`` (s, m) replace
+    ``position`` and ``velocity``; ``rotation_keys`` rows ``[t, rx, ry, rz]`` (s, XYZ
+    Euler degrees) replace ``rotation`` and ``angular_velocity``. Times increase
+    strictly; the pose is held before the first key and after the last.
+    ``interpolation``: "smooth" (eases in and out: at rest at every key) or "linear".
     """
 
     type: Literal["plane", "sphere", "box", "cylinder", "mesh"]
@@ -184,10 +200,22 @@ class ColliderConfig:
     angular_velocity: Vec3 = (0.0, 0.0, 0.0)
     friction: float | None = None  # overrides contact.mu for this collider
     visible: bool = True
+    position_keys: tuple[tuple[float, float, float, float], ...] = ()
+    rotation_keys: tuple[tuple[float, float, float, float], ...] = ()
+    interpolation: Literal["linear", "smooth"] = "smooth"
 
     def __post_init__(self):
         if self.friction is not None and self.friction < 0:
             raise ConfigError("friction", f"expected a number >= 0, got {self.friction}")
+        for k, replaces in (("position_keys", ("position", "velocity")),
+                            ("rotation_keys", ("rotation", "angular_velocity"))):
+            rows = getattr(self, k)
+            for i in range(1, len(rows)):
+                if not rows[i][0] > rows[i - 1][0]:
+                    raise ConfigError(f"{k}[{i}]", f"expected a time > {rows[i - 1][0]} (rows are [t, x, y, z] "
+                                      f"with strictly increasing t), got {rows[i][0]}")
+            if rows and any(any(getattr(self, r)) for r in replaces):
+                raise ConfigError(k, f"keyframes replace {' and '.join(replaces)}: leave those out")
         for k in ("normal", "axis"):
             if sum(c * c for c in getattr(self, k)) == 0:
                 raise ConfigError(k, "expected a non-zero vector")
@@ -249,6 +277,9 @@ class RefineConfig:
     coarse_vertices: tuple[int, int] = (300, 1000)
     schedule: Literal["sequential", "pipelined"] = "sequential"
     intermediate_tolerance: float = num(1e-2, gt=0, doc="Newton tolerance of non-finest levels")
+    # 1: the paper's target P(x_l) + U (x_l - x_l'); below 1, position and velocity are
+    # prolonged separately: x_{l+1} + U (x_l - x_l') + gain (P(x_l) - x_{l+1})
+    position_gain: float = num(1.0, gt=0, le=1, doc="pull of a level's position towards the prolonged one per step")
     object: str | None = None  # the cloth object to refine (default: the only one)
 
 
@@ -290,15 +321,21 @@ class Scene:
         return Path(self.path).stem if self.path else "scene"
 
     def resolve_path(self, p: str) -> Path:
-        """A path from the scene, relative to the scene file's folder (or the cwd)."""
+        """A path from the scene, relative to the scene file's folder (or the cwd);
+        ``assets/NAME`` found in neither is the bundled asset (also when installed)."""
         q = Path(p).expanduser()
         if q.is_absolute():
             return q
-        if self.path is not None:
-            cand = Path(self.path).parent / q
-            if cand.exists() or not q.exists():
-                return cand
-        return q
+        cand = Path(self.path).parent / q if self.path is not None else q
+        if cand.exists() or q.exists():
+            return cand if cand.exists() else q
+        if len(q.parts) > 1 and q.parts[0] == "assets":
+            from tisim.resources import assets_dir
+
+            bundled = assets_dir().joinpath(*q.parts[1:])
+            if bundled.exists():
+                return bundled
+        return cand
 
     def to_dict(self) -> dict:
         d = to_dict(self)
@@ -340,8 +377,54 @@ def apply_overrides(data: dict, overrides: list[str] | tuple[str, ...]) -> dict:
             elif not isinstance(nxt, dict):
                 raise ConfigError(".".join(parts[: i + 1]), "is a value, not a table; cannot set a key inside it")
             node = nxt
-        node[parts[-1]] = value
+        if len(parts) == 3 and parts[0] == "objects" and parts[2] in ("mesh", "generator"):
+            _replace_source(node, parts[1], parts[2], value)
+        else:
+            node[parts[-1]] = value
     return data
+
+
+# The keys that only mean something for one source of an object's shape: replacing the
+# source drops them (a ball's radius means nothing to a mesh file). ``scale``,
+# ``translation``, ``rotation`` and the material work with any source.
+GENERATOR_KEYS = {
+    "box": ("size", "resolution", "tets_per_cell"),
+    "ball": ("radius", "ball_resolution"),
+    "cloth": ("cloth_size", "cloth_resolution", "cloth_normal"),
+    "sphere": ("radius", "sphere_subdivisions"),
+}
+
+
+def _replace_source(obj: dict, name: str, key: str, value) -> None:
+    """``--set objects.NAME.mesh=FILE`` / ``...generator=KIND``: the new source replaces
+    the other one (the last override wins); keys that belong only to the replaced
+    generator are dropped with a one-line note. An empty string removes the key."""
+    old_gen = obj.get("generator")
+    old_mesh = obj.get("mesh")
+    if value == "":
+        obj.pop(key, None)
+        return
+    obj[key] = value
+    new_keys = set(GENERATOR_KEYS.get(value, ())) if key == "generator" and isinstance(value, str) else set()
+    replaced = []
+    if key == "mesh" and old_gen is not None:
+        obj.pop("generator")
+        replaced.append(f"generator {old_gen!r}")
+    if key == "generator" and old_mesh is not None:
+        obj.pop("mesh")
+        replaced.append(f"mesh {old_mesh!r}")
+    if key == "generator" and old_gen is not None and old_gen != value:
+        replaced.append(f"generator {old_gen!r}")
+    dropped = []
+    if isinstance(old_gen, str) and old_gen != value:
+        dropped = [k for k in GENERATOR_KEYS.get(old_gen, ()) if k in obj and k not in new_keys]
+        for k in dropped:
+            del obj[k]
+    if replaced:
+        note = f"--set objects.{name}.{key}={value!r} replaces the {' and the '.join(replaced)}"
+        if dropped:
+            note += " (dropped " + ", ".join(f"objects.{name}.{k}" for k in dropped) + ")"
+        log.info(note)
 
 
 def scene_from_dict(data: dict, path: str | None = None) -> Scene:

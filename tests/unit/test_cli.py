@@ -93,3 +93,44 @@ def test_bad_arch(tmp_path, arch):
     p.write_text('[objects.a]\ngenerator = "box"\n')
     r = tisim("run", str(p), "--arch", arch, "--no-render", "-n", "1")
     assert_one_line_error(r, arch)
+
+
+def _torus_stl(path, R=0.3, r=0.1, nu=32, nv=12):
+    """A closed torus surface (axis y), 2 (R + r) across, outward triangles."""
+    import numpy as np
+
+    from tisim.geometry.io import save_mesh
+
+    u = np.linspace(0, 2 * np.pi, nu, endpoint=False)[:, None]
+    v = np.linspace(0, 2 * np.pi, nv, endpoint=False)[None, :]
+    x = np.stack(np.broadcast_arrays((R + r * np.cos(v)) * np.cos(u), r * np.sin(v),
+                                     (R + r * np.cos(v)) * np.sin(u)), -1).reshape(-1, 3)
+    i, j = np.meshgrid(np.arange(nu), np.arange(nv), indexing="ij")
+    a, b = i * nv + j, (i + 1) % nu * nv + j
+    c, d = (i + 1) % nu * nv + (j + 1) % nv, i * nv + (j + 1) % nv
+    faces = np.concatenate([np.stack([a, c, b], -1).reshape(-1, 3), np.stack([a, d, c], -1).reshape(-1, 3)])
+    save_mesh(path, x, faces)
+
+
+@pytest.mark.slow  # TetGen and Taichi start-up in a subprocess
+def test_object_starting_inside_colliders_is_one_line_and_exit_2(tmp_path, repo_root):
+    # the issue's example: an STL torus 0.8 m across in place of squeeze-ball's 0.2 m ball
+    _torus_stl(tmp_path / "torus.stl")
+    r = tisim("run", str(repo_root / "demos" / "squeeze-ball.toml"), "--set", "objects.ball.mesh=torus.stl",
+              "--no-render", "-n", "1", "-q", cwd=tmp_path)
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    errors = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
+    assert len(errors) == 1 and "Traceback" not in r.stderr and "diverged" not in r.stderr + r.stdout, r.stderr
+    for frag in ("objects.ball", "inside collider 'left_roller'", "inside collider 'right_roller'",
+                 "translate it by", "--set objects.ball.translation="):
+        assert frag in errors[0], errors[0]
+    # every other stderr line is a one-line note (the --set note, the TetGen note)
+    assert all(ln.startswith(("INFO:", "WARNING:", "[Taichi]")) for ln in r.stderr.splitlines()
+               if ln.strip() and not ln.startswith("error:")), r.stderr
+
+
+def test_python_m_tisim_is_the_command_line():
+    r = subprocess.run([sys.executable, "-m", "tisim", "demo", "--list"], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "squeeze-ball" in r.stdout

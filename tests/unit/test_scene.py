@@ -171,3 +171,63 @@ def test_relative_mesh_paths_resolve_against_scene_file(tmp_path):
     sub.mkdir()
     s = load_scene(write(sub, MINIMAL))
     assert s.resolve_path("m.msh") == sub / "m.msh"
+
+
+# --set objects.NAME.mesh / .generator compose: the last source set wins -----------------
+BALL = """
+[objects.ball]
+generator = "ball"
+radius = 0.1
+ball_resolution = 6
+density = 500.0
+translation = [0.0, 0.3, 0.0]
+"""
+
+
+def test_set_mesh_replaces_the_generator_and_drops_its_keys(tmp_path, caplog):
+    p = write(tmp_path, BALL)
+    with caplog.at_level("INFO", logger="tisim.scene"):
+        s = load_scene(p, ['objects.ball.mesh="mine.stl"', "objects.ball.scale=2.0"])
+    o = s.objects["ball"]
+    assert (o.mesh, o.generator, o.scale) == ("mine.stl", None, 2.0)
+    assert o.radius == 0.5 and o.ball_resolution == 8.0  # the ball's keys are gone (defaults)
+    assert o.density == 500.0 and o.translation == (0.0, 0.3, 0.0)  # the rest is kept
+    notes = [r.getMessage() for r in caplog.records]
+    assert len(notes) == 1 and "\n" not in notes[0], notes
+    for frag in ("objects.ball.mesh", "generator 'ball'", "objects.ball.radius", "objects.ball.ball_resolution"):
+        assert frag in notes[0], notes[0]
+
+
+def test_set_generator_replaces_a_mesh_and_the_last_source_wins(tmp_path):
+    p = write(tmp_path, BALL.replace('generator = "ball"\nradius = 0.1\nball_resolution = 6', 'mesh = "a.msh"'))
+    s = load_scene(p, ['objects.ball.generator="box"', "objects.ball.size=[0.2,0.1,0.1]"])
+    assert s.objects["ball"].mesh is None and s.objects["ball"].generator == "box"
+    assert s.objects["ball"].size == (0.2, 0.1, 0.1)
+    s = load_scene(p, ['objects.ball.generator="box"', 'objects.ball.mesh="b.obj"'])
+    assert (s.objects["ball"].mesh, s.objects["ball"].generator) == ("b.obj", None)
+
+
+def test_switching_generators_keeps_shared_keys_and_drops_the_others(tmp_path):
+    text = BALL.replace('generator = "ball"', 'generator = "box"\nsize = [0.3, 0.2, 0.2]')
+    d = apply_overrides({"objects": {"b": {"generator": "box", "size": [1, 1, 1], "resolution": [2, 2, 2],
+                                           "radius": 0.2, "density": 3.0}}},
+                        ['objects.b.generator="ball"'])
+    assert d["objects"]["b"] == {"generator": "ball", "radius": 0.2, "density": 3.0}
+    s = load_scene(write(tmp_path, text), ['objects.ball.generator="ball"'])
+    assert s.objects["ball"].radius == 0.1  # ball keys already there are kept
+    assert s.objects["ball"].size == (1.0, 1.0, 1.0)  # the box's size was dropped
+
+
+def test_empty_source_removes_the_key(tmp_path):
+    p = write(tmp_path, BALL)
+    s = load_scene(p, ['objects.ball.generator=""', 'objects.ball.mesh="x.vtu"'])
+    assert (s.objects["ball"].mesh, s.objects["ball"].generator) == ("x.vtu", None)
+    with pytest.raises(ConfigError, match="exactly one of 'mesh'"):
+        load_scene(p, ['objects.ball.generator=""'])
+
+
+def test_bundled_assets_resolve_from_anywhere(tmp_path):
+    s = load_scene(write(tmp_path, BALL), ['objects.ball.mesh="assets/ball_coarse.msh"'])
+    found = s.resolve_path(s.objects["ball"].mesh)
+    assert found.is_file() and found.name == "ball_coarse.msh"
+    assert s.resolve_path("assets/no-such.msh") == tmp_path / "assets" / "no-such.msh"

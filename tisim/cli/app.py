@@ -53,13 +53,11 @@ def _root(
 
 
 def demos_dir() -> Path:
-    """Where the demo scenes are: the source tree's demos/ (editable installs),
-    or the copy shipped inside the package."""
-    here = Path(__file__).resolve().parent.parent
-    for cand in (here.parent / "demos", here / "demos"):
-        if cand.is_dir():
-            return cand
-    return here.parent / "demos"
+    """Where the demo scenes are: the copy shipped inside the installed package,
+    or the source tree's demos/ (see tisim.resources)."""
+    from tisim.resources import demos_dir as _demos_dir
+
+    return _demos_dir()
 
 
 def list_demos() -> list[tuple[str, str]]:
@@ -95,10 +93,11 @@ def _run(
     precision: Optional[str],
     sets: List[str],
     quiet: bool,
+    size: Optional[str] = None,
 ) -> int:
     from tisim.scene import load_scene
 
-    scene = load_scene(scene_path, sets)
+    scene = load_scene(scene_path, [*sets, *_size_overrides(size)])
     out_dir = out if out is not None else Path("out") / scene.name
     from tisim.render import display_available, vulkan_available
 
@@ -135,9 +134,25 @@ def _run(
     if result.info.get("timings_ms"):
         msg += f"; median {result.info['timings_ms']['median']:.1f} ms/frame"
     typer.echo(msg)
-    if result.ended == "diverged":
+    stalls = result.info.get("stalls") or {}
+    if stalls.get("stalled_steps") or "stalls" in (result.info.get("solver_info") or {}):
+        typer.echo(f"stalled steps: {stalls.get('stalled_steps', 0)} ({stalls.get('retries', 0)} retries; "
+                   f"{stalls.get('recovered', 0)} recovered, {stalls.get('failed', 0)} failed)")
+    if result.ended in ("diverged", "stalled"):
         typer.echo(f"error: {result.message}", err=True)
     return result.exit_code
+
+
+def _size_overrides(size: Optional[str]) -> List[str]:
+    """``--size WxH`` as the overrides render.width=W, render.height=H."""
+    if size is None:
+        return []
+    from tisim.config import ConfigError
+
+    parts = size.lower().replace("\u00d7", "x").split("x")
+    if len(parts) != 2 or not all(p.strip().isdigit() and int(p) >= 16 for p in parts):
+        raise ConfigError("--size", f"expected WIDTHxHEIGHT in pixels, each >= 16 (e.g. 1280x720), got {size!r}")
+    return [f"render.width={int(parts[0])}", f"render.height={int(parts[1])}"]
 
 
 def _guard(fn, *args, **kwargs) -> int:
@@ -165,6 +180,7 @@ _ARCH = typer.Option("auto", "--arch", help="Taichi backend: auto, cpu, cuda, vu
 _PREC = typer.Option(None, "--precision", help="f64 (CPU default) or f32 (GPU default).")
 _SET = typer.Option([], "--set", "-s", help="Override a scene value: --set contact.mu=0.3 (repeatable).")
 _QUIET = typer.Option(False, "--quiet", "-q", help="No progress bar.")
+_SIZE = typer.Option(None, "--size", help="Image size in pixels, WxH (e.g. 1280x720; default: the scene's).")
 
 
 @app.command()
@@ -179,10 +195,11 @@ def run(
     precision: Optional[str] = _PREC,
     set: List[str] = _SET,  # noqa: A002 - the option is called --set
     quiet: bool = _QUIET,
+    size: Optional[str] = _SIZE,
 ):
     """Run a scene file."""
     code = _guard(_run, scene, frames=frames, headless=headless, out=out, no_render=no_render,
-                  export_meshes=export_meshes, arch=arch, precision=precision, sets=set, quiet=quiet)
+                  export_meshes=export_meshes, arch=arch, precision=precision, sets=set, quiet=quiet, size=size)
     raise typer.Exit(code)
 
 
@@ -199,6 +216,7 @@ def demo(
     precision: Optional[str] = _PREC,
     set: List[str] = _SET,  # noqa: A002
     quiet: bool = _QUIET,
+    size: Optional[str] = _SIZE,
 ):
     """Run a bundled demo (tisim demo --list shows them)."""
     demos = list_demos()
@@ -212,7 +230,7 @@ def demo(
         _die(f"unknown demo {name!r}: expected one of {', '.join(names)}")
     path = demos_dir() / f"{name}.toml"
     code = _guard(_run, path, frames=frames, headless=headless, out=out, no_render=no_render,
-                  export_meshes=export_meshes, arch=arch, precision=precision, sets=set, quiet=quiet)
+                  export_meshes=export_meshes, arch=arch, precision=precision, sets=set, quiet=quiet, size=size)
     raise typer.Exit(code)
 
 
@@ -248,16 +266,55 @@ def compare(
         backend.init(arch, precision)
         out_dir = out if out is not None else Path("out") / f"{sc.name}-compare"
         summary = do_compare(sc, chosen, out_dir, frames=frames)
-        typer.echo(f"{'integrator':16s} {'ended':10s} {'energy drift':>12s} {'|dL|/L0':>9s} "
-                   f"{'min det F':>9s} {'ms/frame':>9s}")
-        for k, v in summary["integrators"].items():
-            typer.echo(
-                f"{k:16s} {v.get('ended', ''):10s} {v.get('energy_max_drift_rel', float('nan')):12.2e} "
-                f"{v.get('angular_momentum_max_drift_rel', float('nan')):9.2e} "
-                f"{v.get('min_volume_ratio', float('nan')):9.3f} {v.get('median_wall_ms', float('nan')):9.1f}"
-            )
+        from tisim.compare import format_table
+
+        typer.echo("\n".join(format_table(summary)))  # with the energy each integrator integrated
         typer.echo(f"wrote {out_dir}/ (per-integrator stats.csv, energy/momentum plots)")
         return 0
+
+    raise typer.Exit(_guard(go))
+
+
+@app.command()
+def sweep(
+    scene: Path = typer.Argument(..., help="A scene file, or the name of a demo."),
+    vary: List[str] = typer.Option([], "--vary", "-v", help="KEY=START:STOP:COUNT or KEY=V1,V2,... "
+                                   "(repeatable: the runs are every combination)."),
+    metric: List[str] = typer.Option([], "--metric", "-m", help="Plot this metric: final_displacement, "
+                                     "max_penetration, energy_drift, frame_ms, or COLUMN:min|max|last|mean "
+                                     "of stats.csv (repeatable; default: the four)."),
+    workers: Optional[int] = typer.Option(None, "--workers", "-w", min=1,
+                                          help="Local worker processes (default: one per core)."),
+    scheduler: Optional[str] = typer.Option(None, "--scheduler", help="An existing Dask scheduler, "
+                                            "e.g. tcp://host:8786 (default: a local cluster)."),
+    timeout: float = typer.Option(10.0, "--timeout", min=0.1, help="Seconds to reach the scheduler."),
+    frames: Optional[int] = _FRAMES,
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Output folder (default: out/<scene>-sweep)."),
+    arch: str = typer.Option("cpu", "--arch", help="Taichi backend of each run: cpu (default), cuda, vulkan."),
+    precision: Optional[str] = _PREC,
+    set: List[str] = _SET,  # noqa: A002
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
+):
+    """Run a scene over a grid of parameter values on Dask; write sweep.csv and sweep.png.
+    Rerunning the same sweep skips the runs already finished."""
+
+    def go() -> int:
+        from tisim.sweep import parse_metric, parse_vary
+        from tisim.sweep import sweep as do_sweep
+
+        path = scene
+        if not path.exists() and (demos_dir() / f"{scene}.toml").exists():
+            path = demos_dir() / f"{scene}.toml"
+        varies = [parse_vary(v) for v in vary]
+        metrics = [parse_metric(m) for m in metric]
+        out_dir = out if out is not None else Path("out") / f"{path.stem}-sweep"
+        res = do_sweep(path, varies, out_dir, sets=set, metrics=metrics, frames=frames, workers=workers,
+                       scheduler=scheduler, timeout=timeout, arch=arch, precision=precision, progress=not quiet,
+                       quiet_dask=not _DEBUG["on"])
+        counts = ", ".join(f"{n} {k}" for k, n in res.counts().items())
+        typer.echo(f"{len(res.rows)} runs ({counts}); ran {res.ran}, skipped {res.skipped} finished before")
+        typer.echo(f"wrote {out_dir}/ (sweep.csv, sweep.png, sweep.json, runs/*/stats.csv and run.json)")
+        return 130 if res.interrupted else 0
 
     raise typer.Exit(_guard(go))
 
@@ -323,7 +380,7 @@ def refine(
         from tisim.scene import load_scene
 
         path = source
-        if not path.exists() and (demos_dir() / f"{source}.toml").exists():
+        if not path.is_file() and (demos_dir() / f"{source}.toml").exists():
             path = demos_dir() / f"{source}.toml"
         if not path.exists():
             raise ConfigError("", "no such scene or mesh file", str(path))
@@ -389,6 +446,37 @@ def refine(
                        f"{d[f'level_{r.L}_median_ms']:.0f} ms/frame; direct coarse vs fine centre of mass "
                        f"{100 * d['direct_com_distance_max_rel']:.2f}% of the diagonal")
         typer.echo(f"wrote {out_dir}/ (level_*/, consistency.csv, consistency.png, run.json)")
+        return 0
+
+    raise typer.Exit(_guard(go))
+
+
+@app.command()
+def preview(
+    scene: Path = typer.Argument(..., help="A progressive cloth scene (TOML) or a demo name."),
+    out: Path = typer.Option(Path("out"), "--out", "-o", help="Where launched refines write (a new folder each)."),
+    arch: str = _ARCH,
+    precision: Optional[str] = _PREC,
+    set: List[str] = _SET,  # noqa: A002
+):
+    """The coarse preview live in a window with a parameter panel (friction, stiffness,
+    wind, initial velocity); key f or the panel's button refines the current settings
+    in the background."""
+
+    def go() -> int:
+        from tisim.config import ConfigError
+        from tisim.preview import live_unavailable_reason, make_preview_viewer, run_preview
+
+        path = scene
+        if not path.is_file() and (demos_dir() / f"{scene}.toml").exists():
+            path = demos_dir() / f"{scene}.toml"
+        if not path.exists():
+            raise ConfigError("", "no such scene file", str(path))
+        reason = live_unavailable_reason()
+        if reason is not None:
+            _die(f"tisim preview needs a live window: {reason} (use 'tisim refine' headless)")
+        run_preview(path, list(set), viewer=make_preview_viewer(), out_root=out, arch=arch, precision=precision,
+                    echo=typer.echo)
         return 0
 
     raise typer.Exit(_guard(go))
