@@ -427,15 +427,40 @@ def polar_rotation_guard(F, q):
     warm starts from the previous iteration or frame)."""
     out = q
     if is_polar_maximum(F, quat_to_matrix(q)) == 0:
-        out = polar_rotation_quat(F, matrix_to_quat(polar_rotation_svd(F)), 2)
+        if ti.static(_svd_in_f32()):
+            # SPIR-V in f64: no 64-bit atan2 for the polish either; the f32 SVD's rotation
+            # is returned as it is (callers iterate on from it: fast_rotation does)
+            out = matrix_to_quat(polar_rotation_svd(F))
+        else:
+            out = polar_rotation_quat(F, matrix_to_quat(polar_rotation_svd(F)), 2)
     return out
+
+
+def _svd_in_f32() -> bool:
+    """Whether ti.svd must run in f32 here: SPIR-V backends (Vulkan, Metal, OpenGL) have no
+    64-bit atan2, which Taichi's 3x3 SVD uses. Evaluated when a kernel is compiled."""
+    from taichi.lang import impl
+
+    spirv = tuple(a for a in (getattr(ti, n, None) for n in ("vulkan", "metal", "opengl", "gles")) if a is not None)
+    return impl.current_cfg().arch in spirv and impl.get_runtime().default_fp == ti.f64
+
+
+@ti.func
+def _svd(F):
+    """ti.svd(F) in the default precision, or in f32 where f64 cannot compile (the result,
+    good to ~1e-7, is cast back; the callers that need more polish it by Newton)."""
+    if ti.static(_svd_in_f32()):
+        U, S, V = ti.svd(F.cast(ti.f32), ti.f32)
+        return U.cast(float), S.cast(float), V.cast(float)
+    else:
+        return ti.svd(F)
 
 
 @ti.func
 def svd_rotation_variant(F):
     """Rotation-variant SVD through ti.svd: (U, sigma (3-vector), V) with F = U diag(sigma) V^T,
     det U = det V = +1 and the sign of det F carried by sigma[2]."""
-    U, S, V = ti.svd(F)
+    U, S, V = _svd(F)
     sig = ti.Vector([S[0, 0], S[1, 1], S[2, 2]])
     # ti.svd does not sort; sort descending by magnitude so the sign goes on the smallest
     for _ in ti.static(range(2)):
