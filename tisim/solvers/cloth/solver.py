@@ -41,7 +41,7 @@ import scipy.sparse as sp
 
 from tisim.config import ConfigError
 from tisim.solvers.base import Solver, StepStats, Tunable
-from tisim.solvers.cloth.assembly import ContactTriplets, DeviceAssembler, PatternAssembler, local_to_coo
+from tisim.solvers.cloth.assembly import ContactTriplets, DeviceAssembler
 from tisim.contact.ipc.halfspace import vertex_blocks_to_coo
 from tisim.solvers.cloth.wind import Wind
 
@@ -194,12 +194,6 @@ def _zero(a) -> None:
 def _np(a) -> np.ndarray:
     """A Taichi field or a numpy array as numpy."""
     return a if isinstance(a, np.ndarray) else a.to_numpy()
-
-
-def _concat(parts):
-    if not parts:
-        return (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0))
-    return tuple(np.concatenate([p[i] for p in parts]) for i in range(3))
 
 
 @dataclass
