@@ -108,7 +108,10 @@ def test_energy_momentum_option_conserves_energy_and_momenta():
     model = Model.from_scene(sc)
     E, P, L, conv, dets = _run(SolverADMM(model, sc.solver), model, steps, dt)
     Ei = 0.5 * float(model.mass @ (model.initial_state().velocities ** 2).sum(1))
-    assert np.abs(E - Ei).max() / Ei < 1e-9
+    # Alone this gives 2.2e-10; the Newton iteration may also stop at its round-off floor,
+    # up to 1e3 x its tolerance (MidpointNewton), which gave 2.5e-8 once in the full suite
+    # (a different round-off path, not root-caused). The midpoint rule misses by 6e-4 here.
+    assert np.abs(E - Ei).max() / Ei < 1e-7
     assert np.abs(E - Ei).max() > 0  # energies are really computed
     assert np.abs(P).max() < 1e-10
     assert np.abs(L - L[0]).max() / np.linalg.norm(L[0]) < 1e-10
