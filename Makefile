@@ -4,6 +4,9 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.tisim-installed
 PYTEST_ARGS ?=
+# pytest workers: most of a test's time is single-threaded (Taichi's LLVM compile, Python),
+# so two workers keep both cores of a 2-core machine busy
+TEST_JOBS ?= 2
 
 .PHONY: setup demo test test-fast test-wheel wheel bench lint clean
 
@@ -23,10 +26,10 @@ demo: setup
 	$(BIN)/tisim demo squeeze-ball
 
 test: setup
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_JOBS) $(PYTEST_ARGS)
 
 test-fast: setup
-	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_JOBS) -m "not slow" $(PYTEST_ARGS)
 
 # The wheel (demos/ and assets/ inside it as package data) in dist/.
 wheel: setup
