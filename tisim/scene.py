@@ -234,6 +234,9 @@ class ContactConfig:
     cr_iterations: int = num(10, ge=1)
     newton_iterations: int = num(3, ge=1, doc="NCP Newton steps per local-global iteration (the notes use 1)")
     friction_jacobian: Literal["full", "lagged"] = "full"  # "lagged": the notes' omega_t = 0, E_t = I
+    # PD contact update per local-global iteration: numpy on the host, or Taichi kernels;
+    # "auto": kernels, except on Vulkan (measured slow on lavapipe)
+    implementation: Literal["auto", "host", "device"] = "auto"
     objects: bool = True  # object-object contact
     self_collision: bool = False
     margin: float = num(0.0, ge=0, doc="detection distance beyond contact, m")

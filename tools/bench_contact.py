@@ -11,6 +11,11 @@ Usage:
     .venv/bin/python tools/bench_contact.py --resolution 17.6493 --frames 60 --json bench_contact.json
     .venv/bin/python tools/bench_contact.py --set solver.global_step=\\"cholesky\\"
     .venv/bin/python tools/bench_contact.py --arch cuda --precision f32   # on a GPU
+    .venv/bin/python tools/bench_contact.py --resolution 17.6493 --frames 80 --implementation both
+
+--implementation host|device|both: the contact update per local-global iteration in numpy
+(host) or in Taichi kernels (device, tisim/contact/device_ncp.py); "both" runs the two one
+after the other in this process and prints them side by side.
 """
 
 from __future__ import annotations
@@ -33,12 +38,21 @@ def machine() -> dict:
     return base()
 
 
-def bench(resolution: float, frames: int, overrides: list[str]) -> dict:
+def bench(
+    resolution: float, frames: int, overrides: list[str], implementation: str = "host"
+) -> dict:
     from tisim.model import Model
     from tisim.scene import load_scene
     from tisim.solvers.pd.solver import SolverPD
 
-    scene = load_scene(SCENE, [f"objects.ball.ball_resolution={resolution}", *overrides])
+    scene = load_scene(
+        SCENE,
+        [
+            f"objects.ball.ball_resolution={resolution}",
+            f'contact.implementation="{implementation}"',
+            *overrides,
+        ],
+    )
     model = Model.from_scene(scene)
     t0 = time.perf_counter()
     solver = SolverPD(model, scene.solver)
@@ -99,6 +113,8 @@ def bench(resolution: float, frames: int, overrides: list[str]) -> dict:
         }
 
     return {
+        "implementation": implementation,
+        "all_frames_median_ms": float(np.median([r["wall_ms"] for r in warm])) if warm else None,
         "resolution": resolution,
         "vertices": model.vertex_count,
         "tets": model.element_count,
@@ -126,6 +142,8 @@ def main(argv=None) -> int:
         "--set", action="append", default=[], help="scene override, e.g. solver.iterations=5"
     )
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--implementation", default="host", choices=["host", "device", "both"],
+                    help="contact update in numpy (host) or Taichi kernels (device), or both")
     ap.add_argument("--arch", default="cpu", choices=["cpu", "cuda", "vulkan", "auto"])
     ap.add_argument("--precision", default=None, choices=["f64", "f32"],
                     help="default: f64 on the CPU, f32 on a GPU backend")
@@ -140,36 +158,65 @@ def main(argv=None) -> int:
         f"taichi {b.arch}/{b.precision}"
     )
     results = []
+    impls = ["host", "device"] if args.implementation == "both" else [args.implementation]
     for res in args.resolution:
-        r = bench(res, args.frames, args.set)
-        results.append(r)
-        c = r["contact_frames"]
-        print(
-            f"\nball_resolution {res:g}: {r['vertices']} vertices, {r['tets']} tets, global step {r['global_step']}, "
-            f"{r['iterations']} iterations, setup {r['setup_s']:.1f} s"
-        )
-        if c:
+        pair = []
+        for impl in impls:
+            r = bench(res, args.frames, args.set, impl)
+            results.append(r)
+            pair.append(r)
+            c = r["contact_frames"]
             print(
-                f"  frames with contact: {sum(1 for x in r['per_frame'] if x['n_contacts'])}, "
-                f"contacts mean {c['n_contacts']['mean']:.0f} max {c['n_contacts']['max']:.0f}"
+                f"\nball_resolution {res:g} [{impl}]: {r['vertices']} vertices, {r['tets']} tets, "
+                f"global step {r['global_step']}, "
+                f"{r['iterations']} iterations, setup {r['setup_s']:.1f} s, "
+                f"median frame (all frames after the first) {r['all_frames_median_ms']:.1f} ms"
             )
-            print(f"  {'ms per frame':<22}{'mean':>9}{'median':>9}{'max':>9}")
+            if c:
+                print(
+                    f"  frames with contact: {sum(1 for x in r['per_frame'] if x['n_contacts'])}, "
+                    f"contacts mean {c['n_contacts']['mean']:.0f} max {c['n_contacts']['max']:.0f}"
+                )
+                print(f"  {'ms per frame':<22}{'mean':>9}{'median':>9}{'max':>9}")
+                for k, label in (
+                    ("wall_ms", "total"),
+                    ("detect_ms", "collision detection"),
+                    ("delassus_ms", "W build"),
+                    ("cr_ms", "Newton / CR solve"),
+                    ("local_global_ms", "local-global"),
+                    ("contact_other_ms", "contact other"),
+                    ("energy_ms", "energy (stats)"),
+                ):
+                    ck = c[k]
+                    print(f"  {label:<22}{ck['mean']:>9.1f}{ck['median']:>9.1f}{ck['max']:>9.1f}")
+            f = r["free_frames"]
+            if f:
+                print(
+                    f"  frames without contact: total {f['wall_ms']['mean']:.1f} ms mean "
+                    f"(local-global {f['local_global_ms']['mean']:.1f})"
+                )
+        if len(pair) == 2 and pair[0]["contact_frames"] and pair[1]["contact_frames"]:
+            ch, cd = pair[0]["contact_frames"], pair[1]["contact_frames"]
+            head = "side by side, frames with contact, median ms"
+            print(f"\n  {head:<42}{'host':>9}{'device':>9}{'ratio':>8}")
             for k, label in (
                 ("wall_ms", "total"),
                 ("detect_ms", "collision detection"),
-                ("delassus_ms", "W build"),
+                ("delassus_ms", "W build (+ upload)"),
                 ("cr_ms", "Newton / CR solve"),
                 ("local_global_ms", "local-global"),
                 ("contact_other_ms", "contact other"),
-                ("energy_ms", "energy (stats)"),
             ):
-                print(f"  {label:<22}{c[k]['mean']:>9.1f}{c[k]['median']:>9.1f}{c[k]['max']:>9.1f}")
-        f = r["free_frames"]
-        if f:
-            print(
-                f"  frames without contact: total {f['wall_ms']['mean']:.1f} ms mean "
-                f"(local-global {f['local_global_ms']['mean']:.1f})"
+                mh, md = ch[k]["median"], cd[k]["median"]
+                ratio = md / mh if mh else float("nan")
+                print(f"  {label:<42}{mh:>9.1f}{md:>9.1f}{ratio:>8.2f}")
+            mh, md = pair[0]["all_frames_median_ms"], pair[1]["all_frames_median_ms"]
+            print(f"  {'whole demo, median frame':<42}{mh:>9.1f}{md:>9.1f}{md / mh:>8.2f}")
+            dx = max(
+                abs(x["penetration"] - y["penetration"])
+                for x, y in zip(pair[0]["per_frame"], pair[1]["per_frame"])
             )
+            print(f"  largest per-frame difference in max penetration: {dx:.2e} m")
     if args.json:
         args.json.write_text(
             json.dumps(

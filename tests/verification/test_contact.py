@@ -414,7 +414,9 @@ def test_penetration_bounded_by_the_contact_tolerance():
     1 cm on the 0.2 m box."""
     runs = {"truncated": _drop_box(1, 2), "default": _drop_box(3, 10)}  # lands at step 8
     for key, (depth, residual, touching) in runs.items():
-        assert touching[-1] >= 9, key  # it has landed (the bottom face has 16 vertices)
+        # it has landed (the bottom face has 16 vertices); the truncated solve lets the box
+        # bounce back up by ~2 cm after landing, so its last steps may have left contact
+        assert touching.max() >= 9, key
         assert np.all(depth <= residual + 1e-15), (key, depth, residual)
     assert runs["truncated"][0].max() > 1e-6  # it penetrates: the bound is not vacuous
     assert runs["default"][0].max() < 1e-9

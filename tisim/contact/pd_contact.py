@@ -128,6 +128,11 @@ class PDContact:
     lengths. sparse_inverse_limit_mb: when the global step has no sparse inverse (the
     "cholesky" back-end), one is built here from its factor for W if it fits.
     held: optional callable t -> (h,) indices of vertices with prescribed motion at t.
+    implementation: "host" (numpy) or "device" (the per-iteration update - kinematics,
+    NCP rows, CR, line search, force scatter - in Taichi kernels over data uploaded once
+    per step, :class:`tisim.contact.device_ncp.DeviceNCP`; same mathematics, agreement
+    to round-off), or "auto": "device" except on Vulkan; default: the config's
+    ``implementation`` key, else "auto".
 
     References: notes "Fast But Accurate: A Real-Time Hyperelastic Simulator with Robust
     Frictional Contact" (shared/papers/pd-sparse-inverse-contact.md), §2.4-2.10, §3.
@@ -151,7 +156,25 @@ class PDContact:
         band: float = 0.25,
         sparse_inverse_limit_mb: float = 1000.0,
         held: Callable[[float], np.ndarray] | None = None,
+        implementation: str | None = None,
     ):
+        if implementation is None:
+            implementation = getattr(config, "implementation", "auto")
+        if implementation == "auto":
+            # kernels wherever they were measured faster (the CPU backend: 0.74-0.77x the
+            # squeeze-ball's frame time); Vulkan's per-launch cost on Mesa's lavapipe made
+            # them 7-30 s a frame there, so that backend keeps numpy (README, Benchmarks)
+            from tisim import backend
+
+            implementation = "host" if backend.current().arch == "vulkan" else "device"
+        if implementation not in ("host", "device"):
+            raise ValueError(
+                f"contact implementation must be 'auto', 'host' or 'device', got {implementation!r}"
+            )
+        self.implementation = implementation
+        self._device = None  # DeviceNCP ("device"), made and compiled in prepare()
+        self._on_device = False  # this step's problem is loaded on the device
+        self._lam_stale = False  # the device's lambda is newer than self._lam
         self.model = model
         self.config = config
         self.global_step = global_step
@@ -185,8 +208,11 @@ class PDContact:
     def prepare(self) -> None:
         """Build what W needs that does not change between steps (the sparse inverse of the
         global step's factor when it has none of its own) now rather than at the first
-        contact, where it would stall a frame (0.7 s for 7k vertices). After a refactor the
-        new factor is picked up lazily at the next contact."""
+        contact, where it would stall a frame (0.7 s for 7k vertices), and compile the
+        device kernels (implementation "device"). After a refactor the new factor is
+        picked up lazily at the next contact."""
+        if self.implementation == "device" and self._device is None:
+            self._make_device().warm_up(len(self.model.colliders))
         g = self.global_step
         si = getattr(g, "sparse_inverse", None)
         try:
@@ -201,8 +227,24 @@ class PDContact:
         idx, _ = self.model.handle_targets(t)
         return idx
 
+    @property
+    def lam(self) -> np.ndarray:
+        """(k, 3) contact forces in frame components (normal, t1, t2), N."""
+        if self._lam_stale:
+            self._lam = self._device.get_lam()
+            self._lam_stale = False
+        return self._lam
+
+    @lam.setter
+    def lam(self, value: np.ndarray) -> None:
+        self._lam = value
+        self._lam_stale = False
+        if self._on_device:
+            self._device.set_lam(value)
+
     def reset(self) -> None:
         """Forget the warm start (call when the scene is reset)."""
+        self._on_device = False
         self.contacts = ContactSet.empty()
         self.lam = np.zeros((0, 3))
         self._warm_keys = np.zeros(0, dtype=np.int64)
@@ -254,6 +296,7 @@ class PDContact:
 
     def _begin_step(self, q_n, v_n, q_tilde, t, h) -> None:
         self._store_warm()
+        self._on_device = False
         self._stats = self._empty_stats()
         self._h = float(h)
         self._t_next = float(t + h)
@@ -311,10 +354,43 @@ class PDContact:
         self.r_n = r
         self.r_t = r / h
         self._built = True
+        if self.implementation == "device":
+            self._load_device(W_hat, s)
         self._stats["ms_delassus"] = 1e3 * (time.perf_counter() - t1)
         if self._builder is not None:
             self._stats["delassus_new_rows"] = int(self._builder.last_new_rows)
         self._stats["n_contacts"] = cs.count
+
+    def _make_device(self):
+        if self._device is None:
+            from tisim import backend
+            from tisim.contact.device_ncp import DeviceNCP
+
+            self._device = DeviceNCP(
+                self.vertex_count,
+                ncp=self.config.ncp,
+                friction_jacobian=self.friction_jacobian,
+                exact_gaps=self.exact_gaps,
+                cr_iterations=self.config.cr_iterations,
+                dtype=backend.np_real(),
+            )
+        return self._device
+
+    def _load_device(self, W_hat: np.ndarray, s: float) -> None:
+        """Upload this step's problem (contacts, W_hat, preconditioner, lambda)."""
+        self._make_device().load(
+            self.contacts,
+            W_hat,
+            self.r_n,
+            self.r_t,
+            self.compliance,
+            s,
+            self._h,
+            self.lam,
+            self.model.colliders,
+            self._t_next,
+        )
+        self._on_device = True
 
     def _scalar_delassus(self, B, vertex: np.ndarray | None = None) -> np.ndarray:
         """B^T A_hat^-1 B through the sparse inverse: the global step's own when it has one,
@@ -387,6 +463,8 @@ class PDContact:
         """H^T lambda as (n, 3) vertex forces, N (zeros when there is no contact)."""
         if not self.contacts.count:
             return np.zeros((self.vertex_count, 3))
+        if self._on_device:
+            return self._device.force()
         return self.contacts.scatter_forces(self.lam, self.vertex_count)
 
     # ------------------------------------------------------------------ kinematics
@@ -427,6 +505,10 @@ class PDContact:
             if not self.contacts.count:
                 return
         t0 = time.perf_counter()
+        if self._on_device:
+            self._update_device(q)
+            self._stats["ms_cr"] += 1e3 * (time.perf_counter() - t0)
+            return
         d, u = self.kinematics(q)
         for _ in range(self.newton_iterations):
             if self.merit(self.lam, d, u) <= _NEWTON_TOL**2:
@@ -436,6 +518,15 @@ class PDContact:
             d, u = self._line_search(d, u, dlam)
         self._record(d, u)
         self._stats["ms_cr"] += 1e3 * (time.perf_counter() - t0)
+
+    def _update_device(self, q: np.ndarray) -> None:
+        dev = self._device
+        cr0, ls0 = dev.cr_total, dev.halvings
+        dev.update(q, self.newton_iterations)
+        self._lam_stale = True
+        self._stats["cr_iterations"] += dev.cr_total - cr0
+        self._stats["line_search_halvings"] += dev.halvings - ls0
+        self._stats.update(dev.statistics())
 
     def merit(self, lam: np.ndarray, d: np.ndarray, u: np.ndarray) -> float:
         """Sum of squared NCP residuals in metres at forces lam (k, 3), gaps d, slips u:
