@@ -48,6 +48,10 @@ class PDConfig:
     volume_stiffness: float = num(
         0.0, ge=0, doc="Pa; > 0 adds the PD volume-preservation constraint to every tet"
     )
+    acceleration: Literal["none", "anderson"] = "none"
+    anderson_window: int = num(
+        5, ge=1, le=16, doc="Anderson acceleration: previous iterates combined per step (m)"
+    )
     handle_stiffness: float = num(1e8, gt=0, doc="stiffness of the mouse-drag handle, N/m")
     memory_limit_mb: float = num(
         2000.0, gt=0, doc="largest S (with S^T) allowed before falling back to cholesky"

@@ -322,6 +322,60 @@ def residual(
     )
 
 
+@ti.func
+def local_half(
+    EI: ti.template(),
+    EF: ti.template(),
+    Dm_inv: ti.template(),
+    quat: ti.template(),
+    x: ti.template(),
+    contrib: ti.template(),
+    rot_iters,
+    inc_ptr: ti.template(),
+    VF: ti.template(),
+    x_tilde: ti.template(),
+    r: ti.template(),
+    Ap: ti.template(),
+    Aj: ti.template(),
+    Ax: ti.template(),
+    h2,
+    drag_vertex,
+    drag_k,
+    drag_target,
+    gidx: ti.template(),
+    gout: ti.template(),
+    flags: ti.template(),
+    with_energy: ti.template(),
+):
+    energy = 0.0
+    for e in range(EI.shape[0]):
+        F = deformation_gradient(EI, Dm_inv, x, e)
+        T = element_target(EF, quat, e, EI[e, _MAT], F, rot_iters, flags)
+        if ti.static(with_energy):
+            # rotations were just updated by element_target: one warm-started turn suffices
+            energy += element_energy(EF, quat, e, EI[e, _MAT], F, 1, flags)
+        H = T @ mat3(Dm_inv, e).transpose()
+        c1 = ti.Vector([H[0, 0], H[1, 0], H[2, 0]])
+        c2 = ti.Vector([H[0, 1], H[1, 1], H[2, 1]])
+        c3 = ti.Vector([H[0, 2], H[1, 2], H[2, 2]])
+        set_row3(contrib, EI[e, _S0], -(c1 + c2 + c3))
+        set_row3(contrib, EI[e, _S0 + 1], c1)
+        set_row3(contrib, EI[e, _S0 + 2], c2)
+        set_row3(contrib, EI[e, _S0 + 3], c3)
+    rsq = assemble_residual(
+        inc_ptr, contrib, VF, x_tilde, x, r, Ap, Aj, Ax, h2, drag_vertex, drag_k, drag_target
+    )
+    for i in range(gidx.shape[0]):
+        set_row3(gout, i, row3(r, gidx[i]))
+    if ti.static(with_energy):
+        for v in range(x.shape[0]):
+            if VF[v, _FREE] != 0.0:
+                energy += 0.5 * VF[v, _MASSC] / h2 * (row3(x, v) - row3(x_tilde, v)).norm_sqr()
+        if drag_vertex >= 0:
+            energy += 0.5 * drag_k * (row3(x, drag_vertex) - drag_target).norm_sqr()
+    return ti.Vector([rsq, energy])
+
+
 @ti.kernel
 def iterate(
     EI: nd,
@@ -350,23 +404,158 @@ def iterate(
     elements), the residual r = b - A x (parallel over vertices; returns ||r||^2) and
     the gather gout[i] = r[gidx[i]] feeding the global step (permuted or compacted
     free rows; gidx may be empty)."""
-    for e in range(EI.shape[0]):
-        F = deformation_gradient(EI, Dm_inv, x, e)
-        T = element_target(EF, quat, e, EI[e, _MAT], F, rot_iters, flags)
-        H = T @ mat3(Dm_inv, e).transpose()
-        c1 = ti.Vector([H[0, 0], H[1, 0], H[2, 0]])
-        c2 = ti.Vector([H[0, 1], H[1, 1], H[2, 1]])
-        c3 = ti.Vector([H[0, 2], H[1, 2], H[2, 2]])
-        set_row3(contrib, EI[e, _S0], -(c1 + c2 + c3))
-        set_row3(contrib, EI[e, _S0 + 1], c1)
-        set_row3(contrib, EI[e, _S0 + 2], c2)
-        set_row3(contrib, EI[e, _S0 + 3], c3)
-    rsq = assemble_residual(
-        inc_ptr, contrib, VF, x_tilde, x, r, Ap, Aj, Ax, h2, drag_vertex, drag_k, drag_target
-    )
-    for i in range(gidx.shape[0]):
-        set_row3(gout, i, row3(r, gidx[i]))
-    return rsq
+    return local_half(
+        EI, EF, Dm_inv, quat, x, contrib, rot_iters, inc_ptr, VF, x_tilde, r, Ap, Aj, Ax, h2,
+        drag_vertex, drag_k, drag_target, gidx, gout, flags, False,
+    )[0]  # fmt: skip
+
+
+@ti.kernel
+def iterate_with_energy(
+    EI: nd,
+    EF: nd,
+    Dm_inv: nd,
+    quat: nd,
+    x: nd,
+    contrib: nd,
+    rot_iters: ti.i32,
+    inc_ptr: nd,
+    VF: nd,
+    x_tilde: nd,
+    r: nd,
+    Ap: nd,
+    Aj: nd,
+    Ax: nd,
+    h2: float,
+    drag_vertex: ti.i32,
+    drag_k: float,
+    drag_target: ti.types.vector(3, float),
+    gidx: nd,
+    gout: nd,
+    out: nd,
+    flags: ti.template(),
+) -> float:
+    """:func:`iterate` and the incremental potential at x in the same launch: returns
+    ||r||^2 and stores E in out[0], E in J up to a constant (held vertices omitted):
+    E = sum_e V_e psi_e(F_e) + sum_free mass_c / (2 h^2) |x - x_tilde|^2
+    (+ k/2 |x_v - target|^2 for the drag spring). (Results go through ``out``, not a
+    vector return type: that would be typed when this module is imported, possibly
+    before Taichi is initialised in f64.)"""
+    v = local_half(
+        EI, EF, Dm_inv, quat, x, contrib, rot_iters, inc_ptr, VF, x_tilde, r, Ap, Aj, Ax, h2,
+        drag_vertex, drag_k, drag_target, gidx, gout, flags, True,
+    )  # fmt: skip
+    out[0] = v[1]
+    return v[0]
+
+
+# Anderson acceleration (solver.acceleration = "anderson"): history of at most ANDERSON_MAX
+# differences, dF/dG (m, n, 3); x_iter: the iterate fed to the global step; x_acc, f_acc:
+# the last iterate the safeguard accepted and its plain step G(x_acc) - x_acc.
+ANDERSON_MAX = 16
+
+
+@ti.func
+def row3_of(a: ti.template(), j, v):
+    return ti.Vector([a[j, v, 0], a[j, v, 1], a[j, v, 2]])
+
+
+@ti.kernel
+def iterate_anderson(
+    EI: nd,
+    EF: nd,
+    Dm_inv: nd,
+    quat: nd,
+    x: nd,
+    contrib: nd,
+    rot_iters: ti.i32,
+    inc_ptr: nd,
+    VF: nd,
+    x_tilde: nd,
+    r: nd,
+    Ap: nd,
+    Aj: nd,
+    Ax: nd,
+    h2: float,
+    drag_vertex: ti.i32,
+    drag_k: float,
+    drag_target: ti.types.vector(3, float),
+    gidx: nd,
+    gout: nd,
+    x_iter: nd,
+    dG: nd,
+    theta: nd,
+    count: ti.i32,
+    out: nd,
+    flags: ti.template(),
+) -> float:
+    """The Anderson extrapolation x <- x - sum_{j < count} theta_j dG_j (x_iter = the
+    result), then :func:`iterate_with_energy` (returns ||r||^2, E in out[0]), in one launch."""
+    for v in range(x.shape[0]):
+        xv = row3(x, v)
+        for j in range(count):
+            xv -= theta[j] * row3_of(dG, j, v)
+        set_row3(x, v, xv)
+        set_row3(x_iter, v, xv)
+    res = local_half(
+        EI, EF, Dm_inv, quat, x, contrib, rot_iters, inc_ptr, VF, x_tilde, r, Ap, Aj, Ax, h2,
+        drag_vertex, drag_k, drag_target, gidx, gout, flags, True,
+    )  # fmt: skip
+    out[0] = res[1]
+    return res[0]
+
+
+@ti.kernel
+def anderson_record(
+    x: nd,
+    x_iter: nd,
+    x_acc: nd,
+    f_acc: nd,
+    dF: nd,
+    dG: nd,
+    f_last: nd,
+    g_last: nd,
+    slot: ti.i32,
+    have_last: ti.i32,
+    count: ti.i32,
+    out: nd,
+):
+    """After the global step (x = G(x_iter)): f = x - x_iter; x_acc = x_iter, f_acc = f;
+    the new differences dF[slot] = f - f_last, dG[slot] = x - g_last (if have_last);
+    f_last = f, g_last = x. out (2 ANDERSON_MAX,) = (dF_j . dF_slot for j < count,
+    then dF_j . f from index ANDERSON_MAX)."""
+    for v in range(x.shape[0]):
+        g = row3(x, v)
+        xi = row3(x_iter, v)
+        f = g - xi
+        set_row3(x_acc, v, xi)
+        set_row3(f_acc, v, f)
+        if have_last != 0:
+            df = f - row3(f_last, v)
+            dg = g - row3(g_last, v)
+            for c in ti.static(range(3)):
+                dF[slot, v, c] = df[c]
+                dG[slot, v, c] = dg[c]
+        set_row3(f_last, v, f)
+        set_row3(g_last, v, g)
+    acc = ti.Vector.zero(float, 2 * ANDERSON_MAX)
+    for v in range(x.shape[0]):
+        f = row3(f_last, v)
+        new = row3_of(dF, slot, v)
+        for j in ti.static(range(ANDERSON_MAX)):
+            if j < count:
+                a = row3_of(dF, j, v)
+                acc[j] += a.dot(new)
+                acc[ANDERSON_MAX + j] += a.dot(f)
+    for j in range(2 * ANDERSON_MAX):
+        out[j] = acc[j]
+
+
+@ti.kernel
+def anderson_fallback(x: nd, x_acc: nd, f_acc: nd, alpha: float):
+    """x = x_acc + alpha f_acc: the (damped) plain step from the last accepted iterate."""
+    for v in range(x.shape[0]):
+        set_row3(x, v, row3(x_acc, v) + alpha * row3(f_acc, v))
 
 
 @ti.kernel
@@ -501,6 +690,7 @@ class PDKernels:
         self.work = ti.ndarray(real, shape=(n, 3))
         self.work2 = ti.ndarray(real, shape=(n, 3))
         self.saved = ti.ndarray(real, shape=(1, 3))
+        self._out = np.zeros(1, dtype=self.np_real)  # scalar results besides the return value
 
         tets = np.asarray(tets, dtype=np.int64)
         # incidence lists: slot of (e, a) in the vertex-sorted order of tets.ravel()
@@ -570,7 +760,38 @@ class PDKernels:
         self, rot_iters: int, A, h2: float, drag_vertex: int, drag_k: float, drag_target, gidx, gout
     ) -> float:
         """local_step + residual + gather r[gidx] into gout, in one launch; returns ||r||^2."""
-        return iterate(
+        return self._iterate(
+            iterate, rot_iters, A, h2, drag_vertex, drag_k, drag_target, gidx, gout
+        )
+
+    def iterate_energy(
+        self, rot_iters: int, A, h2: float, drag_vertex: int, drag_k: float, drag_target, gidx, gout
+    ) -> tuple[float, float]:
+        """Like :meth:`iterate`, and the incremental potential at x in the same launch:
+        returns (||r||^2, E in J)."""
+        rsq = self._iterate(
+            iterate_with_energy, rot_iters, A, h2, drag_vertex, drag_k, drag_target, gidx, gout,
+            self._out,
+        )  # fmt: skip
+        return float(rsq), float(self._out[0])
+
+    def iterate_anderson(
+        self, rot_iters: int, A, h2, drag_vertex, drag_k, drag_target, gidx, gout, aa, theta, count
+    ) -> tuple[float, float]:
+        """x <- x - sum_j theta_j dG_j (``aa``: :class:`AndersonArrays`), then
+        :meth:`iterate_energy`, in one launch; returns (||r||^2, E in J)."""
+        rsq = iterate_anderson(
+            self.EI, self.EF, self.Dm_inv, self.quat, self.x, self.contrib, rot_iters,
+            self.inc_ptr, self.VF, self.x_tilde, self.r, A.indptr, A.indices, A.data, h2,
+            drag_vertex, drag_k, drag_target, gidx, gout, aa.x_iter, aa.dG, theta, count,
+            self._out, self.flags,
+        )  # fmt: skip
+        return float(rsq), float(self._out[0])
+
+    def _iterate(
+        self, kernel, rot_iters, A, h2, drag_vertex, drag_k, drag_target, gidx, gout, *out
+    ):
+        return kernel(
             self.EI,
             self.EF,
             self.Dm_inv,
@@ -591,6 +812,7 @@ class PDKernels:
             drag_target,
             gidx,
             gout,
+            *out,
             self.flags,
         )
 
@@ -653,6 +875,38 @@ class PDKernels:
         jacobi_chebyshev(
             self.x, self.x_prev, self.r, self.VF, diag, gamma, omega, drag_vertex, drag_add
         )
+
+
+class AndersonArrays:
+    """Device arrays of Anderson acceleration for n vertices and window m (<= ANDERSON_MAX):
+    the history dF, dG (m, n, 3) and the (n, 3) vectors x_iter, x_acc, f_acc, f_last,
+    g_last (see :func:`anderson_record`)."""
+
+    def __init__(self, vertex_count: int, window: int):
+        if not 1 <= window <= ANDERSON_MAX:
+            raise ValueError(f"Anderson window must be in 1..{ANDERSON_MAX}, got {window}")
+        real = ti.f64 if _is_f64() else ti.f32
+        n, m = int(vertex_count), int(window)
+        self.dF = ti.ndarray(real, shape=(m, n, 3))
+        self.dG = ti.ndarray(real, shape=(m, n, 3))
+        self.x_iter = ti.ndarray(real, shape=(n, 3))
+        self.x_acc = ti.ndarray(real, shape=(n, 3))
+        self.f_acc = ti.ndarray(real, shape=(n, 3))
+        self.f_last = ti.ndarray(real, shape=(n, 3))
+        self.g_last = ti.ndarray(real, shape=(n, 3))
+        self.theta = np.zeros(ANDERSON_MAX, dtype=_np_real())
+        self._dots = np.zeros(2 * ANDERSON_MAX, dtype=_np_real())
+
+    def record(self, x, slot: int, have_last: bool, count: int) -> np.ndarray:
+        """See :func:`anderson_record`; returns the (2 ANDERSON_MAX,) dot products."""
+        anderson_record(
+            x, self.x_iter, self.x_acc, self.f_acc, self.dF, self.dG, self.f_last,
+            self.g_last, slot, int(have_last), count, self._dots,
+        )  # fmt: skip
+        return self._dots.astype(np.float64)
+
+    def fallback(self, x, alpha: float) -> None:
+        anderson_fallback(x, self.x_acc, self.f_acc, alpha)
 
 
 def _is_f64() -> bool:

@@ -80,6 +80,15 @@ class SolverPD(Solver):
     Handles: the held set is evaluated at t + h; when it changes (a release) the
     system is refactored. Held vertices' velocities are (target - q_n) / h.
 
+    Acceleration (``acceleration = "anderson"``, window ``anderson_window``): Anderson
+    acceleration of the fixed-point map q -> q + A_ff^-1 r(q) with an energy safeguard
+    (see :class:`_Anderson`): the incremental potential is evaluated in the local step's
+    launch, an extrapolation that raises it is replaced by the plain step. Used only with
+    an exact global step and in steps without contact. On a small Neo-Hookean twisting
+    bar (81 vertices, E = 1e6, nu = 0.4) a step needs 75 iterations where the plain
+    iteration needs 983 to reach a relative residual of 1e-8; see tools/twist_accuracy.py
+    and tools/convergence_pd.py for the 5k-vertex bar.
+
     Contact: when the model has colliders or several objects and
     ``scene.contact.enabled``, :class:`tisim.contact.pd_contact.PDContact` adds
     h^2 H^T lambda to the right-hand side and runs one Newton step per iteration
@@ -93,10 +102,14 @@ class SolverPD(Solver):
         Position-based Dynamics. SIGGRAPH Asia 2015.
         T. Liu, S. Bouaziz, L. Kavan. Quasi-Newton Methods for Real-Time Simulation of
         Hyperelastic Materials. ACM TOG 2017.
+        Y. Peng, B. Deng, J. Zhang, F. Geng, W. Qin, L. Liu. Anderson Acceleration for
+        Geometry Optimization and Physics Simulation. SIGGRAPH 2018.
 
-    Limitations: no line search, so the quasi-Newton materials are not
-    guaranteed to decrease the energy every iteration (ARAP is: local and
-    global steps each minimise it); barrier materials (symmetric-Dirichlet,
+    Limitations: the plain iteration has no line search, so the quasi-Newton
+    materials are not guaranteed to decrease the energy every iteration (ARAP is:
+    local and global steps each minimise it; with Anderson acceleration the safeguard
+    backtracks a plain step that raises it); Anderson acceleration is off in steps
+    with contact and with the Jacobi global step; barrier materials (symmetric-Dirichlet,
     symmetric-gradient) give NaN once a tet inverts; the global matrix is
     constant, so stiffness or dt changes refactor (about 0.1 s for 5k vertices,
     seconds for 20k with the sparse inverse); rotations are warm-started in the
@@ -140,6 +153,9 @@ class SolverPD(Solver):
         self._auto_info: dict = {}
         self._version = 0
         self._global = None
+        self._anderson = (
+            _Anderson(config.anderson_window, n) if config.acceleration == "anderson" else None
+        )
         held, _ = self._held_targets(0.0 + self._h)
         self._held_idx = held
         self._held_key = held.tobytes()
@@ -227,6 +243,8 @@ class SolverPD(Solver):
         self._build_seconds = time.perf_counter() - t0
         self._version += 1
         self._drag_column = None
+        if self._anderson is not None:  # its history belongs to the old system
+            self._anderson.clear()
         log.info(
             "pd: system built (%s, n_free = %d) in %.3f s",
             self._global.name,
@@ -313,10 +331,25 @@ class SolverPD(Solver):
         iterations = self._iterations
         rot_iters = int(self.config.rotation_iterations)
         done = 0
+        accel = self._anderson if self._accelerated_step(gs) else None
+        if accel is None and self._anderson is not None:
+            self._anderson.clear()
+        t_accel = 0.0
+        if accel is not None:
+            accel.begin()
         for it in range(iterations):
             ta = time.perf_counter()
             gidx, gout = gs.gather_target(k)
-            rsq = k.iterate(rot_iters, A, h2, drag_v, kdrag, drag_t, gidx, gout)
+            if accel is None:
+                rsq = k.iterate(rot_iters, A, h2, drag_v, kdrag, drag_t, gidx, gout)
+            else:  # the safeguard may replace the iterate (then the local step runs again)
+                rsq = accel.safeguard(
+                    k,
+                    lambda theta, count: k.iterate_anderson(
+                        rot_iters, A, h2, drag_v, kdrag, drag_t, gidx, gout,
+                        accel.arrays, theta, count,
+                    ),  # fmt: skip
+                )
             tb = time.perf_counter()
             t_local += tb - ta
             force = None
@@ -348,6 +381,10 @@ class SolverPD(Solver):
                 tb = time.perf_counter()
                 self._solve(gs, drag_v, coef, column, exact=True)
                 t_global += time.perf_counter() - tb
+            if accel is not None:
+                tb = time.perf_counter()
+                accel.extrapolate(k, last=it == iterations - 1)
+                t_accel += time.perf_counter() - tb
             done = it + 1
             if self.iteration_callback is not None:
                 k.read_x(self._xout)
@@ -376,6 +413,10 @@ class SolverPD(Solver):
             "residual_abs": float(res * (res0 + floor)) if not math.isnan(res0) else math.nan,
             "refactored": 1.0 if rebuilt else 0.0,
         }
+        if self._anderson is not None:  # same columns every step (stats.csv)
+            stats.timings["acceleration"] = 1e3 * t_accel
+            stats.extra["anderson_rejected"] = float(accel.rejected if accel is not None else 0)
+            stats.extra["anderson_backtracks"] = float(accel.backtracks if accel is not None else 0)
         if self.contact is not None:
             cs = self.contact.stats()
             stats.n_contacts = int(cs.get("n_contacts", 0))
@@ -387,6 +428,14 @@ class SolverPD(Solver):
                 if key_ in cs:
                     stats.timings["contact_" + key_[3:]] = float(cs[key_])
         return stats
+
+    def _accelerated_step(self, gs) -> bool:
+        """Anderson acceleration this step: configured, an exact global step (Jacobi-Chebyshev
+        keeps its own history in x), and no contact this step (the contact update moves the
+        iterate and its forces are not in the energy the safeguard compares)."""
+        if self._anderson is None or not gs.exact():
+            return False
+        return self.contact is None or not self.contact.active
 
     def _solve(
         self, gs, drag_v: int, coef: float, column, exact: bool, gathered: bool = False
@@ -429,6 +478,8 @@ class SolverPD(Solver):
         """Forget warm starts: rotations (identity), contact forces."""
         super().reset(state)
         self.kernels.reset_rotations()
+        if self._anderson is not None:
+            self._anderson.clear()
         if self.contact is not None and hasattr(self.contact, "reset"):
             self.contact.reset()
 
@@ -557,6 +608,125 @@ class SolverPD(Solver):
             contact=self.contact is not None,
         )
         return d
+
+
+class _Anderson:
+    """Anderson acceleration (type II, window m) of the local-global fixed-point map
+    x -> G(x) = x + A_ff^-1 r(x), with the energy safeguard of Peng et al. 2018.
+
+    With f_k = G(x_k) - x_k and the differences dF_j = f_{j+1} - f_j, dG_j = G(x_{j+1}) - G(x_j)
+    of the last m iterations, x_{k+1} = G(x_k) - dG theta, theta = argmin ||f_k - dF theta||
+    (normal equations, Tikhonov-regularised at 1e-10 of their mean diagonal). On a
+    quadratic energy this is GMRES on the preconditioned system; here it lets the
+    iteration move along the soft directions (shear, in a Neo-Hookean bar under
+    quasi-Newton weights w = (3 mu + 2 lam) V) where the plain map contracts by only
+    about 1 - mu / (3 mu + 2 lam) an iteration.
+
+    Safeguard: the incremental potential E is evaluated in the same launch as the local
+    step. An extrapolated iterate whose E exceeds that of the previous iterate (by more
+    than round-off, 1e-12 |E|) is replaced by the plain step G(x_{k-1}) (its local step
+    runs again) and the history is cleared; if the plain step also increases E (a
+    quasi-Newton step need not decrease it), it is halved along the same direction up to
+    ``max_backtracks`` times. The last iteration of a step returns the plain step G(x_k):
+    no extrapolation the safeguard has not seen is returned.
+
+    Device work (kernels.AndersonArrays): after each global step one launch records the
+    differences and returns the 2m dot products of the least-squares problem; the
+    extrapolation is applied at the start of the next local-step launch. The host solves
+    the m x m system. Nothing of size n crosses to the host.
+
+    References: Y. Peng, B. Deng, J. Zhang, F. Geng, W. Qin, L. Liu. Anderson
+    Acceleration for Geometry Optimization and Physics Simulation. SIGGRAPH 2018.
+    H. F. Walker, P. Ni. Anderson acceleration for fixed-point iterations. SINUM 2011.
+    """
+
+    max_backtracks = 4
+    slack = 1e-12
+
+    def __init__(self, window: int, vertex_count: int):
+        from tisim.solvers.pd.kernels import ANDERSON_MAX, AndersonArrays
+
+        self.m = int(window)
+        self.arrays = AndersonArrays(vertex_count, self.m)
+        self.gram = np.zeros((self.m, self.m))  # dF dF^T
+        self._max = ANDERSON_MAX
+        self.theta = self.arrays.theta  # (ANDERSON_MAX,) host array the kernel reads
+        self.begin()
+
+    def clear(self) -> None:
+        """Forget the history (the map changed: refactoring, reset, a rejected step)."""
+        self.count = 0  # columns in the history
+        self.pos = 0  # next ring-buffer slot
+        self.pending = 0  # columns of the extrapolation the next local step applies
+
+    def begin(self) -> None:
+        """Start a time step (its initial guess already on the device)."""
+        self.clear()
+        self.have_last = False
+        self.E_prev = math.inf
+        self.rejected = 0
+        self.backtracks = 0
+
+    def _ok(self, E: float) -> bool:
+        return E <= self.E_prev + self.slack * abs(self.E_prev)
+
+    def safeguard(self, kernels, evaluate) -> float:
+        """Apply the pending extrapolation and run the local step with its energy
+        (``evaluate(theta, count) -> (||r||^2, E)``); enforce the energy decrease as
+        described in the class docstring. Returns ||r||^2 of the iterate kept."""
+        accelerated = self.pending > 0
+        rsq, E = evaluate(self.theta, self.pending)
+        self.pending = 0
+        if not self._ok(E):
+            if accelerated:
+                self.rejected += 1
+                self.clear()
+                self.arrays.fallback(kernels.x, 1.0)
+                rsq, E = evaluate(self.theta, 0)
+            alpha = 0.5
+            for _ in range(self.max_backtracks):
+                if self._ok(E):
+                    break
+                self.backtracks += 1
+                self.clear()
+                self.arrays.fallback(kernels.x, alpha)
+                rsq, E = evaluate(self.theta, 0)
+                alpha *= 0.5
+        self.E_prev = E
+        return rsq
+
+    def extrapolate(self, kernels, last: bool) -> None:
+        """After the global step (device x = G(x_k)): record the history and prepare
+        x_{k+1} (applied by the next :meth:`safeguard`)."""
+        m, M = self.m, self._max
+        i = self.pos
+        count = min(self.count + 1, m) if self.have_last else self.count
+        dots = self.arrays.record(kernels.x, i, self.have_last, count)
+        if self.have_last:
+            self.pos = (i + 1) % m
+            self.count = count
+            row = dots[:count]
+            self.gram[i, :count] = row
+            self.gram[:count, i] = row
+        self.have_last = True
+        self.pending = 0
+        if last or self.count == 0:
+            return
+        c = self.count
+        gram = self.gram[:c, :c].copy()
+        scale = float(np.trace(gram)) / c
+        if not (scale > 0 and math.isfinite(scale)):
+            return
+        gram[np.diag_indices_from(gram)] += 1e-10 * scale
+        try:
+            theta = np.linalg.solve(gram, dots[M : M + c])
+        except np.linalg.LinAlgError:
+            return
+        if not np.all(np.isfinite(theta)):
+            return
+        self.theta[:c] = theta
+        self.theta[c:] = 0.0
+        self.pending = c
 
 
 class _GlobalStepProxy:
