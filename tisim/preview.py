@@ -53,6 +53,19 @@ PARAMS = (
 )
 
 
+def is_progressive(scene_path: Path, sets=()) -> bool:
+    """Whether the scene file (with the ``--set`` overrides) has a ``[refine]`` table:
+    a progressive scene, whose demo is the live preview. An unreadable file is not (the
+    plain run reports what is wrong with it)."""
+    from tisim.scene import apply_overrides, tomllib
+
+    try:
+        data = apply_overrides(tomllib.loads(Path(scene_path).read_text()), list(sets))
+    except (OSError, UnicodeDecodeError, ValueError, ConfigError):
+        return False
+    return isinstance(data.get("refine"), dict)
+
+
 def cloth_object(scene) -> str:
     """The name of the cloth object a progressive scene refines."""
     if scene.refine.object is not None:

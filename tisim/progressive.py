@@ -16,9 +16,14 @@ References:
 
 Limitations:
     One cloth object; obstacles are the scene's colliders (no soft bodies). The
-    pipelined schedule runs the levels in separate processes fed through the
-    per-frame checkpoints; on a machine with fewer cores than levels it cannot be
-    faster than the sequential one.
+    pipelined schedule runs level 0 in the refine's process and every finer level in
+    its own, fed through the per-frame checkpoints. Each of those processes pays
+    Taichi's start-up (the Python front end of every kernel, several CPU-seconds), and
+    every level below the finest evaluates the finest level's shell energy through
+    the prolongation, so the levels' CPU time adds up to about twice the finest
+    level's alone or more: with fewer cores than levels the pipelined schedule cannot
+    approach the finest level's own wall time (tools/bench_refine.py
+    --schedule-compare measures it).
 """
 
 from __future__ import annotations
@@ -451,8 +456,11 @@ class ProgressiveRefiner:
                     bar()
         finally:
             stats.close()
+        # first_frame_s: in a fresh process it includes loading every kernel (Taichi's
+        # Python front end and its offline cache), several seconds on two cores
         return {"frames": frames - start, "median_ms": float(np.median(wall)) if wall else math.nan,
-                "mean_ms": float(np.mean(wall)) if wall else math.nan, "total_s": float(np.sum(wall) / 1e3)}
+                "mean_ms": float(np.mean(wall)) if wall else math.nan, "total_s": float(np.sum(wall) / 1e3),
+                "first_frame_s": float(wall[0] / 1e3) if wall else math.nan}
 
     def _row(self, level, frame, st: LevelState, res, ms, second) -> dict:
         s = self.solver(level)
@@ -547,35 +555,63 @@ class ProgressiveRefiner:
         return RefineResult(self.out, ended, frames, seconds, info, message)
 
     def _run_pipelined(self, frames, resume, info, announce):
-        """Every level in its own process, level l+1 following level l through the
-        checkpoints; returns the wall time of each level (from the common start)."""
+        """Level 0 in this process and every finer level in its own process, level l+1
+        following level l through the checkpoints; returns the wall time of each level
+        (from the common start).
+
+        Each worker process pays Taichi's start-up: the Python front end of every kernel
+        runs again in each process (Taichi 1.7's offline cache, keyed on the front end's
+        output, saves only the LLVM compilation; the solvers' kernels take ndarrays, so
+        one cached kernel serves every mesh size). Running level 0 here saves one such
+        start-up. Workers get ``pipeline_threads`` Taichi (and BLAS) threads each unless
+        the environment already sets them, so that the processes do not oversubscribe
+        the cores."""
         import multiprocessing as mp
 
         ctx = mp.get_context("spawn")
         t0 = time.perf_counter()
-        procs = []
-        for level in range(self.L + 1):
-            pr = ctx.Process(target=_pipeline_worker,
-                             args=(self.scene, str(self.out), level, frames, resume, self.binfo.arch,
-                                   self.binfo.precision, self.hierarchy.level_count, self.export_meshes))
-            pr.start()
-            procs.append(pr)
+        threads = pipeline_threads(self.L + 1)
+        procs = {}
+        with _environment(threads):
+            for level in range(1, self.L + 1):
+                pr = ctx.Process(target=_pipeline_worker,
+                                 args=(self.scene, str(self.out), level, frames, resume, self.binfo.arch,
+                                       self.binfo.precision, self.hierarchy.level_count, self.export_meshes,
+                                       time.time()))
+                pr.start()
+                procs[level] = pr
+        info["pipelined_threads"] = {k: os.environ.get(k, v) for k, v in threads.items()}
         seconds = []
         try:
-            for level, pr in enumerate(procs):
+            c0 = _cpu_seconds()
+            bar = _bar(self.progress, frames, "level 0")
+            try:
+                li = self.run_level(0, frames, resume=resume, bar=bar.advance if bar else None)
+            finally:
+                if bar:
+                    bar.stop()
+            seconds.append(time.perf_counter() - t0)
+            # cpu_s: level 0's stepping in this process (its start-up is the refine's own)
+            li.update(level=0, seconds=seconds[-1], process_s=seconds[-1], cpu_s=_cpu_seconds() - c0,
+                      vertices=self.hierarchy.levels[0].vertex_count, faces=self.hierarchy.levels[0].face_count)
+            info["levels"].append(li)
+            if announce is not None:
+                announce(0, self.level_dir(0), li)
+            for level, pr in procs.items():
                 pr.join()
                 seconds.append(time.perf_counter() - t0)
                 if pr.exitcode != 0:
                     raise FloatingPointError(f"level {level} failed in its process (exit code {pr.exitcode})")
                 li = json.loads((self.level_dir(level) / "level.json").read_text())
-                li.update(level=level, seconds=seconds[-1])
+                li.update(level=level, seconds=seconds[-1], vertices=self.hierarchy.levels[level].vertex_count,
+                          faces=self.hierarchy.levels[level].face_count)
                 info["levels"].append(li)
                 if announce is not None:
                     announce(level, self.level_dir(level), li)
         finally:
             # a failed or interrupted level never writes the frames the levels above
             # wait for: stop them rather than leave them polling
-            for pr in procs:
+            for pr in procs.values():
                 if pr.is_alive():
                     pr.terminate()
                     pr.join()
@@ -657,13 +693,56 @@ def _read_rows(path: Path, last_frame: int) -> list[dict]:
     return out
 
 
-def _pipeline_worker(scene, out, level, frames, resume, arch, precision, count, export):
+def pipeline_threads(processes: int, cores: int | None = None) -> dict[str, str]:
+    """Thread counts for each of ``processes`` concurrent level processes on ``cores``
+    cores (default: this machine's): Taichi's CPU threads and the BLAS/OpenMP threads
+    of the linear solver, as environment variables, so that together they use each core
+    about once. More threads than cores make every parallel kernel wait for its slowest
+    thread whenever another process holds a core."""
+    cores = cores or os.cpu_count() or 1
+    n = str(max(1, cores // max(1, processes)))
+    return {"TI_CPU_MAX_NUM_THREADS": n, "OPENBLAS_NUM_THREADS": n, "OMP_NUM_THREADS": n}
+
+
+class _environment:
+    """Set the variables not already set, for the processes started inside; restore after."""
+
+    def __init__(self, values: dict[str, str]):
+        self.values = {k: v for k, v in values.items() if k not in os.environ}
+
+    def __enter__(self):
+        os.environ.update(self.values)
+        return self
+
+    def __exit__(self, *exc):
+        for k in self.values:
+            os.environ.pop(k, None)
+        return False
+
+
+def _pipeline_worker(scene, out, level, frames, resume, arch, precision, count, export, spawned):
+    """One level of the pipelined schedule in its own process. Its level.json records
+    ``startup_s`` (from the spawn until ready to step: interpreter, imports, Taichi, the
+    levels and the solver; the kernels load at the first step, inside the first frame),
+    ``process_s`` (spawn to end) and ``cpu_s`` (the process's CPU time, all threads)."""
     r = ProgressiveRefiner(scene, out, levels=count, arch=arch, precision=precision, progress=False,
                            export_meshes=export)
-    t0 = time.perf_counter()
+    r.solver(level)
+    ready = time.time() - spawned
     li = r.run_level(level, frames, resume=resume)
-    li["process_s"] = time.perf_counter() - t0
+    li.update(startup_s=ready, process_s=time.time() - spawned, cpu_s=_cpu_seconds(),
+              threads=os.environ.get("TI_CPU_MAX_NUM_THREADS"))
     (r.level_dir(level) / "level.json").write_text(json.dumps(li))
+
+
+def _cpu_seconds() -> float:
+    """CPU time of this process so far (user + system, all threads), s."""
+    try:
+        import resource
+    except ImportError:  # not POSIX
+        return time.process_time()
+    u = resource.getrusage(resource.RUSAGE_SELF)
+    return u.ru_utime + u.ru_stime
 
 
 def _merge(a, b):

@@ -7,8 +7,19 @@ Prints a table and writes bench_refine.json.
 
     python tools/bench_refine.py --frames 10 --resolution 4 --out out/bench-refine
 
-On a machine with fewer cores than levels the pipelined schedule (one process per
-level) cannot beat the sequential one: the processes share the cores.
+``--schedule-compare`` measures the issue's bound instead (pipelined wall time at most
+1.3x the finest level's alone), every run a fresh process as a user starts it, start-up
+included: ``tisim refine --schedule sequential``, ``tisim refine --schedule pipelined``
+and the finest level alone (a process that builds the refiner and runs only level L,
+driven by the sequential run's level L-1 checkpoints), with the default threads and
+single-threaded. It records each run's wall and CPU time (all its processes and
+threads) and the load average. On a machine shared with other work the wall times
+measure each run's share of the cores as much as the schedule, so it also gives the
+load-independent bound: no schedule finishes in less than its CPU time / cores, and
+the single-threaded finest level alone takes about its CPU time on an idle machine.
+Writes bench_refine_schedules.json.
+
+    python tools/bench_refine.py --schedule-compare --frames 40 --resolution 8 --out out/bench-refine
 """
 
 from __future__ import annotations
@@ -28,7 +39,14 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, default=Path("out/bench-refine"))
     ap.add_argument("--no-pipelined", action="store_true")
     ap.add_argument("--set", action="append", default=[], help="scene override, KEY=VALUE")
+    ap.add_argument("--schedule-compare", action="store_true",
+                    help="wall and CPU time of sequential, pipelined and the finest level alone, fresh processes")
+    ap.add_argument("--run-level", type=int, default=None, help=argparse.SUPPRESS)  # one level (internal)
     a = ap.parse_args(argv)
+    if a.run_level is not None:
+        return _run_one_level(a)
+    if a.schedule_compare:
+        return _schedule_compare(a)
 
     from tisim import backend
     from tisim.cli.app import demos_dir
@@ -92,6 +110,136 @@ def main(argv=None) -> int:
     (a.out / "bench_refine.json").write_text(json.dumps(row, indent=2))
     print(f"wrote {a.out / 'bench_refine.json'}")
     return 0
+
+
+def _scene_args(a) -> tuple[str, list[str]]:
+    from tisim.cli.app import demos_dir
+
+    path = a.scene if Path(a.scene).exists() else str(demos_dir() / f"{a.scene}.toml")
+    return path, [f"objects.cloth.cloth_resolution=[{a.resolution},{a.resolution}]", "refine.method=loop", *a.set]
+
+
+def _run_one_level(a) -> int:
+    """The finest level alone, run the way a pipelined worker runs it: a fresh process
+    that builds the refiner and steps level ``--run-level`` from the level below's
+    checkpoints in ``--out``."""
+    from tisim.progressive import ProgressiveRefiner
+    from tisim.scene import load_scene
+
+    path, sets = _scene_args(a)
+    r = ProgressiveRefiner(load_scene(path, sets), a.out, levels=3, progress=False)
+    li = r.run_level(a.run_level, a.frames)
+    (r.level_dir(a.run_level) / "level.json").write_text(json.dumps(li))
+    return 0
+
+
+def _timed(cmd: list[str], log: Path, env: dict | None = None) -> dict:
+    """Run ``cmd`` (a fresh process); its wall time and the CPU time of it and every
+    process it started (user + system, all threads)."""
+    import resource
+    import subprocess
+    import sys
+
+    def cpu():
+        u = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return u.ru_utime + u.ru_stime
+
+    c0, load0, t0 = cpu(), os.getloadavg()[0], time.perf_counter()
+    with open(log, "w") as f:
+        r = subprocess.run([sys.executable, *cmd], stdout=f, stderr=subprocess.STDOUT,
+                           env={**os.environ, **env} if env else None)
+    out = {"wall_s": time.perf_counter() - t0, "cpu_s": cpu() - c0, "load_before": load0,
+           "load_after": os.getloadavg()[0]}
+    if r.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed (exit code {r.returncode}); see {log}")
+    return out
+
+
+def _schedule_compare(a) -> int:
+    import shutil
+
+    path, sets = _scene_args(a)
+    root = a.out / "schedules"
+    if root.exists():
+        shutil.rmtree(root)
+    root.mkdir(parents=True)
+    setargs = [x for s in sets for x in ("--set", s)]
+    cores = os.cpu_count()
+
+    def refine(schedule, out, frames):
+        return ["-m", "tisim", "refine", path, "--levels", "3", "--frames", str(frames), "--schedule", schedule,
+                "--no-render", "--quiet", "--out", str(out), *setargs]
+
+    # Taichi's offline cache holds the compiled kernels for every later process (the
+    # kernels take ndarrays, so mesh sizes share them); fill it once, untimed
+    _timed(refine("sequential", root / "warm", 1), root / "warm.log")
+    row = {"scene": Path(path).stem, "frames": a.frames, "resolution": a.resolution, "cores": cores,
+           "sets": sets}
+    row["sequential"] = _timed(refine("sequential", root / "sequential", a.frames), root / "sequential.log")
+    seq = json.loads((root / "sequential" / "run.json").read_text())
+    row["vertices"] = seq["hierarchy"]["vertices"]
+    row["faces"] = seq["hierarchy"]["faces"]
+    row["sequential"]["levels_stepping_s"] = [li["total_s"] for li in seq["levels"]]
+    row["sequential"]["levels_first_frame_s"] = [li.get("first_frame_s") for li in seq["levels"]]
+    # the finest level alone, driven by the sequential run's level L-1
+    # (default threads), and single-threaded: on an idle machine that one takes about
+    # its CPU time, the load-independent yardstick
+    one = {"TI_CPU_MAX_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
+    for key, env in (("finest_alone", None), ("finest_alone_1_thread", one)):
+        alone = root / key
+        for lv in (0, 1):
+            shutil.copytree(root / "sequential" / f"level_{lv}" / "checkpoints",
+                            alone / f"level_{lv}" / "checkpoints")
+        row[key] = _timed([str(Path(__file__).resolve()), "--run-level", "2", "--frames", str(a.frames),
+                           "--scene", path, "--resolution", str(a.resolution), "--out", str(alone),
+                           *[f"--set={s}" for s in a.set]], root / f"{key}.log", env=env)
+        li = json.loads((alone / "level_2" / "level.json").read_text())
+        row[key]["stepping_s"] = li["total_s"]
+        row[key]["first_frame_s"] = li.get("first_frame_s")
+    row["pipelined"] = _timed(refine("pipelined", root / "pipelined", a.frames), root / "pipelined.log")
+    pip = json.loads((root / "pipelined" / "run.json").read_text())
+    row["pipelined"]["threads_per_process"] = pip.get("pipelined_threads")
+    row["pipelined"]["levels"] = [{k: li.get(k) for k in ("level", "seconds", "startup_s", "process_s", "cpu_s",
+                                                          "total_s", "first_frame_s", "threads")}
+                                  for li in pip["levels"]]
+    fw = row["finest_alone"]["wall_s"]
+    row["pipelined_over_finest_alone"] = row["pipelined"]["wall_s"] / fw
+    row["sequential_over_finest_alone"] = row["sequential"]["wall_s"] / fw
+    # no schedule can finish its CPU work faster than (CPU time) / cores
+    row["pipelined_cpu_bound_s"] = row["pipelined"]["cpu_s"] / cores
+    row["pipelined_cpu_bound_over_finest_alone"] = row["pipelined_cpu_bound_s"] / fw
+    # single-threaded, the finest level alone takes about its CPU time on an idle
+    # machine: the load-independent form of the bound
+    row["pipelined_cpu_bound_over_finest_alone_cpu"] = (row["pipelined_cpu_bound_s"]
+                                                        / row["finest_alone_1_thread"]["cpu_s"])
+    (a.out / "bench_refine_schedules.json").write_text(json.dumps(row, indent=2))
+
+    _print_schedules(row)
+    print(f"wrote {a.out / 'bench_refine_schedules.json'}")
+    return 0
+
+
+def _print_schedules(row: dict) -> None:
+    fw, cores = row["finest_alone"]["wall_s"], row["cores"]
+    print(f"{row['scene']}: {' -> '.join(map(str, row['vertices']))} vertices "
+          f"({' -> '.join(map(str, row['faces']))} faces), {row['frames']} frames, {cores} cores; every run a fresh "
+          "process, start-up included")
+    print(f"  {'run':<22}{'wall s':>9}{'CPU s':>9}{'wall / finest alone':>21}{'load avg':>12}")
+    for k in ("finest_alone", "finest_alone_1_thread", "sequential", "pipelined"):
+        r = row[k]
+        print(f"  {k.replace('_', ' '):<22}{r['wall_s']:9.1f}{r['cpu_s']:9.1f}{r['wall_s'] / fw:21.2f}"
+              f"{r['load_before']:6.1f}-{r['load_after']:.1f}")
+    print(f"  {'pipelined CPU / cores':<22}{row['pipelined_cpu_bound_s']:9.1f}{'':9}"
+          f"{row['pipelined_cpu_bound_over_finest_alone']:21.2f}   (a lower bound on its wall time here; "
+          f"{row['pipelined_cpu_bound_over_finest_alone_cpu']:.2f}x the single-threaded finest level's CPU time)")
+    print("  pipelined, per level: " + "; ".join(
+        f"{li['level']}: done at {li['seconds']:.1f} s" + (f", start-up {li['startup_s']:.1f} s" if li.get("startup_s")
+                                                          else " (in the refine's process)")
+        + f", stepping {li['total_s']:.1f} s (first frame {li.get('first_frame_s') or float('nan'):.1f} s), "
+        f"CPU {li['cpu_s']:.1f} s" for li in row["pipelined"]["levels"]))
+    print(f"  threads per process: {row['pipelined']['threads_per_process']}; sequential stepping per level: "
+          + ", ".join(f"{x:.1f}" for x in row["sequential"]["levels_stepping_s"]) + " s; finest alone stepping "
+          f"{row['finest_alone']['stepping_s']:.1f} s")
 
 
 if __name__ == "__main__":

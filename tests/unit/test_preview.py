@@ -1,6 +1,6 @@
-"""``tisim preview``: the panel's values reach the scene, the preview is the refiner's
-level 0, key f launches a refine of the current settings, and without a display the
-command fails with one line and exit code 2."""
+"""``tisim preview`` (and ``tisim demo`` on a progressive scene): the panel's values
+reach the scene, the preview is the refiner's level 0, key f launches a refine of the
+current settings, and without a display the command fails with one line and exit code 2."""
 
 from __future__ import annotations
 
@@ -46,6 +46,73 @@ def test_preview_without_a_display_is_one_line_and_exit_2(demos_dir, tmp_path):
     assert r.stderr.strip().count("\n") == 0 and "needs a live window" in r.stderr, r.stderr
 
 
+def _fake_live(monkeypatch):
+    """Route ``tisim demo``'s two paths into recorders: the live preview (with a
+    display and Vulkan claimed available) and the plain run."""
+    import tisim.cli.app as cli
+    import tisim.preview as pv
+
+    calls = {"preview": [], "run": []}
+    monkeypatch.setattr(pv, "live_unavailable_reason", lambda: None)
+    monkeypatch.setattr(pv, "make_preview_viewer", lambda: "the live viewer")
+    monkeypatch.setattr(pv, "run_preview", lambda path, sets, **kw: calls["preview"].append((path, sets, kw)))
+    monkeypatch.setattr(cli, "_run", lambda path, **kw: calls["run"].append((path, kw)) or 0)
+    return calls
+
+
+def test_demo_opens_the_live_preview_of_a_progressive_scene(monkeypatch, tmp_path):
+    """`tisim demo` on a scene with a [refine] table goes to the preview loop with the
+    command line's settings; --headless, --no-render and plain scenes go to the plain run."""
+    from typer.testing import CliRunner
+
+    from tisim.cli.app import app, demos_dir, list_demos
+    from tisim.preview import is_progressive
+
+    progressive = {n for n, _ in list_demos() if is_progressive(demos_dir() / f"{n}.toml")}
+    assert progressive == {"refine-drape", "flag-refine", "toss", "ball-drop"}
+    assert is_progressive(demos_dir() / "cloth-drape.toml", ["refine.levels=2"])  # --set can make one
+
+    calls = _fake_live(monkeypatch)
+    r = CliRunner().invoke(app, ["demo", "toss", "-n", "7", "--size", "320x240", "--set", "contact.mu=0.3",
+                                 "--out", str(tmp_path / "o")])
+    assert r.exit_code == 0, r.output
+    assert not calls["run"] and len(calls["preview"]) == 1
+    path, sets, kw = calls["preview"][0]
+    assert path == demos_dir() / "toss.toml"
+    assert sets == ["contact.mu=0.3", "render.width=320", "render.height=240", "sim.frames=7"]
+    assert kw["viewer"] == "the live viewer" and kw["out_root"] == tmp_path / "o" and kw["arch"] == "auto"
+    for extra in (["--headless"], ["--no-render"]):
+        r = CliRunner().invoke(app, ["demo", "toss", "-n", "1", *extra])
+        assert r.exit_code == 0, r.output
+    r = CliRunner().invoke(app, ["demo", "cloth-drape", "-n", "1"])
+    assert r.exit_code == 0, r.output
+    assert len(calls["preview"]) == 1
+    assert [(p.name, kw["headless"], kw["no_render"]) for p, kw in calls["run"]] == [
+        ("toss.toml", True, False), ("toss.toml", False, True), ("cloth-drape.toml", False, False)]
+
+
+def test_demo_of_a_progressive_scene_without_a_display_runs_headless(monkeypatch):
+    """Like every demo without a display: one warning line, then the plain headless run."""
+    from typer.testing import CliRunner
+
+    import tisim.cli.app as cli
+
+    monkeypatch.delenv("DISPLAY", raising=False)
+    monkeypatch.delenv("WAYLAND_DISPLAY", raising=False)
+    seen = {}
+
+    def fake_run(path, **kw):
+        seen.update(kw, path=path)
+        return 0
+
+    monkeypatch.setattr(cli, "_run", fake_run)
+    monkeypatch.setattr(cli, "_preview_live", lambda *a, **k: pytest.fail("no display: no live preview"))
+    r = CliRunner().invoke(cli.app, ["demo", "ball-drop", "-n", "3"])
+    assert r.exit_code == 0, r.output
+    assert seen["headless"] is True and seen["frames"] == 3 and seen["path"].name == "ball-drop.toml"
+    assert "Traceback" not in r.output
+
+
 class _Window:
     """A ti.ui.Window stand-in for the preview loop: real off-screen drawing, scripted keys."""
 
@@ -53,7 +120,7 @@ class _Window:
         self.real, self.size = real, size
         self.presses: list[str] = []
         self.running = True
-        self.shown = 0
+        self.images: list[np.ndarray] = []
 
     def get_events(self, tag):
         import taichi as ti
@@ -83,38 +150,58 @@ class _Window:
         return self.real.get_gui()
 
     def show(self):
-        self.shown += 1
-        self.real.get_image_buffer_as_numpy()
+        self.images.append(np.array(self.real.get_image_buffer_as_numpy()))
 
 
 @pytest.mark.slow
 @pytest.mark.skipif(not vulkan_available(), reason="no Vulkan driver: GGUI cannot render here")
-def test_preview_loop_steps_and_f_launches_refine_of_the_current_settings(demos_dir, tmp_path):
-    """Three frames of the preview on an off-screen window: the coarse level moves with
-    the scene's throw, and key f hands the launcher the command line's --set plus the
-    panel's changes (the launcher is stubbed: a real refine is the refine tests' job)."""
-    from tisim.preview import make_preview_viewer
+def test_demo_preview_renders_steps_and_f_launches_refine_of_the_current_settings(monkeypatch, demos_dir, tmp_path):
+    """`tisim demo toss` with a display: three frames of the real preview loop on an
+    off-screen GGUI window (only the window and the launcher are stand-ins). The frames
+    are real pixels of the scene, the thrown toy moves between them, and key f hands the
+    launcher the command line's settings (the launcher is stubbed: a real refine is the
+    refine tests' job)."""
+    from typer.testing import CliRunner
+
+    import tisim.preview as pv
+    from tisim.cli.app import app
     from tisim.render.offscreen import acquire_window, release_window
 
-    path = demos_dir / "toss.toml"
-    sets = ["render.width=320", "render.height=240"]
-    calls = []
+    calls, echoed = [], []
+    throw = "objects.toy.velocity=[1.5,1.0,0.0]"
 
     def launch(p, s, out):
         calls.append((p, list(s), out))
         return SimpleNamespace(pid=12345)
 
+    real_run, real_viewer = pv.run_preview, pv.make_preview_viewer
     win = _Window(acquire_window(320, 240, show=False), (320, 240))
-    win.presses.append("f")
-    echoed = []
+    win.presses += ["f", "h"]
+    monkeypatch.setattr(pv, "live_unavailable_reason", lambda: None)
+    monkeypatch.setattr(pv, "make_preview_viewer", lambda: real_viewer(window=win))
+    monkeypatch.setattr(pv, "run_preview", lambda path, sets, **kw: real_run(
+        path, sets, **{**kw, "max_frames": 3, "launch": launch, "echo": echoed.append}))
     try:
-        launched = run_preview(path, sets, viewer=make_preview_viewer(window=win), out_root=tmp_path, arch="cpu",
-                               max_frames=3, launch=launch, echo=echoed.append)
+        r = CliRunner().invoke(app, ["demo", "toss", "--size", "320x240", "--arch", "cpu", "--out", str(tmp_path),
+                                     "--set", throw])
     finally:
         release_window()
-    assert win.shown == 3
-    assert len(launched) == 1 and calls[0][0] == path and calls[0][1] == sets
+    assert r.exit_code == 0, r.output
+    assert len(win.images) == 3
+    sets = [throw, "render.width=320", "render.height=240"]
+    assert len(calls) == 1 and calls[0][0] == demos_dir / "toss.toml" and calls[0][1] == sets
+    assert str(calls[0][2]).startswith(str(tmp_path / "toss-refine-"))
     assert str(calls[0][2]) in echoed[0] and "pid 12345" in echoed[0]
+    # real pixels: the toy (the scene's orange, the panel hidden by key h) is on screen
+    # and, thrown at 1.5 m/s along +x (to the right from this camera), moves right by
+    # about 3 cm, some 8 pixels, between the first and the third frame
+    centres = []
+    for im in (win.images[0], win.images[-1]):
+        rgb = np.asarray(im[..., :3], dtype=np.float64)  # (width, height, 3)
+        toy = (rgb[..., 0] > 0.45) & (rgb[..., 0] - rgb[..., 2] > 0.25) & (rgb[..., 0] - rgb[..., 1] > 0.1)
+        assert 20 < toy.sum() < 0.05 * toy.size, toy.sum()
+        centres.append(np.argwhere(toy).mean(axis=0))
+    assert 3.0 < centres[1][0] - centres[0][0] < 20.0, centres
 
 
 def test_preview_session_restarts_with_the_panels_values(demos_dir, tmp_path):

@@ -95,3 +95,20 @@ def test_mesh_file_gets_a_scene_and_runs(tmp_path):
 
     sc = load_scene(scene)
     assert sc.objects["cloth"].kind == "cloth" and "ground" in sc.colliders
+
+
+def test_pipelined_processes_share_the_cores(monkeypatch):
+    """Each of the pipelined schedule's processes gets cores // processes threads (at
+    least one), and a count the user set in the environment is kept."""
+    import os
+
+    from tisim.progressive import _environment, pipeline_threads
+
+    assert pipeline_threads(3, cores=2) == {"TI_CPU_MAX_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
+                                            "OMP_NUM_THREADS": "1"}
+    assert pipeline_threads(3, cores=16)["TI_CPU_MAX_NUM_THREADS"] == "5"
+    monkeypatch.setenv("TI_CPU_MAX_NUM_THREADS", "2")
+    monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)
+    with _environment(pipeline_threads(3, cores=2)):
+        assert os.environ["TI_CPU_MAX_NUM_THREADS"] == "2" and os.environ["OPENBLAS_NUM_THREADS"] == "1"
+    assert os.environ["TI_CPU_MAX_NUM_THREADS"] == "2" and "OPENBLAS_NUM_THREADS" not in os.environ

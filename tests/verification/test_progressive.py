@@ -351,3 +351,36 @@ def test_resume_after_interruptions_is_bit_identical(tmp_path):
     assert log[-2][0] == "completed", log
     assert log[-1] == ["completed", [1, 1]], log  # 3 frames, the last two deleted
     assert out["diff"] == [], out
+
+
+@pytest.mark.slow
+def test_pipelined_schedule_equals_the_sequential_one_bit_for_bit(tmp_path):
+    """The pipelined schedule (level 0 in the refine's process, level 1 in its own,
+    following level 0 through the checkpoints while it is still running) computes what
+    the sequential one does: every checkpoint array equal exactly (single-threaded
+    kernels). The worker reports its own start-up, CPU time and thread count."""
+    scene = json.dumps({**_ON_SPHERE, "sim": {"dt": 0.01, "frames": 3, "substeps": 2}})
+    out = _single_threaded(tmp_path, f"""
+        import json, numpy as np
+        from tisim import backend
+        backend.init("cpu", "f64")
+        from tisim.progressive import ProgressiveRefiner
+        from tisim.scene import scene_from_dict
+        sc = scene_from_dict(json.loads({scene!r}), None)
+        N = 3
+        a = ProgressiveRefiner(sc, "A", progress=False).run(N, schedule="sequential")
+        b = ProgressiveRefiner(sc, "B", progress=False).run(N, schedule="pipelined")
+        diff = []
+        for level in range(2):
+            for f in range(N + 1):
+                x = np.load(f"A/level_{{level}}/checkpoints/frame_{{f:05d}}.npz")
+                y = np.load(f"B/level_{{level}}/checkpoints/frame_{{f:05d}}.npz")
+                diff += [[level, f, k] for k in x.files if not np.array_equal(x[k], y[k])]
+        print(json.dumps({{"ended": [a.ended, b.ended], "diff": diff, "levels": b.info["levels"],
+                          "schedule": b.info["schedule"]}}))
+    """, timeout=600)  # two fresh processes load every kernel: minutes on two loaded cores
+    assert out["ended"] == ["completed", "completed"] and out["schedule"] == "pipelined", out
+    assert out["diff"] == [], out["diff"]
+    worker = out["levels"][1]
+    assert worker["level"] == 1 and worker["frames"] == 3 and worker["threads"] == "1", worker
+    assert 0 < worker["startup_s"] < worker["process_s"] and worker["cpu_s"] > 0, worker

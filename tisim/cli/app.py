@@ -218,7 +218,9 @@ def demo(
     quiet: bool = _QUIET,
     size: Optional[str] = _SIZE,
 ):
-    """Run a bundled demo (tisim demo --list shows them)."""
+    """Run a bundled demo (tisim demo --list shows them). A progressive cloth demo (one
+    with a [refine] table) opens its coarse preview live with the parameter panel, as
+    tisim preview does; --headless or --no-render run its coarse mesh plainly."""
     demos = list_demos()
     if list_ or name is None:
         width = max((len(n) for n, _ in demos), default=0)
@@ -229,6 +231,30 @@ def demo(
     if name not in names:
         _die(f"unknown demo {name!r}: expected one of {', '.join(names)}")
     path = demos_dir() / f"{name}.toml"
+    if not (headless or no_render):
+        from tisim.preview import is_progressive, live_unavailable_reason
+
+        progressive = is_progressive(path, set)
+        reason = live_unavailable_reason() if progressive else None
+        if reason is not None:
+            # as every demo does without a display: run headless, and say so once
+            logging.warning("no live preview (%s): running the coarse mesh headless "
+                            "(tisim refine %s refines it)", reason, name)
+            headless = True
+        elif progressive:
+            # a progressive scene's demo is its coarse preview, live with the panel, as
+            # `tisim preview` shows it; --headless / --no-render keep the plain run
+            if export_meshes:
+                logging.warning("--export-meshes: the live preview writes no meshes "
+                                "(use --headless, or 'tisim refine %s')", name)
+
+            def go() -> int:
+                sets = [*set, *_size_overrides(size), *([f"sim.frames={frames}"] if frames else [])]
+                return _preview_live(path, sets, out_root=out if out is not None else Path("out"), arch=arch,
+                                     precision=precision, command=f"tisim demo {name}",
+                                     instead=f"--headless, or 'tisim refine {name}'")
+
+            raise typer.Exit(_guard(go))
     code = _guard(_run, path, frames=frames, headless=headless, out=out, no_render=no_render,
                   export_meshes=export_meshes, arch=arch, precision=precision, sets=set, quiet=quiet, size=size)
     raise typer.Exit(code)
@@ -411,7 +437,13 @@ def refine(
         out_dir = out if out is not None else Path("out") / f"{sc.name}-refine"
         n = frames or sc.sim.frames
         _refine_threads(deterministic or (resume and _refine_was_deterministic(out_dir)))
-        from tisim.progressive import ProgressiveRefiner, render_levels
+        from tisim.progressive import ProgressiveRefiner, pipeline_threads, render_levels
+
+        if (schedule or sc.refine.schedule) == "pipelined":
+            # this process steps the preview beside the finer levels' processes: its
+            # Taichi takes its share of the cores too (set before Taichi starts)
+            for k, v in pipeline_threads(levels or sc.refine.levels).items():
+                os.environ.setdefault(k, v)
         from tisim.render import vulkan_available
 
         r = ProgressiveRefiner(sc, out_dir, levels=levels, arch=arch, precision=precision, progress=not quiet)
@@ -465,21 +497,30 @@ def preview(
 
     def go() -> int:
         from tisim.config import ConfigError
-        from tisim.preview import live_unavailable_reason, make_preview_viewer, run_preview
 
         path = scene
         if not path.is_file() and (demos_dir() / f"{scene}.toml").exists():
             path = demos_dir() / f"{scene}.toml"
         if not path.exists():
             raise ConfigError("", "no such scene file", str(path))
-        reason = live_unavailable_reason()
-        if reason is not None:
-            _die(f"tisim preview needs a live window: {reason} (use 'tisim refine' headless)")
-        run_preview(path, list(set), viewer=make_preview_viewer(), out_root=out, arch=arch, precision=precision,
-                    echo=typer.echo)
-        return 0
+        return _preview_live(path, list(set), out_root=out, arch=arch, precision=precision,
+                             command="tisim preview", instead="'tisim refine' headless")
 
     raise typer.Exit(_guard(go))
+
+
+def _preview_live(path: Path, sets: List[str], *, out_root: Path, arch: str, precision: Optional[str],
+                  command: str, instead: str) -> int:
+    """The live coarse preview with its panel (``tisim preview``, and ``tisim demo`` on a
+    progressive scene); without a display or Vulkan, one line and exit code 2."""
+    from tisim.preview import live_unavailable_reason, make_preview_viewer, run_preview
+
+    reason = live_unavailable_reason()
+    if reason is not None:
+        _die(f"{command} needs a live window: {reason} (use {instead})")
+    run_preview(path, list(sets), viewer=make_preview_viewer(), out_root=out_root, arch=arch, precision=precision,
+                echo=typer.echo)
+    return 0
 
 
 @app.command()
