@@ -17,8 +17,11 @@ end error is luck.
 
 Timing: every tisim configuration and the peer advance frame by frame in turn (the peer
 in a child process driven through a pipe; the order rotates every frame), so that the
-load of a shared machine falls on all of them alike; the table gives median milliseconds per frame after ``--warmup``
-frames and the ratio to the peer's median measured in the same run.
+load of a shared machine falls on all of them alike; the table gives median milliseconds
+per frame after ``--warmup`` frames and the ratio to the peer's median measured in the same
+run. The ratio still depends on the load: on the 2-core machine the peer (Warp, threads of
+its own) slows down more than tisim under load (x peer of PD 6 it. + Anderson: 0.46 at a
+load average of about 5, 0.74 at about 1, the same code).
 
 Peer: Newton's SolverXPBD (``pip install newton``; Warp on the CPU, f32) on the same
 tet mesh (``add_soft_mesh``, k_mu = mu, k_lambda = lambda, no damping), ``--peer-substeps``
@@ -29,6 +32,9 @@ for information; its error is not comparable (another discretisation and integra
 
     .venv/bin/python tools/twist_accuracy.py                      # the full study
     .venv/bin/python tools/twist_accuracy.py --frames 20 --ref-iterations 20   # quick
+    # timed runs only; the reference and the converged answer (about 6 of the 8 minutes)
+    # read from an earlier run's JSON with the same bar, frames and reference settings:
+    .venv/bin/python tools/twist_accuracy.py --reference-from docs/twist-accuracy.json
 """
 
 from __future__ import annotations
@@ -330,7 +336,20 @@ def main(argv=None) -> int:
     p.add_argument("--peer-iterations", type=int, default=2)
     p.add_argument("--peer-relaxation", type=float, default=0.1)
     p.add_argument("--out", default="docs/twist-accuracy.json", help="JSON output")
+    p.add_argument(
+        "--reference-from",
+        default=None,
+        help="reuse the reference and converged twists of this earlier JSON (same settings)",
+    )
     args = p.parse_args(argv)
+    reused = None
+    if args.reference_from:
+        reused = json.loads(Path(args.reference_from).read_text())
+        old = reused["settings"]
+        keys = ("frames", "resolution", "ref_iterations", "ref_substeps", "window")
+        diff = [k for k in keys if old.get(k) != getattr(args, k)]
+        if diff:
+            p.error(f"--reference-from {args.reference_from}: different {', '.join(diff)}")
 
     from tisim import backend
 
@@ -370,22 +389,32 @@ def main(argv=None) -> int:
     if peer is not None:
         peer.close()
     print(f"timed runs: {time.perf_counter() - t0:.1f} s; reference ...", flush=True)
-    t0 = time.perf_counter()
-    ref = TisimRun(
-        f"reference: {args.ref_iterations} it., dt/{args.ref_substeps}",
-        args.ref_iterations,
-        res,
-        substeps=args.ref_substeps,
-    )
-    for f in range(args.frames):
-        ref.frame()
-    print(f"reference: {time.perf_counter() - t0:.1f} s", flush=True)
-    # the iteration error alone: the same dt, converged (Anderson to a relative residual of 1e-9)
-    same = TisimRun("converged at dt", 500, res, "anderson", args.window, tolerance=1e-9)
-    for f in range(args.frames):
-        same.frame()
-    th_same = np.asarray(same.twist)
-    th_ref = np.asarray(ref.twist)
+    if reused is not None:
+        ref_label = reused["reference"]["label"].split(" (from ")[0]
+        ref_label += f" (from {args.reference_from})"
+        ref_ms = reused["reference"]["frame_ms_median"]
+        th_ref = np.asarray(reused["reference"]["twist_rad"])
+        th_same = np.asarray(reused["converged_same_dt"]["twist_rad"])
+        same_its = reused["converged_same_dt"]["iterations_median"]
+    else:
+        t0 = time.perf_counter()
+        ref = TisimRun(
+            f"reference: {args.ref_iterations} it., dt/{args.ref_substeps}",
+            args.ref_iterations,
+            res,
+            substeps=args.ref_substeps,
+        )
+        for f in range(args.frames):
+            ref.frame()
+        print(f"reference: {time.perf_counter() - t0:.1f} s", flush=True)
+        # the iteration error alone: the same dt, converged (Anderson to a relative residual
+        # of 1e-9)
+        same = TisimRun("converged at dt", 500, res, "anderson", args.window, tolerance=1e-9)
+        for f in range(args.frames):
+            same.frame()
+        ref_label, ref_ms = ref.label, float(np.median(ref.ms))
+        th_ref, th_same = np.asarray(ref.twist), np.asarray(same.twist)
+        same_its = float(np.median(same.iterations_done))
     end = abs(th_ref[-1])
     peer_ms = float(np.median(peer.ms[args.warmup :])) if peer is not None and peer.ms else None
     rows = []
@@ -421,11 +450,11 @@ def main(argv=None) -> int:
     t_end = 0.01 * args.frames
     print(
         f"\nmid-section twist at t = {t_end:g} s; reference {th_ref[-1]:.5f} rad "
-        f"({ref.label}, {np.median(ref.ms):.0f} ms a frame)"
+        f"({ref_label}, {ref_ms:.0f} ms a frame)"
     )
     print(
         f"converged at dt = 0.01 s: {th_same[-1]:.5f} rad "
-        f"({np.median(same.iterations_done):.0f} Anderson iterations a step, median)"
+        f"({same_its:.0f} Anderson iterations a step, median)"
     )
     print("err: against the reference; it.err: against the converged answer at the same dt")
     hdr = (
@@ -467,14 +496,14 @@ def main(argv=None) -> int:
                     "angular_velocity_rad_s": REVOLUTION,
                 },
                 "reference": {
-                    "label": ref.label,
+                    "label": ref_label,
                     "twist_end_rad": float(th_ref[-1]),
-                    "frame_ms_median": float(np.median(ref.ms)),
+                    "frame_ms_median": ref_ms,
                     "twist_rad": th_ref.tolist(),
                 },
                 "converged_same_dt": {
                     "twist_end_rad": float(th_same[-1]),
-                    "iterations_median": float(np.median(same.iterations_done)),
+                    "iterations_median": same_its,
                     "twist_rad": th_same.tolist(),
                 },
                 "peer": (

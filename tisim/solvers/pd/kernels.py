@@ -279,23 +279,30 @@ def assemble_residual(
     drag_vertex,
     drag_k,
     drag_target,
+    with_energy: ti.template(),
 ):
+    """r = b - A x (see :func:`residual`); returns (||r||^2, inertia energy
+    sum_free mass_c / (2 h^2) |x - x_tilde|^2 when ``with_energy``, else 0)."""
     rsq = 0.0
+    inertia = 0.0
     for v in range(x.shape[0]):
         res = ti.Vector([0.0, 0.0, 0.0])
         if VF[v, _FREE] != 0.0:
             el = ti.Vector([0.0, 0.0, 0.0])
             for p in range(inc_ptr[v], inc_ptr[v + 1]):
                 el += row3(contrib, p)
-            acc = VF[v, _MASSC] * row3(x_tilde, v) + h2 * el
+            xt = row3(x_tilde, v)
+            acc = VF[v, _MASSC] * xt + h2 * el
             for p in range(Ap[v], Ap[v + 1]):
                 acc -= Ax[p] * row3(x, Aj[p])
             if v == drag_vertex:
                 acc += (h2 * drag_k) * (drag_target - row3(x, v))
             res = acc
             rsq += res.norm_sqr()
+            if ti.static(with_energy):  # in this loop: one parallel pass fewer
+                inertia += (0.5 / h2) * VF[v, _MASSC] * (row3(x, v) - xt).norm_sqr()
         set_row3(r, v, res)
-    return rsq
+    return ti.Vector([rsq, inertia])
 
 
 @ti.kernel
@@ -318,8 +325,9 @@ def residual(
     b = M' x_tilde + h^2 sum T_e grad_a (+ h^2 k (target - x) at the dragged vertex).
     Returns ||r||^2."""
     return assemble_residual(
-        inc_ptr, contrib, VF, x_tilde, x, r, Ap, Aj, Ax, h2, drag_vertex, drag_k, drag_target
-    )
+        inc_ptr, contrib, VF, x_tilde, x, r, Ap, Aj, Ax, h2, drag_vertex, drag_k, drag_target,
+        False,
+    )[0]  # fmt: skip
 
 
 @ti.func
@@ -362,18 +370,17 @@ def local_half(
         set_row3(contrib, EI[e, _S0 + 1], c1)
         set_row3(contrib, EI[e, _S0 + 2], c2)
         set_row3(contrib, EI[e, _S0 + 3], c3)
-    rsq = assemble_residual(
-        inc_ptr, contrib, VF, x_tilde, x, r, Ap, Aj, Ax, h2, drag_vertex, drag_k, drag_target
-    )
+    res = assemble_residual(
+        inc_ptr, contrib, VF, x_tilde, x, r, Ap, Aj, Ax, h2, drag_vertex, drag_k, drag_target,
+        with_energy,
+    )  # fmt: skip
     for i in range(gidx.shape[0]):
         set_row3(gout, i, row3(r, gidx[i]))
     if ti.static(with_energy):
-        for v in range(x.shape[0]):
-            if VF[v, _FREE] != 0.0:
-                energy += 0.5 * VF[v, _MASSC] / h2 * (row3(x, v) - row3(x_tilde, v)).norm_sqr()
+        energy += res[1]
         if drag_vertex >= 0:
             energy += 0.5 * drag_k * (row3(x, drag_vertex) - drag_target).norm_sqr()
-    return ti.Vector([rsq, energy])
+    return ti.Vector([res[0], energy])
 
 
 @ti.kernel
@@ -449,15 +456,150 @@ def iterate_with_energy(
     return v[0]
 
 
-# Anderson acceleration (solver.acceleration = "anderson"): history of at most ANDERSON_MAX
-# differences, dF/dG (m, n, 3); x_iter: the iterate fed to the global step; x_acc, f_acc:
-# the last iterate the safeguard accepted and its plain step G(x_acc) - x_acc.
+# Anderson acceleration (solver.acceleration = "anderson"), arrays of AndersonArrays:
+# AV (5, n, 3): x_iter (the iterate the local step saw last), x_acc and f_acc (the last
+# accepted iterate and its plain step G(x_acc) - x_acc), f_last and g_last (f and G of
+# the previous iterate); H (2, m, n, 3): the history dF (H[0]) and dG (H[1]) of at most
+# ANDERSON_MAX columns; AS (small, see below): per-chunk partial dot products, the Gram
+# matrix dF dF^T, its Cholesky factor and theta. Dot products are summed per chunk of
+# vertices then over the chunks, in a fixed order (deterministic, no atomics).
 ANDERSON_MAX = 16
+ANDERSON_CHUNKS = 64
+_AX_ITER, _AX_ACC, _AF_ACC, _AF_LAST, _AG_LAST = 0, 1, 2, 3, 4
+_AS_GRAM = ANDERSON_CHUNKS  # rows: the Gram matrix (ANDERSON_MAX, ANDERSON_MAX)
+_AS_CHOL = ANDERSON_CHUNKS + ANDERSON_MAX  # rows: its regularised Cholesky factor
+_AS_THETA = ANDERSON_CHUNKS + 2 * ANDERSON_MAX  # row: theta, then the right-hand side
+_AS_APPLIED = ANDERSON_CHUNKS + 2 * ANDERSON_MAX + 1  # [.., 0]: 1.0 if extrapolated
+ANDERSON_SMALL_ROWS = ANDERSON_CHUNKS + 2 * ANDERSON_MAX + 2
 
 
 @ti.func
 def row3_of(a: ti.template(), j, v):
     return ti.Vector([a[j, v, 0], a[j, v, 1], a[j, v, 2]])
+
+
+@ti.func
+def set_row3_of(a: ti.template(), j, v, value):
+    a[j, v, 0] = value[0]
+    a[j, v, 1] = value[1]
+    a[j, v, 2] = value[2]
+
+
+@ti.func
+def history(H: ti.template(), k, j, v):
+    return ti.Vector([H[k, j, v, 0], H[k, j, v, 1], H[k, j, v, 2]])
+
+
+@ti.func
+def anderson_update(
+    x: ti.template(),
+    AV: ti.template(),
+    H: ti.template(),
+    AS: ti.template(),
+    slot,
+    count,
+    record,
+    tikhonov,
+):
+    """Record the global step's result and extrapolate (type-II Anderson, Walker & Ni 2011).
+
+    record 0: nothing to record (a step's first iterate, or a fallback point: x is then
+    left as it is); 1: x = G(x_iter): x_acc = x_iter, f_acc = f = x - x_iter, f_last = f,
+    g_last = x; 2: the same and the new column dF[slot] = f - f_last, dG[slot] = x - g_last
+    with its Gram row dF_j . dF_slot (j < count, count including the new column).
+    With record > 0 and count > 0 columns: theta = argmin ||f - dF theta|| by the normal
+    equations (dF_j . f on the right; Tikhonov ``tikhonov`` times their mean diagonal;
+    Cholesky) and x <- x - dG theta, unless they are not positive definite or theta is not
+    finite (then x = G(x_iter), the plain step). Always x_iter = x."""
+    n = x.shape[0]
+    C = ANDERSON_CHUNKS
+    M = ANDERSON_MAX
+    for c in range(C * ti.min(record, 1)):  # parallel over chunks, serial within one
+        v0 = c * n // C
+        v1 = (c + 1) * n // C
+        for v in range(v0, v1):
+            g = row3(x, v)
+            xi = row3_of(AV, _AX_ITER, v)
+            f = g - xi
+            set_row3_of(AV, _AX_ACC, v, xi)
+            set_row3_of(AV, _AF_ACC, v, f)
+            if record == 2:
+                df = f - row3_of(AV, _AF_LAST, v)
+                dg = g - row3_of(AV, _AG_LAST, v)
+                for k in ti.static(range(3)):
+                    H[0, slot, v, k] = df[k]
+                    H[1, slot, v, k] = dg[k]
+            set_row3_of(AV, _AF_LAST, v, f)
+            set_row3_of(AV, _AG_LAST, v, g)
+        # the chunk's dot products, column by column (two accumulators, the chunk in cache)
+        for j in range(count):
+            gram = 0.0
+            rhs = 0.0
+            for v in range(v0, v1):
+                a = history(H, 0, j, v)
+                if record == 2:
+                    gram += a.dot(history(H, 0, slot, v))
+                rhs += a.dot(row3_of(AV, _AF_LAST, v))
+            AS[c, j] = gram
+            AS[c, M + j] = rhs
+    # the small problem: serial (top-level statements outside the parallel loops)
+    AS[_AS_APPLIED, 0] = 0.0
+    if record != 0 and count > 0:
+        for j in range(count):
+            d = 0.0
+            rhs = 0.0
+            for c in range(C):
+                d += AS[c, j]
+                rhs += AS[c, M + j]
+            if record == 2:
+                AS[_AS_GRAM + slot, j] = d
+                AS[_AS_GRAM + j, slot] = d
+            AS[_AS_THETA, M + j] = rhs
+        trace = 0.0
+        for j in range(count):
+            trace += AS[_AS_GRAM + j, j]
+        scale = trace / count
+        ok = scale > 0.0 and scale < ti.math.inf  # false for NaN too
+        if ok:
+            for i in range(count):  # Cholesky of Gram + tikhonov scale I
+                for j in range(i + 1):
+                    s = AS[_AS_GRAM + i, j]
+                    if i == j:
+                        s += tikhonov * scale
+                    for k in range(j):
+                        s -= AS[_AS_CHOL + i, k] * AS[_AS_CHOL + j, k]
+                    if i == j:
+                        if s > 0.0:
+                            AS[_AS_CHOL + i, i] = ti.sqrt(s)
+                        else:
+                            ok = False
+                            AS[_AS_CHOL + i, i] = 1.0
+                    else:
+                        AS[_AS_CHOL + i, j] = s / AS[_AS_CHOL + j, j]
+        if ok:
+            for i in range(count):  # L y = rhs
+                s = AS[_AS_THETA, M + i]
+                for k in range(i):
+                    s -= AS[_AS_CHOL + i, k] * AS[_AS_THETA, k]
+                AS[_AS_THETA, i] = s / AS[_AS_CHOL + i, i]
+            for ii in range(count):  # L^T theta = y
+                i = count - 1 - ii
+                s = AS[_AS_THETA, i]
+                for k in range(i + 1, count):
+                    s -= AS[_AS_CHOL + k, i] * AS[_AS_THETA, k]
+                t = s / AS[_AS_CHOL + i, i]
+                AS[_AS_THETA, i] = t
+                if not ti.abs(t) < ti.math.inf:
+                    ok = False
+        if ok:
+            AS[_AS_APPLIED, 0] = 1.0
+    for v in range(n):  # x <- x - dG theta; x_iter = x
+        xv = row3(x, v)
+        if AS[_AS_APPLIED, 0] != 0.0:
+            for j in range(count):
+                xv -= AS[_AS_THETA, j] * history(H, 1, j, v)
+            set_row3(x, v, xv)
+        set_row3_of(AV, _AX_ITER, v, xv)
 
 
 @ti.kernel
@@ -482,80 +624,35 @@ def iterate_anderson(
     drag_target: ti.types.vector(3, float),
     gidx: nd,
     gout: nd,
-    x_iter: nd,
-    dG: nd,
-    theta: nd,
+    AV: nd,
+    H: nd,
+    AS: nd,
+    slot: ti.i32,
     count: ti.i32,
+    record: ti.i32,
+    tikhonov: float,
     out: nd,
     flags: ti.template(),
 ) -> float:
-    """The Anderson extrapolation x <- x - sum_{j < count} theta_j dG_j (x_iter = the
-    result), then :func:`iterate_with_energy` (returns ||r||^2, E in out[0]), in one launch."""
-    for v in range(x.shape[0]):
-        xv = row3(x, v)
-        for j in range(count):
-            xv -= theta[j] * row3_of(dG, j, v)
-        set_row3(x, v, xv)
-        set_row3(x_iter, v, xv)
+    """One launch for an accelerated iteration: :func:`anderson_update` (record the last
+    global step's result, solve the small least-squares problem, extrapolate), then
+    :func:`iterate_with_energy`. Returns ||r||^2; out[0] = E (J), out[1] = 1.0 if the
+    iterate was extrapolated."""
+    anderson_update(x, AV, H, AS, slot, count, record, tikhonov)
     res = local_half(
         EI, EF, Dm_inv, quat, x, contrib, rot_iters, inc_ptr, VF, x_tilde, r, Ap, Aj, Ax, h2,
         drag_vertex, drag_k, drag_target, gidx, gout, flags, True,
     )  # fmt: skip
     out[0] = res[1]
+    out[1] = AS[_AS_APPLIED, 0]
     return res[0]
 
 
 @ti.kernel
-def anderson_record(
-    x: nd,
-    x_iter: nd,
-    x_acc: nd,
-    f_acc: nd,
-    dF: nd,
-    dG: nd,
-    f_last: nd,
-    g_last: nd,
-    slot: ti.i32,
-    have_last: ti.i32,
-    count: ti.i32,
-    out: nd,
-):
-    """After the global step (x = G(x_iter)): f = x - x_iter; x_acc = x_iter, f_acc = f;
-    the new differences dF[slot] = f - f_last, dG[slot] = x - g_last (if have_last);
-    f_last = f, g_last = x. out (2 ANDERSON_MAX,) = (dF_j . dF_slot for j < count,
-    then dF_j . f from index ANDERSON_MAX)."""
-    for v in range(x.shape[0]):
-        g = row3(x, v)
-        xi = row3(x_iter, v)
-        f = g - xi
-        set_row3(x_acc, v, xi)
-        set_row3(f_acc, v, f)
-        if have_last != 0:
-            df = f - row3(f_last, v)
-            dg = g - row3(g_last, v)
-            for c in ti.static(range(3)):
-                dF[slot, v, c] = df[c]
-                dG[slot, v, c] = dg[c]
-        set_row3(f_last, v, f)
-        set_row3(g_last, v, g)
-    acc = ti.Vector.zero(float, 2 * ANDERSON_MAX)
-    for v in range(x.shape[0]):
-        f = row3(f_last, v)
-        new = row3_of(dF, slot, v)
-        for j in ti.static(range(ANDERSON_MAX)):
-            if j < count:
-                a = row3_of(dF, j, v)
-                acc[j] += a.dot(new)
-                acc[ANDERSON_MAX + j] += a.dot(f)
-    for j in range(2 * ANDERSON_MAX):
-        out[j] = acc[j]
-
-
-@ti.kernel
-def anderson_fallback(x: nd, x_acc: nd, f_acc: nd, alpha: float):
+def anderson_fallback(x: nd, AV: nd, alpha: float):
     """x = x_acc + alpha f_acc: the (damped) plain step from the last accepted iterate."""
     for v in range(x.shape[0]):
-        set_row3(x, v, row3(x_acc, v) + alpha * row3(f_acc, v))
+        set_row3(x, v, row3_of(AV, _AX_ACC, v) + alpha * row3_of(AV, _AF_ACC, v))
 
 
 @ti.kernel
@@ -776,17 +873,18 @@ class PDKernels:
         return float(rsq), float(self._out[0])
 
     def iterate_anderson(
-        self, rot_iters: int, A, h2, drag_vertex, drag_k, drag_target, gidx, gout, aa, theta, count
-    ) -> tuple[float, float]:
-        """x <- x - sum_j theta_j dG_j (``aa``: :class:`AndersonArrays`), then
-        :meth:`iterate_energy`, in one launch; returns (||r||^2, E in J)."""
+        self, rot_iters: int, A, h2, drag_vertex, drag_k, drag_target, gidx, gout, aa,
+        slot: int, count: int, record: int,
+    ) -> tuple[float, float, bool]:
+        """:func:`anderson_update` (``aa``: :class:`AndersonArrays`) then
+        :meth:`iterate_energy`, in one launch; returns (||r||^2, E in J, extrapolated)."""
         rsq = iterate_anderson(
             self.EI, self.EF, self.Dm_inv, self.quat, self.x, self.contrib, rot_iters,
             self.inc_ptr, self.VF, self.x_tilde, self.r, A.indptr, A.indices, A.data, h2,
-            drag_vertex, drag_k, drag_target, gidx, gout, aa.x_iter, aa.dG, theta, count,
-            self._out, self.flags,
+            drag_vertex, drag_k, drag_target, gidx, gout, aa.AV, aa.H, aa.AS, slot, count,
+            record, aa.tikhonov, aa.out, self.flags,
         )  # fmt: skip
-        return float(rsq), float(self._out[0])
+        return float(rsq), float(aa.out[0]), bool(aa.out[1] != 0.0)
 
     def _iterate(
         self, kernel, rot_iters, A, h2, drag_vertex, drag_k, drag_target, gidx, gout, *out
@@ -879,34 +977,24 @@ class PDKernels:
 
 class AndersonArrays:
     """Device arrays of Anderson acceleration for n vertices and window m (<= ANDERSON_MAX):
-    the history dF, dG (m, n, 3) and the (n, 3) vectors x_iter, x_acc, f_acc, f_last,
-    g_last (see :func:`anderson_record`)."""
+    AV (5, n, 3) vectors, H (2, m, n, 3) history, AS the small problem (see
+    :func:`anderson_update`); ``out`` (2,) host array: E and the "extrapolated" flag."""
 
     def __init__(self, vertex_count: int, window: int):
         if not 1 <= window <= ANDERSON_MAX:
             raise ValueError(f"Anderson window must be in 1..{ANDERSON_MAX}, got {window}")
         real = ti.f64 if _is_f64() else ti.f32
         n, m = int(vertex_count), int(window)
-        self.dF = ti.ndarray(real, shape=(m, n, 3))
-        self.dG = ti.ndarray(real, shape=(m, n, 3))
-        self.x_iter = ti.ndarray(real, shape=(n, 3))
-        self.x_acc = ti.ndarray(real, shape=(n, 3))
-        self.f_acc = ti.ndarray(real, shape=(n, 3))
-        self.f_last = ti.ndarray(real, shape=(n, 3))
-        self.g_last = ti.ndarray(real, shape=(n, 3))
-        self.theta = np.zeros(ANDERSON_MAX, dtype=_np_real())
-        self._dots = np.zeros(2 * ANDERSON_MAX, dtype=_np_real())
-
-    def record(self, x, slot: int, have_last: bool, count: int) -> np.ndarray:
-        """See :func:`anderson_record`; returns the (2 ANDERSON_MAX,) dot products."""
-        anderson_record(
-            x, self.x_iter, self.x_acc, self.f_acc, self.dF, self.dG, self.f_last,
-            self.g_last, slot, int(have_last), count, self._dots,
-        )  # fmt: skip
-        return self._dots.astype(np.float64)
+        self.AV = ti.ndarray(real, shape=(5, n, 3))
+        self.H = ti.ndarray(real, shape=(2, m, n, 3))
+        self.AS = ti.ndarray(real, shape=(ANDERSON_SMALL_ROWS, 2 * ANDERSON_MAX))
+        self.AS.fill(0.0)
+        self.out = np.zeros(2, dtype=_np_real())
+        # relative Tikhonov regularisation of the normal equations: above round-off
+        self.tikhonov = 1e-10 if _is_f64() else 1e-5
 
     def fallback(self, x, alpha: float) -> None:
-        anderson_fallback(x, self.x_acc, self.f_acc, alpha)
+        anderson_fallback(x, self.AV, alpha)
 
 
 def _is_f64() -> bool:

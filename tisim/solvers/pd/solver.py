@@ -334,7 +334,6 @@ class SolverPD(Solver):
         accel = self._anderson if self._accelerated_step(gs) else None
         if accel is None and self._anderson is not None:
             self._anderson.clear()
-        t_accel = 0.0
         if accel is not None:
             accel.begin()
         for it in range(iterations):
@@ -345,9 +344,9 @@ class SolverPD(Solver):
             else:  # the safeguard may replace the iterate (then the local step runs again)
                 rsq = accel.safeguard(
                     k,
-                    lambda theta, count: k.iterate_anderson(
+                    lambda slot, count, record: k.iterate_anderson(
                         rot_iters, A, h2, drag_v, kdrag, drag_t, gidx, gout,
-                        accel.arrays, theta, count,
+                        accel.arrays, slot, count, record,
                     ),  # fmt: skip
                 )
             tb = time.perf_counter()
@@ -381,10 +380,6 @@ class SolverPD(Solver):
                 tb = time.perf_counter()
                 self._solve(gs, drag_v, coef, column, exact=True)
                 t_global += time.perf_counter() - tb
-            if accel is not None:
-                tb = time.perf_counter()
-                accel.extrapolate(k, last=it == iterations - 1)
-                t_accel += time.perf_counter() - tb
             done = it + 1
             if self.iteration_callback is not None:
                 k.read_x(self._xout)
@@ -413,10 +408,12 @@ class SolverPD(Solver):
             "residual_abs": float(res * (res0 + floor)) if not math.isnan(res0) else math.nan,
             "refactored": 1.0 if rebuilt else 0.0,
         }
-        if self._anderson is not None:  # same columns every step (stats.csv)
-            stats.timings["acceleration"] = 1e3 * t_accel
-            stats.extra["anderson_rejected"] = float(accel.rejected if accel is not None else 0)
-            stats.extra["anderson_backtracks"] = float(accel.backtracks if accel is not None else 0)
+        if self._anderson is not None:  # same columns every step (stats.csv); its device
+            # work runs in the local step's launch (timings["local"])
+            for key_ in ("extrapolated", "rejected", "backtracks"):
+                stats.extra["anderson_" + key_] = float(
+                    getattr(accel, key_) if accel is not None else 0
+                )
         if self.contact is not None:
             cs = self.contact.stats()
             stats.n_contacts = int(cs.get("n_contacts", 0))
@@ -616,24 +613,31 @@ class _Anderson:
 
     With f_k = G(x_k) - x_k and the differences dF_j = f_{j+1} - f_j, dG_j = G(x_{j+1}) - G(x_j)
     of the last m iterations, x_{k+1} = G(x_k) - dG theta, theta = argmin ||f_k - dF theta||
-    (normal equations, Tikhonov-regularised at 1e-10 of their mean diagonal). On a
-    quadratic energy this is GMRES on the preconditioned system; here it lets the
-    iteration move along the soft directions (shear, in a Neo-Hookean bar under
+    (normal equations, Tikhonov-regularised at 1e-10 of their mean diagonal in f64, 1e-5
+    in f32). On a quadratic energy this is GMRES on the preconditioned system; here it lets
+    the iteration move along the soft directions (shear, in a Neo-Hookean bar under
     quasi-Newton weights w = (3 mu + 2 lam) V) where the plain map contracts by only
     about 1 - mu / (3 mu + 2 lam) an iteration.
 
-    Safeguard: the incremental potential E is evaluated in the same launch as the local
-    step. An extrapolated iterate whose E exceeds that of the previous iterate (by more
-    than round-off, 1e-12 |E|) is replaced by the plain step G(x_{k-1}) (its local step
-    runs again) and the history is cleared; if the plain step also increases E (a
-    quasi-Newton step need not decrease it), it is halved along the same direction up to
-    ``max_backtracks`` times. The last iteration of a step returns the plain step G(x_k):
-    no extrapolation the safeguard has not seen is returned.
+    Safeguard: the incremental potential E (the true one: elastic energy of the material
+    plus inertia, not the local-global surrogate, which for the quasi-Newton materials is
+    not an energy the iteration decreases) is evaluated at every iterate, in the same
+    launch as its local step. An extrapolated iterate whose E exceeds that of the
+    previous iterate (by more than round-off, 1e-12 |E|) is replaced by the plain step
+    G(x_{k-1}) (its local step runs again) and the history is cleared; if the plain step
+    also increases E (a quasi-Newton step need not decrease it), it is halved along the
+    same direction up to ``max_backtracks`` times. So the energy of the iterates the
+    local steps see never increases (beyond round-off; after ``max_backtracks`` halvings
+    the last one is kept). The last global step's result is returned without an energy
+    check, as in the plain iteration: no extrapolation the safeguard has not seen is
+    returned.
 
-    Device work (kernels.AndersonArrays): after each global step one launch records the
-    differences and returns the 2m dot products of the least-squares problem; the
-    extrapolation is applied at the start of the next local-step launch. The host solves
-    the m x m system. Nothing of size n crosses to the host.
+    Device work (kernels.iterate_anderson): one launch an iteration, like the plain
+    iteration's: it records the previous global step's result in the history, sums the
+    dot products of the small least-squares problem (deterministically, per chunk of
+    vertices), solves it (Cholesky, serial, m <= 16), extrapolates, then runs the local
+    step with the energy. The host keeps the ring buffer's bookkeeping and reads two
+    scalars (E, whether it extrapolated) besides ||r||^2; nothing of size n or m crosses.
 
     References: Y. Peng, B. Deng, J. Zhang, F. Geng, W. Qin, L. Liu. Anderson
     Acceleration for Geometry Optimization and Physics Simulation. SIGGRAPH 2018.
@@ -644,45 +648,51 @@ class _Anderson:
     slack = 1e-12
 
     def __init__(self, window: int, vertex_count: int):
-        from tisim.solvers.pd.kernels import ANDERSON_MAX, AndersonArrays
+        from tisim.solvers.pd.kernels import AndersonArrays
 
         self.m = int(window)
         self.arrays = AndersonArrays(vertex_count, self.m)
-        self.gram = np.zeros((self.m, self.m))  # dF dF^T
-        self._max = ANDERSON_MAX
-        self.theta = self.arrays.theta  # (ANDERSON_MAX,) host array the kernel reads
         self.begin()
 
     def clear(self) -> None:
         """Forget the history (the map changed: refactoring, reset, a rejected step)."""
         self.count = 0  # columns in the history
         self.pos = 0  # next ring-buffer slot
-        self.pending = 0  # columns of the extrapolation the next local step applies
 
     def begin(self) -> None:
         """Start a time step (its initial guess already on the device)."""
         self.clear()
-        self.have_last = False
+        self.calls = 0  # iterations of this step so far (safeguard calls)
         self.E_prev = math.inf
         self.rejected = 0
         self.backtracks = 0
+        self.extrapolated = 0
 
     def _ok(self, E: float) -> bool:
         return E <= self.E_prev + self.slack * abs(self.E_prev)
 
     def safeguard(self, kernels, evaluate) -> float:
-        """Apply the pending extrapolation and run the local step with its energy
-        (``evaluate(theta, count) -> (||r||^2, E)``); enforce the energy decrease as
-        described in the class docstring. Returns ||r||^2 of the iterate kept."""
-        accelerated = self.pending > 0
-        rsq, E = evaluate(self.theta, self.pending)
-        self.pending = 0
+        """Record the last global step, extrapolate and run the local step with its energy
+        (``evaluate(slot, count, record) -> (||r||^2, E, extrapolated)``, see
+        kernels.anderson_update); enforce the energy decrease as described in the class
+        docstring. Returns ||r||^2 of the iterate kept."""
+        # what the launch records: nothing before the step's first global step, then
+        # G(x_0) without differences, then a new history column every iteration
+        record = min(self.calls, 2)
+        self.calls += 1
+        slot, count = self.pos, self.count
+        if record == 2:
+            count = min(count + 1, self.m)
+            self.pos = (slot + 1) % self.m
+            self.count = count
+        rsq, E, extrapolated = evaluate(slot, count, record)
+        self.extrapolated += int(extrapolated)
         if not self._ok(E):
-            if accelerated:
+            if extrapolated:
                 self.rejected += 1
                 self.clear()
                 self.arrays.fallback(kernels.x, 1.0)
-                rsq, E = evaluate(self.theta, 0)
+                rsq, E, _ = evaluate(0, 0, 0)
             alpha = 0.5
             for _ in range(self.max_backtracks):
                 if self._ok(E):
@@ -690,43 +700,10 @@ class _Anderson:
                 self.backtracks += 1
                 self.clear()
                 self.arrays.fallback(kernels.x, alpha)
-                rsq, E = evaluate(self.theta, 0)
+                rsq, E, _ = evaluate(0, 0, 0)
                 alpha *= 0.5
         self.E_prev = E
         return rsq
-
-    def extrapolate(self, kernels, last: bool) -> None:
-        """After the global step (device x = G(x_k)): record the history and prepare
-        x_{k+1} (applied by the next :meth:`safeguard`)."""
-        m, M = self.m, self._max
-        i = self.pos
-        count = min(self.count + 1, m) if self.have_last else self.count
-        dots = self.arrays.record(kernels.x, i, self.have_last, count)
-        if self.have_last:
-            self.pos = (i + 1) % m
-            self.count = count
-            row = dots[:count]
-            self.gram[i, :count] = row
-            self.gram[:count, i] = row
-        self.have_last = True
-        self.pending = 0
-        if last or self.count == 0:
-            return
-        c = self.count
-        gram = self.gram[:c, :c].copy()
-        scale = float(np.trace(gram)) / c
-        if not (scale > 0 and math.isfinite(scale)):
-            return
-        gram[np.diag_indices_from(gram)] += 1e-10 * scale
-        try:
-            theta = np.linalg.solve(gram, dots[M : M + c])
-        except np.linalg.LinAlgError:
-            return
-        if not np.all(np.isfinite(theta)):
-            return
-        self.theta[:c] = theta
-        self.theta[c:] = 0.0
-        self.pending = c
 
 
 class _GlobalStepProxy:
