@@ -26,10 +26,10 @@ demo: setup
 	$(BIN)/tisim demo squeeze-ball
 
 test: setup
-	$(BIN)/python -m pytest -n $(TEST_JOBS) $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_JOBS) --dist worksteal $(PYTEST_ARGS)
 
 test-fast: setup
-	$(BIN)/python -m pytest -n $(TEST_JOBS) -m "not slow" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_JOBS) --dist worksteal -m "not slow" $(PYTEST_ARGS)
 
 # The wheel (demos/ and assets/ inside it as package data) in dist/.
 wheel: setup
