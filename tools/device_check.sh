@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One command for a machine with an NVIDIA GPU (issue 10): the cuda-marked tests
-# (tests/backends/test_cuda.py: twisting bar, squeeze-ball and stick-slip on CUDA in f64
+# (tests/backends/test_backends.py: twisting bar, squeeze-ball and stick-slip on CUDA in f64
 # and f32 against the CPU backend) and the PD, contact and ADMM benchmarks on the CPU
 # and on CUDA side by side, summarised in one table headed by the GPU's name.
 # Without a GPU the tests skip (with the reason) and only the CPU column is filled.
@@ -23,7 +23,7 @@ else
 fi
 echo "GPU: $gpu"
 
-"$PY" -m pytest -q -rs -m cuda tests/backends/test_cuda.py -p no:cacheprovider \
+"$PY" -m pytest -q -rs -m cuda tests/backends/test_backends.py -p no:cacheprovider \
   --junitxml="$OUT/cuda_tests.xml" 2>&1 | tail -n 15
 tests_rc=${PIPESTATUS[0]}
 # pytest exits 5 when every test was deselected/skipped: not a failure here

@@ -1,4 +1,4 @@
-"""Backend-against-CPU comparisons shared by test_vulkan.py and test_cuda.py.
+"""Backend-against-CPU comparisons used by test_backends.py (Vulkan and CUDA).
 
 :func:`on_backend` runs a function that returns numpy data on the requested backend
 and precision in a spawned child process (the test process keeps its CPU f64 runtime);

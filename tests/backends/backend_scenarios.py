@@ -1,5 +1,5 @@
 """Short scenes run on one Taichi backend and summarised per frame, for comparing
-backends (tests/backends/test_vulkan.py, test_cuda.py).
+backends (tests/backends/test_backends.py).
 
 Every function builds the scene on the backend that is initialised when it is called
 and returns numpy data only, so the caller may tear Taichi down afterwards.
