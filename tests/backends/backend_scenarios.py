@@ -63,6 +63,17 @@ def twisting_bar(frames: int = 5) -> dict:
     return _run("twisting-bar", TWISTING_BAR, frames)
 
 
+def squeeze_ball_device(frames: int = 3) -> dict:
+    """The squeeze-ball with its contact update in Taichi kernels (contact.implementation
+    "auto" keeps numpy on Vulkan, so the kernels are asked for here)."""
+    return _run("squeeze-ball", [*SQUEEZE_BALL, 'contact.implementation="device"'], frames)
+
+
+def twisting_bar_anderson(frames: int = 5) -> dict:
+    """The twisting bar with Anderson-accelerated local-global iterations."""
+    return _run("twisting-bar", [*TWISTING_BAR, 'solver.acceleration="anderson"'], frames)
+
+
 def stick_slip(frames: int = 25) -> dict:
     """Centre-of-mass speed (m/s) after ``frames`` steps at mu = tan(10 deg) -/+ 0.003:
     {"slide": speed below the threshold, "stick": speed above it}. Coulomb's law: the
