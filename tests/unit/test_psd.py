@@ -52,6 +52,23 @@ def test_psd_inputs_unchanged(rng):
     assert np.abs(P[:5] - A[:5]).max() <= 1e-12 * np.abs(A[:5]).max()
 
 
+def test_singular_psd_skipped_and_slightly_indefinite_projected(rng):
+    """The Cholesky pre-check: a singular PSD matrix (an elastic Hessian's translation
+    null space) is left exactly as it is; one with a negative eigenvalue far below the
+    check's shift (16 d eps ||A||) but far above the clamp's test tolerance is not
+    mistaken for PSD."""
+    d = 9
+    Q, _ = np.linalg.qr(rng.normal(size=(d, d)))
+    w = np.concatenate([np.zeros(3), rng.uniform(1.0, 10.0, d - 3)])  # 3 zero modes
+    A = np.stack([Q @ np.diag(w) @ Q.T, Q @ np.diag(np.where(w == 0, -1e-9, w)) @ Q.T])
+    A = 0.5 * (A + np.swapaxes(A, 1, 2))
+    P = project_psd_numpy(A)
+    assert np.array_equal(P[0], A[0])
+    assert np.linalg.eigvalsh(A[1]).min() < -5e-10
+    assert np.linalg.eigvalsh(P[1]).min() >= -1e-12 * np.abs(A[1]).max()
+    assert np.abs(P[1] - _clamp(A[1])).max() <= 1e-10 * np.abs(A[1]).max()
+
+
 def test_nonsymmetric_input_is_symmetrised_and_count_respected(rng, taichi_backend):
     import taichi as ti
 

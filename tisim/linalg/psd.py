@@ -9,9 +9,11 @@ step of notes §2.4. Used for the 12 x 12 contact Hessians, the 9 x 9 membrane a
 Method: cyclic Jacobi eigenvalue sweeps, one thread per matrix, with every loop a
 run-time loop over array indices (GPU-safe: no shared state between matrices, no
 large register arrays, short compile). The input is first symmetrised; a matrix whose
-diagonal dominates its rows (Gershgorin: PSD for sure) is skipped, and one whose Jacobi
-eigenvalues are all >= 0 is left bit-for-bit unchanged, so already-PSD inputs cost one
-eigen-decomposition at most and never pick up round-off.
+diagonal dominates its rows (Gershgorin: PSD for sure) is skipped, so is one whose
+Cholesky factorisation with a shift of 16 d eps ||A||_F succeeds (PSD to within that
+shift: a few hundred flops instead of the sweeps' tens of thousands; the membrane
+Hessians, singular along translations, pass it), and one whose Jacobi eigenvalues are
+all >= 0 is left bit-for-bit unchanged, so already-PSD inputs never pick up round-off.
 
 Accuracy: sweeps stop when the off-diagonal Frobenius norm falls below
 ``tol * ||A||_F`` (default 4 machine epsilons of the precision), so the result agrees
@@ -43,6 +45,7 @@ def _project_psd_kernel(
     count: ti.i32,
     dim: ti.i32,
     tol: float,
+    chol_shift: float,
     max_sweeps: ti.i32,
 ):
     # Few, plain loops on purpose: each loop nest costs LLVM compile time.
@@ -62,6 +65,34 @@ def _project_psd_kernel(
                     radius += ti.abs(a)
             if W[m, i, i] < radius:
                 dominant = False
+        if not dominant:
+            # Cholesky of W + delta I in W's lower triangle: if it succeeds, A is PSD
+            # to within delta (16 d eps ||A||_F, below Jacobi's own round-off on its
+            # eigenvalues) and stays as it is; that skips the sweeps for the elastic
+            # Hessians, which are PSD away from compression but singular (translations),
+            # so Gershgorin's test cannot see it
+            delta = chol_shift * ti.sqrt(frob2)
+            definite = True
+            for j in range(dim):
+                if definite:
+                    s = W[m, j, j] + delta
+                    for k in range(j):
+                        s -= W[m, j, k] * W[m, j, k]
+                    if s <= 0.0:
+                        definite = False
+                    else:
+                        ljj = ti.sqrt(s)
+                        for i in range(j + 1, dim):
+                            t = W[m, i, j]
+                            for k in range(j):
+                                t -= W[m, i, k] * W[m, j, k]
+                            W[m, i, j] = t / ljj
+                        W[m, j, j] = ljj
+            if not definite:  # restore the lower triangle for the sweeps
+                for i in range(dim):
+                    for j in range(i + 1):
+                        W[m, i, j] = 0.5 * (A[m, i, j] + A[m, j, i])
+            dominant = definite
         if not dominant:
             thresh2 = tol * tol * frob2
             tiny = tol * ti.sqrt(frob2) * 1e-3
@@ -162,6 +193,8 @@ class PSDProjector:
                 f"A has shape {shape}; expected (>= {count}, {self.dim}, {self.dim})"
             )
         self.reserve(count)
+        from tisim import backend
+
         _project_psd_kernel(
             A,
             self.W,
@@ -169,6 +202,7 @@ class PSDProjector:
             count,
             self.dim,
             default_tolerance() if tol is None else float(tol),
+            16.0 * self.dim * float(np.finfo(backend.np_real()).eps),
             self.max_sweeps,
         )
 
