@@ -517,3 +517,38 @@ def test_three_level_hierarchy_of_a_64x64_cloth_is_fast():
     assert all(P.rest_error() < 1e-12 for P in H.direct)
     # Measured ~0.2-0.7 s on the shared 2-core machine; 3 s leaves room for load.
     assert elapsed < 3.0, f"{elapsed:.2f} s for {counts}"
+
+
+def test_prolonged_hessian_equals_the_triple_product(rng):
+    """ProlongedShell's Hessian U3^T H U3, built from a once-computed linear map of H's
+    values, against scipy's sparse product, on the real fine shell Hessian of a Loop
+    hierarchy (direct prolongation from level 0, several hosts per fine vertex) at a
+    deformed state, twice (the cached map), and on a random matrix of another pattern."""
+    from tisim import backend
+    from tisim.progressive import ProlongedShell, _restriction_map
+    from tisim.energies.shell import hinges as mesh_hinges
+    from tisim.solvers.cloth.solver import ShellTerm
+
+    backend.init("cpu", "f64")
+    coarse = _level(cloth_grid(resolution=(3, 3)))
+    H = build_hierarchy(coarse, 3, "loop")
+    fine = H.finest
+    m = len(fine.faces)
+    hg = mesh_hinges(fine.faces)
+    term = ShellTerm(fine.vertex_count, fine.faces, hg, fine.vertices, np.full(m, 3e4), np.full(m, 2e4),
+                     np.full(m, 1e-3), np.full(len(hg), 1e-3))
+    P = H.to_finest(0)
+    shell = ProlongedShell(term, P)
+    U3 = P.U3
+    for _ in range(2):
+        x = _deformed(coarse.vertices, rng, 0.05)
+        _, _, C = shell.evaluate(x)
+        _, _, Hf = term.evaluate(P.U @ x + shell._a)
+        R = (U3.T @ Hf @ U3).toarray()
+        assert np.abs(C.toarray() - R).max() <= 1e-12 * np.abs(R).max()
+    B = sp.random(3 * fine.vertex_count, 3 * fine.vertex_count, density=0.01, random_state=3, format="csr")
+    B.sort_indices()
+    ip, ix, M, cp, ci = _restriction_map(B, P.U)
+    nc = U3.shape[1]
+    C = sp.csr_matrix((M @ B.data, ci, cp), shape=(nc, nc))
+    np.testing.assert_allclose(C.toarray(), (U3.T @ B @ U3).toarray(), atol=1e-13 * abs(B).max())

@@ -269,6 +269,11 @@ def test_cloth_near_sphere_complete_and_timed(rng):
     # sphere-cloth contact pairs are among them (not only cloth self-pairs)
     sphere_ids = set(range(len(vc), n))
     assert any(p[0] < len(vc) and p[1] in sphere_ids for p in ours_pt)
+    # the sphere's lower part, outside every cloth box, is neither inserted nor queried
+    relevant = bp._relevant.to_numpy()[:n].astype(bool)
+    far = V[:, 1] < vc[:, 1].min() - inflation
+    assert far.sum() > 500 and not relevant[far].any()
+    assert relevant[active].all()
 
 
 def test_second_instance_compiles_nothing(rng):

@@ -98,8 +98,10 @@ def _compute_boxes(
     n: ti.i32,
     nf: ti.i32,
     ne: ti.i32,
+    active: ti.types.ndarray(),
     lo: ti.types.ndarray(),
     hi: ti.types.ndarray(),
+    relevant: ti.types.ndarray(),
     ext: ti.types.ndarray(),
     block_sums: ti.types.ndarray(),
     stats: ti.types.ndarray(),
@@ -109,13 +111,20 @@ def _compute_boxes(
     X, DX: (>= n,) vec3 positions and step; ext: (>= nf + ne,) the largest side of each
     face and edge box; block_sums: (>= ceil((nf + ne) / _SCAN_BLOCK),) scratch.
     stats: [sum of the primitives' largest box side, largest side, domain min (3),
-    domain max (3)]. The sum is taken in fixed blocks (deterministic rounding).
+    domain max (3), active domain min (3), active domain max (3)]. The sum is taken in
+    fixed blocks (deterministic rounding). The active domain bounds every box of a
+    vertex, face or edge with an active vertex; relevant[b] = 1 for such a box and for
+    every box that meets the active domain, 0 otherwise: a box of obstacle vertices
+    only that lies outside it can be in no pair (a pair needs an active primitive and
+    overlapping boxes), so it is neither inserted nor queried.
     """
     stats[0] = 0.0
     stats[1] = 0.0
     for k in ti.static(range(3)):
         stats[2 + k] = ti.math.inf
         stats[5 + k] = -ti.math.inf
+        stats[8 + k] = ti.math.inf
+        stats[11 + k] = -ti.math.inf
     for v in range(n):
         a = X[v]
         b = a + alpha * DX[v]
@@ -124,22 +133,41 @@ def _compute_boxes(
         for k in ti.static(range(3)):
             ti.atomic_min(stats[2 + k], lo[v][k])
             ti.atomic_max(stats[5 + k], hi[v][k])
+        relevant[v] = active[v]
+        if active[v] != 0:
+            for k in ti.static(range(3)):
+                ti.atomic_min(stats[8 + k], lo[v][k])
+                ti.atomic_max(stats[11 + k], hi[v][k])
     for i in range(nf + ne):
         l = ti.Vector([0.0, 0.0, 0.0])  # noqa: E741
         h = ti.Vector([0.0, 0.0, 0.0])
+        act = 0
         if i < nf:
             f0, f1, f2 = faces[i, 0], faces[i, 1], faces[i, 2]
             l = ti.min(lo[f0], lo[f1], lo[f2])
             h = ti.max(hi[f0], hi[f1], hi[f2])
+            act = active[f0] + active[f1] + active[f2]
         else:
             e0, e1 = edges[i - nf, 0], edges[i - nf, 1]
             l = ti.min(lo[e0], lo[e1])
             h = ti.max(hi[e0], hi[e1])
+            act = active[e0] + active[e1]
         lo[n + i] = l
         hi[n + i] = h
+        relevant[n + i] = 1 if act > 0 else 0
+        if act > 0:
+            for k in ti.static(range(3)):
+                ti.atomic_min(stats[8 + k], l[k])
+                ti.atomic_max(stats[11 + k], h[k])
         e = (h - l).max()
         ext[i] = e
         ti.atomic_max(stats[1], e)  # max is exact: order-independent
+    for b in range(n + nf + ne):
+        if relevant[b] == 0:
+            dlo = ti.Vector([stats[8], stats[9], stats[10]])
+            dhi = ti.Vector([stats[11], stats[12], stats[13]])
+            if _overlap(lo[b], hi[b], dlo, dhi):
+                relevant[b] = 1
     n_blocks = (nf + ne + _SCAN_BLOCK - 1) >> _SCAN_SHIFT
     for b in range(n_blocks):
         acc = 0.0
@@ -160,22 +188,25 @@ def _count_entries(
     count: ti.i32,
     origin: ti.types.vector(3, float),
     inv_cell: float,
+    relevant: ti.types.ndarray(),
     buckets: ti.types.ndarray(),
     total: ti.types.ndarray(),
 ):
-    """buckets[:, 0] = number of (primitive, cell) entries per hash bucket; total[0] = sum."""
+    """buckets[:, 0] = number of (primitive, cell) entries per hash bucket; total[0] = sum
+    (relevant boxes only)."""
     n_buckets = buckets.shape[0]
     for j in range(n_buckets):
         buckets[j, 0] = 0
     total[0] = 0
     mask = n_buckets - 1
     for i in range(count):
-        c0 = _cell_of(lo[first + i], origin, inv_cell)
-        c1 = _cell_of(hi[first + i], origin, inv_cell)
-        for cx, cy, cz in ti.ndrange((c0[0], c1[0] + 1), (c0[1], c1[1] + 1), (c0[2], c1[2] + 1)):
-            ti.atomic_add(buckets[_hash(cx, cy, cz, mask), 0], 1)
-        span = c1 - c0 + 1
-        ti.atomic_add(total[0], span[0] * span[1] * span[2])
+        if relevant[first + i] != 0:
+            c0 = _cell_of(lo[first + i], origin, inv_cell)
+            c1 = _cell_of(hi[first + i], origin, inv_cell)
+            for cx, cy, cz in ti.ndrange((c0[0], c1[0] + 1), (c0[1], c1[1] + 1), (c0[2], c1[2] + 1)):
+                ti.atomic_add(buckets[_hash(cx, cy, cz, mask), 0], 1)
+            span = c1 - c0 + 1
+            ti.atomic_add(total[0], span[0] * span[1] * span[2])
 
 
 @ti.kernel
@@ -209,21 +240,23 @@ def _fill_entries(
     count: ti.i32,
     origin: ti.types.vector(3, float),
     inv_cell: float,
+    relevant: ti.types.ndarray(),
     buckets: ti.types.ndarray(),
     entries: ti.types.ndarray(),
 ):
-    """Scatter the entries (box index, cell x, y, z) into their buckets."""
+    """Scatter the entries (box index, cell x, y, z) of the relevant boxes into their buckets."""
     mask = buckets.shape[0] - 1
     for i in range(count):
-        c0 = _cell_of(lo[first + i], origin, inv_cell)
-        c1 = _cell_of(hi[first + i], origin, inv_cell)
-        for cx, cy, cz in ti.ndrange((c0[0], c1[0] + 1), (c0[1], c1[1] + 1), (c0[2], c1[2] + 1)):
-            h = _hash(cx, cy, cz, mask)
-            k = buckets[h, 1] + ti.atomic_add(buckets[h, 2], 1)
-            entries[k, 0] = first + i
-            entries[k, 1] = cx
-            entries[k, 2] = cy
-            entries[k, 3] = cz
+        if relevant[first + i] != 0:
+            c0 = _cell_of(lo[first + i], origin, inv_cell)
+            c1 = _cell_of(hi[first + i], origin, inv_cell)
+            for cx, cy, cz in ti.ndrange((c0[0], c1[0] + 1), (c0[1], c1[1] + 1), (c0[2], c1[2] + 1)):
+                h = _hash(cx, cy, cz, mask)
+                k = buckets[h, 1] + ti.atomic_add(buckets[h, 2], 1)
+                entries[k, 0] = first + i
+                entries[k, 1] = cx
+                entries[k, 2] = cy
+                entries[k, 3] = cz
 
 
 @ti.func
@@ -266,6 +299,7 @@ def _query_pairs(
     faces: ti.types.ndarray(),
     edges: ti.types.ndarray(),
     active: ti.types.ndarray(),
+    relevant: ti.types.ndarray(),
     n: ti.i32,
     n_points: ti.i32,
     nf: ti.i32,
@@ -311,6 +345,8 @@ def _query_pairs(
         hi_a = hi[box]
         c0 = _cell_of(lo_a, origin, inv_cell)
         c1 = _cell_of(hi_a, origin, inv_cell)
+        if relevant[box] == 0:
+            c1 = c0 - 1  # an empty range: this box can be in no pair
         for cx, cy, cz in ti.ndrange((c0[0], c1[0] + 1), (c0[1], c1[1] + 1), (c0[2], c1[2] + 1)):
             h = _hash(cx, cy, cz, mask)
             for k in range(buckets[h, 1], buckets[h, 1] + buckets[h, 0]):
@@ -454,9 +490,10 @@ class BroadPhase:
         n_boxes = n + n_prims
         self._lo = ti.Vector.ndarray(3, real, max(1, n_boxes))
         self._hi = ti.Vector.ndarray(3, real, max(1, n_boxes))
+        self._relevant = ti.ndarray(ti.i32, max(1, n_boxes))
         self._ext = ti.ndarray(real, max(1, n_prims))
         self._ext_blocks = ti.ndarray(real, max(1, (n_prims + _SCAN_BLOCK - 1) // _SCAN_BLOCK))
-        self._stats = ti.ndarray(real, 8)
+        self._stats = ti.ndarray(real, 14)
         # Hash table: about 2 buckets per inserted primitive (collisions only cost time);
         # columns (count, start, fill cursor).
         n_buckets = max(1024, _next_pow2(2 * n_prims))
@@ -512,14 +549,16 @@ class BroadPhase:
         n_prims = nf + ne
         _compute_boxes(
             x, dx, float(alpha), 0.5 * float(inflation), self._faces, self._edges,
-            n, nf, ne, self._lo, self._hi, self._ext, self._ext_blocks, self._stats,
+            n, nf, ne, self._active, self._lo, self._hi, self._relevant, self._ext, self._ext_blocks, self._stats,
         )  # fmt: skip
         self.n_pt = self.n_ee = 0
         if n_prims == 0 or self.point_count == 0:
             return 0, 0
         st = self._stats.to_numpy()
-        if not np.all(np.isfinite(st)):
+        if not np.all(np.isfinite(st[:8])):
             raise FloatingPointError("broad phase: non-finite positions")
+        if not st[8] <= st[11]:
+            return 0, 0  # no active vertex: no pair
         mean_ext, max_ext = st[0] / n_prims, st[1]
         domain = float(np.max(st[5:8] - st[2:5]))
         cell = max(CELL_SCALE * mean_ext, max_ext / MAX_CELLS_PER_AXIS, domain / _MAX_GRID_CELLS, 1e-12)
@@ -527,19 +566,19 @@ class BroadPhase:
         origin = ti.Vector([float(c) for c in st[2:5]])
         inv_cell = 1.0 / cell
 
-        _count_entries(self._lo, self._hi, n, n_prims, origin, inv_cell, self._buckets, self._total)
+        _count_entries(self._lo, self._hi, n, n_prims, origin, inv_cell, self._relevant, self._buckets, self._total)
         total = int(self._total.to_numpy()[0])
         if total > self._entries.shape[0]:
             self._entries = ti.ndarray(ti.i32, shape=(_next_pow2(total), 4))
         _scan_buckets(self._buckets, self._block_sums)
         _fill_entries(
-            self._lo, self._hi, n, n_prims, origin, inv_cell, self._buckets, self._entries
+            self._lo, self._hi, n, n_prims, origin, inv_cell, self._relevant, self._buckets, self._entries
         )
         _sort_buckets(self._buckets, self._entries)
         t1 = time.perf_counter()
         while True:
             _query_pairs(
-                self._lo, self._hi, self._points, self._faces, self._edges, self._active,
+                self._lo, self._hi, self._points, self._faces, self._edges, self._active, self._relevant,
                 n, self.point_count, nf, ne, origin, inv_cell, self._buckets, self._entries,
                 self._pt_raw, self._ee_raw, self._pt_tag, self._ee_tag, self._query_counts,
                 self._counts,
