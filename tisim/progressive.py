@@ -68,16 +68,16 @@ class ProlongedShell:
 
     def restrict_hessian(self, Hf: sp.csr_matrix) -> sp.csr_matrix:
         """U3^T Hf U3. The fine Hessian's pattern is fixed (the assembler's), so the
-        product is linear in Hf.data: C.data = M Hf.data with M built once (each fine
-        entry (3i+a, 3j+b) adds U[i, I] U[j, J] to (3I+a, 3J+b)). One sparse mat-vec
-        instead of two sparse-sparse products with their symbolic passes."""
+        product is linear in Hf.data, through maps built once (each fine entry
+        (3i+a, 3j+b) adds U[i, I] U[j, J] to (3I+a, 3J+b)): two sparse mat-vecs instead
+        of two sparse-sparse products with their symbolic passes."""
         r = self._restrict
         if r is None or not (r[0] is Hf.indptr or np.array_equal(r[0], Hf.indptr)) or not (
                 r[1] is Hf.indices or np.array_equal(r[1], Hf.indices)):
             r = self._restrict = _restriction_map(Hf, self.P.U)
-        M, indptr, indices = r[2], r[3], r[4]
+        apply, indptr, indices = r[2], r[3], r[4]
         nc = 3 * self.n
-        return sp.csr_matrix((M @ Hf.data, indices, indptr), shape=(nc, nc))
+        return sp.csr_matrix((apply(Hf.data), indices, indptr), shape=(nc, nc))
 
     def _prolong(self, x: np.ndarray, refresh: bool) -> np.ndarray:
         if refresh or self._a is None:
@@ -98,34 +98,47 @@ class ProlongedShell:
         return E, g, self.restrict_hessian(Hf)
 
 
+def _times_u3(rows: np.ndarray, cols: np.ndarray, U: sp.csr_matrix):
+    """The pattern of X U3 for X with entries at (rows, cols), and M with
+    (X U3).data = M @ X.data (in the order of the given entries); the result's entries
+    sorted row-major. Entry (r, 3j + b) of X adds U[j, J] X[r, 3j + b] to (r, 3J + b)."""
+    nc3 = 3 * U.shape[1]
+    cnt = np.diff(U.indptr).astype(np.int64)
+    v = cols // 3
+    reps = cnt[v]
+    k = np.repeat(np.arange(len(cols), dtype=np.int64), reps)
+    pos = np.repeat(U.indptr[v].astype(np.int64) - np.cumsum(reps) + reps, reps) + np.arange(reps.sum())
+    new_c = 3 * U.indices[pos].astype(np.int64) + cols[k] % 3
+    key = rows[k] * nc3 + new_c
+    uniq, slot = np.unique(key, return_inverse=True)
+    M = sp.csr_matrix((U.data[pos], (slot, k)), shape=(len(uniq), len(cols)))
+    return M, uniq // nc3, uniq % nc3
+
+
 def _restriction_map(Hf: sp.csr_matrix, U: sp.csr_matrix):
-    """(Hf.indptr, Hf.indices, M, indptr, indices) with U3^T Hf U3 = CSR((M @ Hf.data,
-    indices, indptr)) for every Hf of this pattern; U: (n_fine, n_coarse) weights."""
+    """(Hf.indptr, Hf.indices, M, indptr, indices) with U3^T Hf U3 = CSR((M(Hf.data),
+    indices, indptr)) for every Hf of this pattern; U: (n_fine, n_coarse) weights.
+
+    M is two sparse maps, T = Hf U3 and then U3^T T: with a wide prolongation stencil
+    (Loop's, ~8 coarse vertices per fine one) a single map from Hf to C would have
+    ~64 entries per Hf entry, the two ~8 each."""
     Hf = sp.csr_matrix(Hf)
     U = sp.csr_matrix(U)
-    nc = 3 * U.shape[1]
+    nc3 = 3 * U.shape[1]
     rows = np.repeat(np.arange(Hf.shape[0], dtype=np.int64), np.diff(Hf.indptr))
     cols = Hf.indices.astype(np.int64)
-    k = np.arange(len(cols), dtype=np.int64)
-    cnt = np.diff(U.indptr).astype(np.int64)
-
-    def expand(k, dof, *carry):
-        """Each entry k once per coarse host of the fine vertex of ``dof``."""
-        v = dof // 3
-        reps = cnt[v]
-        pos = np.repeat(U.indptr[v].astype(np.int64) - np.cumsum(reps) + reps, reps) + np.arange(reps.sum())
-        return (np.repeat(k, reps), 3 * U.indices[pos].astype(np.int64) + np.repeat(dof % 3, reps),
-                U.data[pos], *(np.repeat(c, reps) for c in carry))
-
-    k1, tr, w1, c1 = expand(k, rows, cols)
-    k2, tc, w2, tr2, w1b = expand(k1, c1, tr, w1)
-    key = tr2 * nc + tc
-    uniq, slot = np.unique(key, return_inverse=True)
-    M = sp.csr_matrix((w1b * w2, (slot, k2)), shape=(len(uniq), len(cols)))
-    crow = uniq // nc
-    indptr = np.zeros(nc + 1, dtype=np.int64)
+    M1, tr, tc = _times_u3(rows, cols, U)  # T = Hf U3
+    M2, cr, cc = _times_u3(tc, tr, U)  # T^T U3 = C^T: entries (column of C, row of C)
+    order = np.lexsort((cr, cc))  # C's entries row-major
+    M2 = M2[order]
+    crow, ccol = cc[order], cr[order]
+    indptr = np.zeros(nc3 + 1, dtype=np.int64)
     np.add.at(indptr, crow + 1, 1)
-    return Hf.indptr, Hf.indices, M, np.cumsum(indptr), (uniq % nc).astype(np.int32)
+
+    def apply(data, M1=M1, M2=M2):
+        return M2 @ (M1 @ data)
+
+    return Hf.indptr, Hf.indices, apply, np.cumsum(indptr), ccol.astype(np.int32)
 
 
 # --------------------------------------------------------------------------------------
