@@ -525,8 +525,8 @@ def test_prolonged_hessian_equals_the_triple_product(rng):
     hierarchy (direct prolongation from level 0, several hosts per fine vertex) at a
     deformed state, twice (the cached map), and on a random matrix of another pattern."""
     from tisim import backend
-    from tisim.progressive import ProlongedShell, _restriction_map
     from tisim.energies.shell import hinges as mesh_hinges
+    from tisim.progressive import ProlongedShell, _restriction_map
     from tisim.solvers.cloth.solver import ShellTerm
 
     backend.init("cpu", "f64")
