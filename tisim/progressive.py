@@ -694,6 +694,7 @@ class ProgressiveRefiner:
                 coms.append((m[:, None] * st.x).sum(0) / m.sum())
             traj[level] = np.asarray(coms)
             out[f"level_{level}_median_ms"] = float(np.median(ms))
+            out[f"level_{level}_mean_ms"] = float(np.mean(ms))
         diag = self.hierarchy.finest.diagonal
         d = np.linalg.norm(traj[0] - traj[self.L], axis=1)
         out["direct_com_distance_max"] = float(d.max())
