@@ -6,6 +6,7 @@ backend_compare.py for the tolerances."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 import backend_compare as compare
@@ -65,3 +66,30 @@ def test_stick_slip_verdicts_match(arch, precision):
     """f32 against the CPU's f64 verdicts (test_stick_slip_cpu_reference); f64 on this
     backend is covered by the position comparisons above (agreement to 1e-11 m)."""
     compare.check_stick_slip(arch, precision)
+
+
+def _cloth_reference(reference):
+    return reference("cloth_drape")
+
+
+def test_cloth_free_fall_matches_cpu(arch, reference):
+    """The cloth solver's kernels (membrane, bending, strain limit, with tisim.ti_math's
+    f64 log / atan2 / sin / cos where SPIR-V has none) before the sheet reaches the
+    sphere: the same positions as the CPU to round-off."""
+    ref = _cloth_reference(reference)
+    got = compare.on_backend(arch, "f64", scenarios.cloth_drape, frames=2)
+    assert ref["contacts"][:2].sum() == 0
+    dx = np.abs(got["positions"] - ref["positions"][:2]).max()
+    assert dx < compare.POSITION_TOL["f64"], dx
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "the broad phase's hash-grid kernels (atomics inside run-time loops) lose updates on "
+    "Taichi 1.7.4's SPIR-V path under Mesa lavapipe 22.3: no contact pair is found and the "
+    "sheet passes through the sphere (tools/spirv_loop_atomics.py reproduces it in 20 lines)"))
+def test_cloth_contact_matches_cpu(arch, reference):
+    ref = _cloth_reference(reference)
+    got = compare.on_backend(arch, "f64", scenarios.cloth_drape)
+    assert ref["contacts"].max() > 0
+    np.testing.assert_array_equal(got["contacts"], ref["contacts"])
+    assert np.abs(got["positions"] - ref["positions"]).max() < 1e-9

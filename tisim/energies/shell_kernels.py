@@ -38,6 +38,8 @@ kernels' type annotations when they are decorated.
 
 import taichi as ti
 
+from tisim import ti_math as tm
+
 # Packed per-face data of the membrane (columns of ``face_data``, real).
 M_G00, M_G01, M_G11, M_AREA, M_MU, M_LAM, M_THICK = 0, 1, 2, 3, 4, 5, 6
 MEMBRANE_COLS = 7
@@ -127,7 +129,7 @@ def membrane_psi(F, area, mu, lam, tau):
     det = C[0, 0] * C[1, 1] - C[0, 1] * C[1, 0]
     psi = ti.math.inf
     if det > 0.0:
-        lnJ = 0.5 * ti.log(det)
+        lnJ = 0.5 * tm.log(det)
         psi = (
             tau * area * (0.5 * mu * (C[0, 0] + C[1, 1] - 2.0 - 2.0 * lnJ) + 0.5 * lam * lnJ * lnJ)
         )
@@ -139,7 +141,7 @@ def membrane_stress(F, area, mu, lam, tau):
     """(dPsi/dF (3 x 2), S = dPsi/dC, A = C^-1, beta, kap)."""
     C = F.transpose() @ F
     det = C[0, 0] * C[1, 1] - C[0, 1] * C[1, 0]
-    lnJ = 0.5 * ti.log(det)
+    lnJ = 0.5 * tm.log(det)
     A = inverse2(C)
     kap = 0.5 * tau * area
     beta = lam * lnJ - mu
@@ -306,7 +308,7 @@ def dihedral_angle(xe0, xe1, xo0, xo1):
     e = xe1 - xe0
     n0 = e.cross(xo0 - xe0)
     n1 = (xe0 - xe1).cross(xo1 - xe1)
-    return ti.atan2(n0.cross(n1).dot(e) / e.norm(), n0.dot(n1))
+    return tm.atan2(n0.cross(n1).dot(e) / e.norm(), n0.dot(n1))
 
 
 @ti.func
@@ -482,7 +484,7 @@ def barrier(d, dhat):
         b = ti.math.inf
     elif d < dhat:
         r = d - dhat
-        lg = ti.log(d / dhat)
+        lg = tm.log(d / dhat)
         b = -r * r * lg
         b1 = -2.0 * r * lg - r * r / d
         b2 = -2.0 * lg - 4.0 * r / d + r * r / (d * d)
@@ -495,9 +497,9 @@ def sym_eigen2(C):
     m = 0.5 * (C[0, 0] + C[1, 1])
     hd = 0.5 * (C[0, 0] - C[1, 1])
     r = ti.sqrt(hd * hd + C[0, 1] * C[0, 1])
-    phi = 0.5 * ti.atan2(C[0, 1], hd)
-    cs = ti.cos(phi)
-    sn = ti.sin(phi)
+    phi = 0.5 * tm.atan2(C[0, 1], hd)
+    cs = tm.cos(phi)
+    sn = tm.sin(phi)
     return m + r, m - r, ti.Vector([cs, sn]), ti.Vector([-sn, cs])
 
 

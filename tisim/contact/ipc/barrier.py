@@ -19,6 +19,8 @@ References: Li et al. 2020, "Incremental Potential Contact", eq. 6; Li et al. 20
 
 import taichi as ti
 
+from tisim import ti_math as tm
+
 
 @ti.func
 def barrier(d, dhat):
@@ -28,7 +30,7 @@ def barrier(d, dhat):
     if d <= 0.0:
         b = ti.math.inf
     elif d < dhat:
-        b = -(d - dhat) * (d - dhat) * ti.log(d / dhat)
+        b = -(d - dhat) * (d - dhat) * tm.log(d / dhat)
     return b
 
 
@@ -37,7 +39,7 @@ def barrier_first_derivative(d, dhat):
     """db/dd (units of d); 0 outside (0, dhat)."""
     g = 0.0
     if 0.0 < d < dhat:
-        g = (dhat - d) * (2.0 * ti.log(d / dhat) - dhat / d + 1.0)
+        g = (dhat - d) * (2.0 * tm.log(d / dhat) - dhat / d + 1.0)
     return g
 
 
@@ -47,7 +49,7 @@ def barrier_second_derivative(d, dhat):
     h = 0.0
     if 0.0 < d < dhat:
         r = (d - dhat) / d
-        h = -2.0 * ti.log(d / dhat) - 4.0 * r + r * r
+        h = -2.0 * tm.log(d / dhat) - 4.0 * r + r * r
     return h
 
 
