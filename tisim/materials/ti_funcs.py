@@ -439,10 +439,9 @@ def polar_rotation_guard(F, q):
 def _svd_in_f32() -> bool:
     """Whether ti.svd must run in f32 here: SPIR-V backends (Vulkan, Metal, OpenGL) have no
     64-bit atan2, which Taichi's 3x3 SVD uses. Evaluated when a kernel is compiled."""
-    from taichi.lang import impl
+    from tisim.ti_math import soft_f64
 
-    spirv = tuple(a for a in (getattr(ti, n, None) for n in ("vulkan", "metal", "opengl", "gles")) if a is not None)
-    return impl.current_cfg().arch in spirv and impl.get_runtime().default_fp == ti.f64
+    return soft_f64()
 
 
 @ti.func
