@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One command for a machine with an NVIDIA GPU (issue 10): the cuda-marked tests
-# (tests/backends/test_backends.py: twisting bar, squeeze-ball and stick-slip on CUDA in f64
+# (tests/backends/test_backends.py: twisting bar, squeeze-ball, stick-slip and the cloth drape on CUDA in f64
 # and f32 against the CPU backend) and the PD, contact and ADMM benchmarks on the CPU
 # and on CUDA side by side, summarised in one table headed by the GPU's name.
 # Without a GPU the tests skip (with the reason) and only the CPU column is filled.
@@ -28,6 +28,10 @@ echo "GPU: $gpu"
 tests_rc=${PIPESTATUS[0]}
 # pytest exits 5 when every test was deselected/skipped: not a failure here
 [ "$tests_rc" -eq 5 ] && tests_rc=0
+
+# whether this machine's Vulkan (a GPU's driver, or lavapipe) loses atomic updates made
+# inside run-time loops, as lavapipe 22.3 does (the cloth broad phase's pattern)
+timeout 180 "$PY" tools/spirv_loop_atomics.py 2>&1 | tee "$OUT/spirv_loop_atomics.log"
 
 [ "${BENCH:-1}" = 0 ] && archs=""
 for arch in $archs; do

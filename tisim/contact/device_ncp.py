@@ -1086,6 +1086,7 @@ class DeviceNCP:
         self.force_dev.fill(0)
         self._finalizer = None
         self._force_host = None
+        self._force_dev_fresh = False  # force_dev holds H^T lambda of the current lambda
         self.cr_total = 0
         self.halvings = 0
 
@@ -1195,14 +1196,14 @@ class DeviceNCP:
         self._put(st.vtx, uv.astype(np.int32), np.int32)
         self._put(st.entry, order.astype(np.int32), np.int32)
         self._nv = len(uv)
-        self._force_host = None
+        self._lam_changed()
         self.cr_total = 0
         self.halvings = 0
 
     def set_lam(self, lam: np.ndarray) -> None:
         """Replace the forces (k, 3) frame components, N."""
         self._put(self.st.lam, np.asarray(lam, dtype=np.float64).reshape(-1, 3))
-        self._force_host = None
+        self._lam_changed()
 
     def get_lam(self) -> np.ndarray:
         """(k, 3) the forces, N (one device read)."""
@@ -1212,13 +1213,25 @@ class DeviceNCP:
     def _scalar(self, slot: int) -> float:
         return float(self.st.sc[slot])
 
-    def _set_q(self, q: np.ndarray) -> None:
-        self.q.from_numpy(np.ascontiguousarray(q, dtype=self.np_dtype))
+    def _lam_changed(self) -> None:
+        self._force_host = None
+        self._force_dev_fresh = False
 
-    def kinematics(self, q: np.ndarray) -> float:
-        """d, u on the device from positions q (n, 3); returns the merit there."""
-        self._set_q(q)
-        self.st.start(self.mode, int(self.exact), self.k, self.h, self.q)
+    def _q_array(self, q):
+        """The positions as a (n, 3) Taichi array of this precision: a Taichi array of that
+        type is used as it is (it stays on the device: the PD solver passes its own
+        iterate), anything else is copied into self.q."""
+        if isinstance(q, ti.Ndarray) and q.dtype == self.ti_dtype and tuple(q.shape) == tuple(self.q.shape):
+            return q
+        if isinstance(q, ti.Ndarray):
+            q = q.to_numpy()
+        self.q.from_numpy(np.ascontiguousarray(q, dtype=self.np_dtype))
+        return self.q
+
+    def kinematics(self, q) -> float:
+        """d, u on the device from positions q (n, 3; numpy or a Taichi array); returns
+        the merit there."""
+        self.st.start(self.mode, int(self.exact), self.k, self.h, self._q_array(q))
         return self._scalar(_MERIT)
 
     def merit(self) -> float:
@@ -1249,7 +1262,7 @@ class DeviceNCP:
                 break
             alpha *= 0.5
         st.commit(self.mode, k, self.h)
-        self._force_host = None
+        self._lam_changed()
         return i
 
     def update(self, q: np.ndarray, newton_iterations: int, fused: bool | None = None) -> None:
@@ -1264,17 +1277,17 @@ class DeviceNCP:
         if fused is None:
             fused = _SERIAL
         if fused:
-            self._set_q(q)
+            qa = self._q_array(q)
             st.sc[_CR_TOTAL] = 0.0
             st.sc[_HALVINGS] = 0.0
             st.update_all(
                 self.mode, int(self.lagged), int(self.exact), self.k, self.h, self.scale,
-                self.cr_iterations, int(newton_iterations), self.q,
+                self.cr_iterations, int(newton_iterations), qa,
             )  # fmt: skip
             s = st.sc.to_numpy()
             self.cr_total += int(s[_CR_TOTAL])
             self.halvings += int(s[_HALVINGS])
-            self._force_host = None
+            self._lam_changed()
             return
         self.kinematics(q)
         for _ in range(int(newton_iterations)):
@@ -1284,7 +1297,7 @@ class DeviceNCP:
             self.cr_total += self.newton_step()
             self.halvings += self.line_search(f0)
         st.record(self.k, self.h)
-        self._force_host = None
+        self._lam_changed()
 
     def statistics(self) -> dict:
         """ncp_residual (m), max_penetration (m), n_touching of the last update."""
@@ -1307,11 +1320,18 @@ class DeviceNCP:
         """(k, 3) the last Newton direction (for tests)."""
         return self.st.dlam.to_numpy()[: self.k].astype(np.float64)
 
+    def force_device(self):
+        """H^T lambda as a (n, 3) Taichi array of vertex forces, N, on the device (one
+        gather kernel when lambda changed; nothing is read)."""
+        if not self._force_dev_fresh:
+            if self.k:
+                self.st.scatter(self._nv, self.force_dev)
+            self._force_dev_fresh = True
+        return self.force_dev
+
     def force(self) -> np.ndarray:
         """H^T lambda as (n, 3) vertex forces, N (one gather kernel and one read, cached
         until lambda changes)."""
         if self._force_host is None:
-            if self.k:
-                self.st.scatter(self._nv, self.force_dev)
-            self._force_host = self.force_dev.to_numpy().astype(np.float64, copy=False)
+            self._force_host = self.force_device().to_numpy().astype(np.float64, copy=False)
         return self._force_host

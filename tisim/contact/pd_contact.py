@@ -467,6 +467,25 @@ class PDContact:
             return self._device.force()
         return self.contacts.scatter_forces(self.lam, self.vertex_count)
 
+    def force_device(self):
+        """H^T lambda as the device's (n, 3) Taichi array, or None where the forces are
+        not on the device (numpy implementation, no contact, or before this step's first
+        update has loaded the problem): then use :meth:`force`."""
+        if self._on_device and self.contacts.count:
+            return self._device.force_device()
+        return None
+
+    def update_device(self, q) -> None:
+        """:meth:`update` from positions already on the device (a (n, 3) Taichi array of
+        the backend's precision, the PD solver's iterate): nothing of size n crosses to
+        the host. Only once this step's problem is on the device (:meth:`force_device`
+        is not None)."""
+        if not self._on_device:
+            raise RuntimeError("update_device before the step's contact problem is on the device")
+        t0 = time.perf_counter()
+        self._update_device(q)
+        self._stats["ms_cr"] += 1e3 * (time.perf_counter() - t0)
+
     # ------------------------------------------------------------------ kinematics
     def kinematics(self, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Gaps d (k,) in m and tangential slip velocities u (k, 2) in m/s at positions q (n, 3).
@@ -519,7 +538,7 @@ class PDContact:
         self._record(d, u)
         self._stats["ms_cr"] += 1e3 * (time.perf_counter() - t0)
 
-    def _update_device(self, q: np.ndarray) -> None:
+    def _update_device(self, q) -> None:
         dev = self._device
         cr0, ls0 = dev.cr_total, dev.halvings
         dev.update(q, self.newton_iterations)

@@ -682,6 +682,26 @@ def set_scaled_rows(r: nd, VF: nd, f: nd, scale: float):
 
 
 @ti.kernel
+def set_scaled_difference(r: nd, VF: nd, fa: nd, fb: nd, scale: float):
+    """r = scale * (fa - fb) on free vertices, 0 on held ones."""
+    for v in range(r.shape[0]):
+        res = ti.Vector([0.0, 0.0, 0.0])
+        if VF[v, _FREE] != 0.0:
+            res = scale * (row3(fa, v) - row3(fb, v))
+        set_row3(r, v, res)
+
+
+@ti.kernel
+def count_nonzero_rows(f: nd) -> ti.i32:
+    """The number of rows of f (n, 3) with a non-zero entry."""
+    count = 0
+    for v in range(f.shape[0]):
+        if f[v, 0] != 0.0 or f[v, 1] != 0.0 or f[v, 2] != 0.0:
+            count += 1
+    return count
+
+
+@ti.kernel
 def gather_rows(src: nd, index: nd, out: nd):
     """out[i] = src[index[i]]."""
     for i in range(index.shape[0]):
@@ -766,6 +786,8 @@ class PDKernels:
     ):
         real = ti.f64 if _is_f64() else ti.f32
         self.np_real = _np_real()
+        self._real = real
+        self._kept = None  # keep_force's copy
         n, m = int(vertex_count), len(tets)
         self.n, self.m = n, m
         present = {int(k) for k in np.unique(material)}
@@ -939,6 +961,21 @@ class PDKernels:
 
     def add_to_residual(self, f: np.ndarray, scale: float) -> None:
         add_scaled_rows(self.r, self.VF, self._typed(f), scale)
+
+    def set_residual_difference(self, fa, fb, scale: float) -> None:
+        """r = scale (fa - fb) on free vertices: fa, fb (n, 3) Taichi arrays (device)."""
+        set_scaled_difference(self.r, self.VF, fa, fb, scale)
+
+    def any_nonzero(self, f) -> bool:
+        """Whether the (n, 3) Taichi array f has a non-zero entry (one scalar read)."""
+        return count_nonzero_rows(f) > 0
+
+    def keep_force(self, f):
+        """A device copy of the (n, 3) Taichi array f (kept until the next call); returns it."""
+        if self._kept is None or tuple(self._kept.shape) != tuple(f.shape):
+            self._kept = ti.ndarray(self._real, shape=tuple(f.shape))
+        copy_rows(self._kept, f)
+        return self._kept
 
     def set_residual(self, f: np.ndarray, scale: float) -> None:
         set_scaled_rows(self.r, self.VF, self._typed(f), scale)

@@ -353,11 +353,20 @@ class SolverPD(Solver):
             t_local += tb - ta
             force = None
             gathered = True
+            on_device = False  # this iteration's contact forces stay in Taichi arrays
             if self.contact is not None:
                 tc = time.perf_counter()
-                force = self.contact.force()
-                if np.any(force):  # A q = b + h^2 H^T lambda (notes §2.4)
-                    k.add_to_residual(np.ascontiguousarray(force), h2)
+                fdev = self.contact.force_device()
+                on_device = fdev is not None
+                if on_device:  # nothing of size n crosses to the host (issue 10)
+                    nonzero = k.any_nonzero(fdev)
+                    force = k.keep_force(fdev)
+                else:
+                    force = self.contact.force()
+                    nonzero = bool(np.any(force))
+                    force = np.ascontiguousarray(force)
+                if nonzero:  # A q = b + h^2 H^T lambda (notes §2.4)
+                    k.add_to_residual(force, h2)
                     rsq = k.residual_norm_sq()  # the momentum residual includes the contact forces
                     gathered = False
                 t_contact += time.perf_counter() - tc
@@ -372,10 +381,14 @@ class SolverPD(Solver):
             t_global += time.perf_counter() - tb
             if self.contact is not None and self.contact.active:
                 tc = time.perf_counter()
-                k.read_x(self._xout)
-                self.contact.update(self._xout)
-                df = self.contact.force() - force
-                k.set_residual(np.ascontiguousarray(df), h2)
+                if on_device:  # the iterate and the forces stay on the device
+                    self.contact.update_device(k.x)
+                    k.set_residual_difference(self.contact.force_device(), force, h2)
+                else:  # numpy contact, or the step's first update (detection, W on the host)
+                    k.read_x(self._xout)
+                    self.contact.update(self._xout)
+                    df = self.contact.force() - force
+                    k.set_residual(np.ascontiguousarray(df), h2)
                 t_contact += time.perf_counter() - tc
                 tb = time.perf_counter()
                 self._solve(gs, drag_v, coef, column, exact=True)
