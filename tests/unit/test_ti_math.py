@@ -69,3 +69,48 @@ def test_sin_cos_against_numpy(soft, rng):
     assert np.abs(out[:, 3] - np.cos(x)).max() < 1e-15
     far = soft(np.array([100.0, -1000.0]), np.ones(2))
     assert np.abs(far[:, 2] - np.sin([100.0, -1000.0])).max() < 1e-12
+
+
+@pytest.fixture(scope="module")
+def polished(taichi_backend):
+    """svd_polish on the CPU backend, started from ti.svd in f32 (what SPIR-V's f64 path
+    does, where Taichi's 3x3 SVD cannot compile in f64)."""
+    import taichi as ti
+
+    from tisim.materials import ti_funcs as mf
+
+    @ti.kernel
+    def run(F: ti.types.ndarray(dtype=ti.f64, ndim=3), out: ti.types.ndarray(dtype=ti.f64, ndim=3)):
+        for k in range(F.shape[0]):
+            A = ti.Matrix([[F[k, i, j] for j in ti.static(range(3))] for i in ti.static(range(3))])
+            U0, _S0, V0 = ti.svd(A.cast(ti.f32), ti.f32)
+            U, S, V = mf.svd_polish(A, U0.cast(ti.f64), V0.cast(ti.f64))
+            for i, j in ti.static(ti.ndrange(3, 3)):
+                out[k, i, j] = U[i, j]
+                out[k, 3 + i, j] = S[i, j]
+                out[k, 6 + i, j] = V[i, j]
+
+    def f(F):
+        F = np.ascontiguousarray(F, dtype=np.float64)
+        out = np.zeros((len(F), 9, 3))
+        run(F, out)
+        return out[:, :3], out[:, 3:6], out[:, 6:]
+
+    return f
+
+
+def test_svd_polish_reaches_f64_round_off(polished, rng):
+    F = rng.normal(size=(200, 3, 3))
+    F[:50] = np.eye(3) + 0.05 * F[:50]  # near rest
+    F[50:60, :, 2] *= -1.0  # inverted
+    F[60:70, :, 2] = 1e-3 * F[60:70, :, 2]  # nearly flat
+    F[70:75, :, 2] = 0.0  # flat: one zero singular value
+    U, S, V = polished(F)
+    eye = np.eye(3)
+    for k in range(len(F)):
+        scale = np.abs(F[k]).max()
+        assert np.abs(U[k].T @ U[k] - eye).max() < 1e-13, k
+        assert np.abs(V[k].T @ V[k] - eye).max() < 1e-13, k
+        assert np.abs(U[k] @ S[k] @ V[k].T - F[k]).max() < 1e-13 * scale, k
+        ref = np.linalg.svd(F[k], compute_uv=False)
+        assert np.abs(np.sort(np.diag(S[k]))[::-1] - ref).max() < 1e-13 * scale, k

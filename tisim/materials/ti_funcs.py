@@ -45,6 +45,8 @@ from __future__ import annotations
 
 import taichi as ti
 
+from tisim import ti_math as tm
+
 __all__ = [
     "cofactor",
     "energy_density_arap",
@@ -129,7 +131,7 @@ def energy_density_nh_log(F, mu, lam):
     J = F.determinant()
     psi = ti.math.inf
     if J > 0.0:
-        lj = ti.log(J)
+        lj = tm.log(J)
         psi = 0.5 * mu * (F.norm_sqr() - 3.0) - mu * lj + 0.5 * lam * lj * lj
     return psi
 
@@ -140,7 +142,7 @@ def first_piola_nh_log(F, mu, lam):
     J = F.determinant()
     lj = ti.math.nan
     if J > 0.0:
-        lj = ti.log(J)
+        lj = tm.log(J)
     return mu * F + (lam * lj - mu) * (cofactor(F) / J)
 
 
@@ -194,7 +196,7 @@ def energy_density_symmetric_gradient(F, mu):
     J = F.determinant()
     psi = ti.math.inf
     if J > 0.0:
-        psi = 0.5 * mu * F.norm_sqr() - mu * ti.log(J) - 1.5 * mu
+        psi = 0.5 * mu * F.norm_sqr() - mu * tm.log(J) - 1.5 * mu
     return psi
 
 
@@ -268,8 +270,8 @@ def _quat_exp(omega):
     a = omega.norm()
     q = ti.Vector([1.0, 0.5 * omega[0], 0.5 * omega[1], 0.5 * omega[2]])
     if a > 1e-8:
-        s = ti.sin(0.5 * a) / a
-        q = ti.Vector([ti.cos(0.5 * a), s * omega[0], s * omega[1], s * omega[2]])
+        s = tm.sin(0.5 * a) / a
+        q = ti.Vector([tm.cos(0.5 * a), s * omega[0], s * omega[1], s * omega[2]])
     return q.normalized()
 
 
@@ -368,7 +370,7 @@ def polar_rotation_quat(F, q_guess, iterations):
             if gain > best_gain:
                 best_gain = gain
                 best_n = n
-        theta = ti.atan2(best_n.dot(g), best_n.dot(M @ best_n))
+        theta = tm.atan2(best_n.dot(g), best_n.dot(M @ best_n))
         if best_gain <= 0.0 or ti.abs(theta) < 16.0 * eps:
             break  # the maximum (a critical point with no gain along any candidate) or F = 0
         q = quat_mul(_quat_exp(theta * best_n), q).normalized()
@@ -427,12 +429,9 @@ def polar_rotation_guard(F, q):
     warm starts from the previous iteration or frame)."""
     out = q
     if is_polar_maximum(F, quat_to_matrix(q)) == 0:
-        if ti.static(_svd_in_f32()):
-            # SPIR-V in f64: no 64-bit atan2 for the polish either; the f32 SVD's rotation
-            # is returned as it is (callers iterate on from it: fast_rotation does)
-            out = matrix_to_quat(polar_rotation_svd(F))
-        else:
-            out = polar_rotation_quat(F, matrix_to_quat(polar_rotation_svd(F)), 2)
+        # (SPIR-V in f64: the SVD runs in f32, and the polish, with tisim.ti_math's f64
+        # atan2 / sin / cos, takes it to f64 round-off)
+        out = polar_rotation_quat(F, matrix_to_quat(polar_rotation_svd(F)), 2)
     return out
 
 
@@ -446,13 +445,79 @@ def _svd_in_f32() -> bool:
 
 @ti.func
 def _svd(F):
-    """ti.svd(F) in the default precision, or in f32 where f64 cannot compile (the result,
-    good to ~1e-7, is cast back; the callers that need more polish it by Newton)."""
+    """ti.svd(F) in the default precision, or, where f64 cannot compile (SPIR-V), in f32
+    polished to f64 round-off by :func:`svd_polish`."""
     if ti.static(_svd_in_f32()):
         U, S, V = ti.svd(F.cast(ti.f32), ti.f32)
-        return U.cast(float), S.cast(float), V.cast(float)
+        return svd_polish(F, U.cast(float), V.cast(float))
     else:
         return ti.svd(F)
+
+
+@ti.func
+def svd_polish(F, U0, V0):
+    """F = U diag(sigma) V^T to the working precision from a nearly right V0 (an f32
+    SVD's): one-sided Jacobi (Hestenes) on the columns of B = F V, three sweeps of
+    plane rotations that make them orthogonal (quadratic convergence: 1e-7 -> 1e-14 ->
+    round-off), with only sqrt and division (SPIR-V has no 64-bit trigonometry). Then
+    sigma_i = |b_i| >= 0 and u_i = b_i / sigma_i; a column with sigma_i below 1e-12 |F|
+    (a flat or collapsed element) is completed by the cross product of the other two, or
+    taken from U0 when two are that small. Returns (U, diag(sigma), V) like ti.svd, not
+    sorted, signs left to the caller (:func:`svd_rotation_variant`)."""
+    V = V0
+    # re-orthonormalise V0's f32 columns (Gram-Schmidt, then the cross product)
+    v0 = ti.Vector([V[0, 0], V[1, 0], V[2, 0]]).normalized()
+    v1 = ti.Vector([V[0, 1], V[1, 1], V[2, 1]])
+    v1 = (v1 - v1.dot(v0) * v0).normalized()
+    v2 = v0.cross(v1)
+    if v2.dot(ti.Vector([V[0, 2], V[1, 2], V[2, 2]])) < 0.0:
+        v2 = -v2
+    V = ti.Matrix.cols([v0, v1, v2])
+    B = F @ V
+    fn = F.norm()
+    for _sweep in ti.static(range(3)):
+        for p, q in ti.static(((0, 1), (0, 2), (1, 2))):
+            bp = ti.Vector([B[0, p], B[1, p], B[2, p]])
+            bq = ti.Vector([B[0, q], B[1, q], B[2, q]])
+            a = bp.dot(bp)
+            b = bq.dot(bq)
+            g = bp.dot(bq)
+            if ti.abs(g) > 1e-300 and ti.abs(g) > 1e-17 * ti.sqrt(a * b):
+                zeta = (b - a) / (2.0 * g)
+                t = 1.0 / (ti.abs(zeta) + ti.sqrt(1.0 + zeta * zeta))
+                if zeta < 0.0:
+                    t = -t
+                c = 1.0 / ti.sqrt(1.0 + t * t)
+                s = c * t
+                for r in ti.static(range(3)):
+                    xp, xq = B[r, p], B[r, q]
+                    B[r, p] = c * xp - s * xq
+                    B[r, q] = s * xp + c * xq
+                    yp, yq = V[r, p], V[r, q]
+                    V[r, p] = c * yp - s * yq
+                    V[r, q] = s * yp + c * yq
+    sig = ti.Vector([0.0, 0.0, 0.0])
+    U = U0
+    small = 0
+    for i in ti.static(range(3)):
+        bi = ti.Vector([B[0, i], B[1, i], B[2, i]])
+        sig[i] = bi.norm()
+        if sig[i] > 1e-12 * fn:
+            for r in ti.static(range(3)):
+                U[r, i] = bi[r] / sig[i]
+        else:
+            small += 1
+    if small == 1:
+        for i in ti.static(range(3)):
+            if sig[i] <= 1e-12 * fn:
+                j, k = (i + 1) % 3, (i + 2) % 3
+                uj = ti.Vector([U[0, j], U[1, j], U[2, j]])
+                uk = ti.Vector([U[0, k], U[1, k], U[2, k]])
+                ui = uj.cross(uk)
+                for r in ti.static(range(3)):
+                    U[r, i] = ui[r]
+    S = ti.Matrix([[sig[0], 0.0, 0.0], [0.0, sig[1], 0.0], [0.0, 0.0, sig[2]]])
+    return U, S, V
 
 
 @ti.func

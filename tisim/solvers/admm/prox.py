@@ -34,6 +34,8 @@ symmetric-gradient (4) mu/2 (sum sigma^2 - 3) - mu log J               SymG, kap
 import numpy as np
 import taichi as ti
 
+from tisim import ti_math as tm
+
 from tisim.scene import MATERIALS
 
 ARAP, COROTATED, NEO_HOOKEAN, SYMMETRIC_DIRICHLET, SYMMETRIC_GRADIENT = range(5)
@@ -266,7 +268,7 @@ def energy_sigma(mat, sigma, mu, lam):
         if J <= 0.0:
             e = inf
         else:
-            lj = ti.log(J)
+            lj = tm.log(J)
             e = 0.5 * mu * (s2 - 3.0) - mu * lj
             if mat == NEO_HOOKEAN:
                 e += 0.5 * lam * lj * lj
@@ -286,7 +288,7 @@ def gradient_sigma(mat, sigma, mu, lam):
     elif mat == SYMMETRIC_DIRICHLET:
         g = mu * (sigma - 1.0 / (sigma * sigma * sigma))
     else:
-        lj = ti.log(J)
+        lj = tm.log(J)
         g = mu * (sigma - 1.0 / sigma)
         if mat == NEO_HOOKEAN:
             g += lam * lj / sigma
@@ -309,7 +311,7 @@ def hessian_sigma(mat, sigma, mu, lam):
             H[j, j] = mu * (1.0 + 3.0 / (sigma[j] * sigma[j] * sigma[j] * sigma[j]))
     else:
         inv = 1.0 / sigma
-        lj = ti.log(J)
+        lj = tm.log(J)
         for j in range(3):
             H[j, j] = mu * (1.0 + inv[j] * inv[j])
             if mat == NEO_HOOKEAN:
@@ -407,7 +409,7 @@ def _coupled_objective(mat, x, s, cw, lw, rho):
     J = x[0] * x[1] * x[2]
     e = 0.5 * rho * d.dot(d)
     if mat == NEO_HOOKEAN:
-        lj = ti.log(J)
+        lj = tm.log(J)
         e += cw * (0.5 * x.dot(x) - lj) + 0.5 * lw * lj * lj
     else:
         y = x - 1.0
@@ -440,7 +442,7 @@ def _prox_newton(mat, s, cw, lw, rho, x0, max_iterations):
         g = rho * (x - s)
         if mat == NEO_HOOKEAN:
             u = 1.0 / x
-            lj = ti.log(J)
+            lj = tm.log(J)
             g += cw * (x - u) + lw * lj * u
             dg = rho + cw + (cw - lw * lj) * u * u
         else:
