@@ -64,7 +64,7 @@ class ProlongedShell:
         self.P = P
         self._a: np.ndarray | None = None
         self.n = P.coarse_count
-        self._restrict = None  # (H's indptr, indices, M, C's indptr, indices): see restrict_hessian
+        self._restrict = None  # (H's indptr, indices, apply, C's indptr, indices): see _restriction_map
 
     def restrict_hessian(self, Hf: sp.csr_matrix) -> sp.csr_matrix:
         """U3^T Hf U3. The fine Hessian's pattern is fixed (the assembler's), so the
@@ -116,10 +116,11 @@ def _times_u3(rows: np.ndarray, cols: np.ndarray, U: sp.csr_matrix):
 
 
 def _restriction_map(Hf: sp.csr_matrix, U: sp.csr_matrix):
-    """(Hf.indptr, Hf.indices, M, indptr, indices) with U3^T Hf U3 = CSR((M(Hf.data),
-    indices, indptr)) for every Hf of this pattern; U: (n_fine, n_coarse) weights.
+    """(Hf.indptr, Hf.indices, apply, indptr, indices) with U3^T Hf U3 =
+    CSR((apply(Hf.data), indices, indptr)) for every Hf of this pattern; U: (n_fine,
+    n_coarse) weights.
 
-    M is two sparse maps, T = Hf U3 and then U3^T T: with a wide prolongation stencil
+    apply is two sparse maps, T = Hf U3 and then U3^T T: with a wide prolongation stencil
     (Loop's, ~8 coarse vertices per fine one) a single map from Hf to C would have
     ~64 entries per Hf entry, the two ~8 each."""
     Hf = sp.csr_matrix(Hf)

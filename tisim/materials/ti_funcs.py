@@ -435,19 +435,11 @@ def polar_rotation_guard(F, q):
     return out
 
 
-def _svd_in_f32() -> bool:
-    """Whether ti.svd must run in f32 here: SPIR-V backends (Vulkan, Metal, OpenGL) have no
-    64-bit atan2, which Taichi's 3x3 SVD uses. Evaluated when a kernel is compiled."""
-    from tisim.ti_math import soft_f64
-
-    return soft_f64()
-
-
 @ti.func
 def _svd(F):
     """ti.svd(F) in the default precision, or, where f64 cannot compile (SPIR-V), in f32
     polished to f64 round-off by :func:`svd_polish`."""
-    if ti.static(_svd_in_f32()):
+    if ti.static(tm.soft_f64()):  # SPIR-V in f64: Taichi's SVD needs a 64-bit atan2
         U, S, V = ti.svd(F.cast(ti.f32), ti.f32)
         return svd_polish(F, U.cast(float), V.cast(float))
     else:
