@@ -127,18 +127,20 @@ class _MeshFields:
         n = max(int(vertex_count), 1)
         self.vertex_count = int(vertex_count)
         self.faces = np.asarray(faces, dtype=np.int32)
+        # allocate every field before filling any: fields made between two kernel
+        # launches share one SNode tree, and a process has a bounded number of trees
         self.x = ti.Vector.field(3, ti.f32, shape=n)
         self.n = ti.Vector.field(3, ti.f32, shape=n)
         self.idx = ti.field(ti.i32, shape=max(3 * len(self.faces), 3))
+        # per-vertex colours on every mesh (uniform when none are given): one draw path
+        self.colors = ti.Vector.field(3, ti.f32, shape=n)
+        self.model = ti.Matrix.field(4, 4, ti.f32, shape=1)  # identity: see ``draw``
         if len(self.faces):
             self.idx.from_numpy(self.faces.reshape(-1))
-        # every mesh carries per-vertex colours: GGUI reuses its renderables by draw
-        # order across scenes, and one drawn without them after one drawn with them
-        # (or the reverse) may not show at all
-        self.colors = ti.Vector.field(3, ti.f32, shape=n)
         c = np.asarray(colors if colors is not None else color, dtype=np.float32)
         c = np.broadcast_to(c, (n, 3))
         self.colors.from_numpy(np.ascontiguousarray(c))
+        self.model.from_numpy(np.eye(4, dtype=np.float32)[None])
 
     def update(self, positions: np.ndarray, normals: np.ndarray | None = None) -> None:
         """New positions (n, 3); normals (n, 3), or (3,) for all, default: from the faces."""
@@ -151,15 +153,21 @@ class _MeshFields:
         self.n.from_numpy(np.ascontiguousarray(nrm, dtype=np.float32))
 
     def draw(self, scene, color) -> None:
+        """Draw as one instance with an identity model matrix, never with ``scene.mesh``:
+        Taichi 1.7.4's mesh shader computes ``I (1 - a) + M a`` with a = 0 and M read
+        from a per-draw storage buffer that ``scene.mesh`` leaves uninitialised, so a
+        NaN left in that memory (by anything allocated before) makes the whole mesh
+        vanish, at random (seen as a floor or an object missing from some frames)."""
         if not len(self.faces):
             return
-        scene.mesh(
+        scene.mesh_instance(
             self.x,
             indices=self.idx,
             normals=self.n,
             color=tuple(color),
             per_vertex_color=self.colors,
             two_sided=True,
+            transforms=self.model,
         )
 
 
