@@ -6,24 +6,27 @@ side, so two boxes overlap whenever the primitives' distance is below ``inflatio
 (the solver passes dhat + thickness, the barrier's activation distance).
 
 Faces and edges are inserted into a uniform grid (cell size from the mean box size),
-stored as a hash table built with a counting pass: count the (primitive, cell) entries
-per bucket with atomics, an exclusive prefix sum over the buckets, scatter the entries
-with per-bucket atomic cursors. Then every surface vertex queries the faces and every
-edge queries the edges with a larger index in the cells its box covers. A pair is
-reported only from the one cell that holds the lower corner of the two boxes'
-intersection, so each unordered pair appears once without a global de-duplication,
-and only when the boxes really overlap (hash collisions cost time, never pairs).
+stored as a hash table: each box's cell count, an exclusive scan of the counts, each
+box lists its (box, cell) entries at its offset, then one thread per entry counts the
+entries per hash bucket (atomics), an exclusive scan over the buckets, and one thread
+per entry scatters it with a per-bucket atomic cursor. Then every surface vertex
+queries the faces and every edge queries the edges with a larger index in the cells
+its box covers, in two passes: count each query's pairs, scan the counts, enumerate
+again and write each pair at its query's offset plus its rank. A pair is reported
+only from the one cell that holds the lower corner of the two boxes' intersection, so
+each unordered pair appears once without a global de-duplication, and only when the
+boxes really overlap (hash collisions cost time, never pairs).
 
-All loops over primitives run in Taichi kernels; counters are atomics and nothing
-depends on the order of the outermost loop, so the kernels are GPU-safe.
+No atomic operation sits inside a loop whose trip count differs between threads:
+Taichi 1.7.4's SPIR-V code (Vulkan; seen with Mesa's lavapipe) loses some of those
+updates (``tools/spirv_loop_atomics.py``), which lost contact pairs there. Atomics run
+one per thread in flat loops; per-box and per-query loops only count and store.
 
 The output is deterministic, bit for bit, whatever the thread scheduling: the mean box
 size is summed in fixed blocks (not with float atomics), each hash bucket's entries are
 sorted after the scatter (so every query enumerates its candidates in a fixed order),
-and the pairs, appended with atomics into a scratch buffer tagged (query primitive,
-rank within its query), are scattered to offsets from an exclusive scan of the
-per-query counts. Rows come out grouped by query primitive (points in increasing
-order, then edges in input order).
+and each pair's row is its query's offset plus its rank. Rows come out grouped by query
+primitive (points in increasing order, then edges in input order).
 
 Every kernel takes Taichi ndarrays (no template fields), so each compiles once per
 process for all instances, sizes and both precisions' element types, and the offline
@@ -176,12 +179,14 @@ def _compute_boxes(
         block_sums[b] = acc
     for _ in range(1):  # one thread sums the blocks in order (deterministic; SPIR-V has
         # no loop_config(serialize))
+        acc = 0.0  # a local running sum (see _scan_buckets)
         for b in range(n_blocks):
-            stats[0] += block_sums[b]
+            acc += block_sums[b]
+        stats[0] = acc
 
 
 @ti.kernel
-def _count_entries(
+def _count_cells(
     lo: ti.types.ndarray(),
     hi: ti.types.ndarray(),
     first: ti.i32,
@@ -189,24 +194,52 @@ def _count_entries(
     origin: ti.types.vector(3, float),
     inv_cell: float,
     relevant: ti.types.ndarray(),
-    buckets: ti.types.ndarray(),
-    total: ti.types.ndarray(),
+    cells: ti.types.ndarray(),
 ):
-    """buckets[:, 0] = number of (primitive, cell) entries per hash bucket; total[0] = sum
-    (relevant boxes only)."""
-    n_buckets = buckets.shape[0]
-    for j in range(n_buckets):
-        buckets[j, 0] = 0
-    total[0] = 0
-    mask = n_buckets - 1
+    """cells[i, 0] = number of grid cells box first + i covers (0 for a box that is not
+    relevant)."""
     for i in range(count):
+        k = 0
         if relevant[first + i] != 0:
+            span = _cell_of(hi[first + i], origin, inv_cell) - _cell_of(lo[first + i], origin, inv_cell) + 1
+            k = span[0] * span[1] * span[2]
+        cells[i, 0] = k
+
+
+@ti.kernel
+def _list_cells(
+    lo: ti.types.ndarray(),
+    hi: ti.types.ndarray(),
+    first: ti.i32,
+    count: ti.i32,
+    origin: ti.types.vector(3, float),
+    inv_cell: float,
+    cells: ti.types.ndarray(),
+    raw: ti.types.ndarray(),
+):
+    """raw[cells[i, 1] + j] = (box, cell x, y, z) for the j-th cell of box first + i: plain
+    stores at offsets from the scan of the counts (no atomics inside the per-box loop)."""
+    for i in range(count):
+        if cells[i, 0] > 0:
             c0 = _cell_of(lo[first + i], origin, inv_cell)
             c1 = _cell_of(hi[first + i], origin, inv_cell)
+            k = cells[i, 1]
             for cx, cy, cz in ti.ndrange((c0[0], c1[0] + 1), (c0[1], c1[1] + 1), (c0[2], c1[2] + 1)):
-                ti.atomic_add(buckets[_hash(cx, cy, cz, mask), 0], 1)
-            span = c1 - c0 + 1
-            ti.atomic_add(total[0], span[0] * span[1] * span[2])
+                raw[k, 0] = first + i
+                raw[k, 1] = cx
+                raw[k, 2] = cy
+                raw[k, 3] = cz
+                k += 1
+
+
+@ti.kernel
+def _count_buckets(raw: ti.types.ndarray(), total: ti.i32, buckets: ti.types.ndarray()):
+    """buckets[:, 0] = number of entries per hash bucket (one thread per entry)."""
+    for j in range(buckets.shape[0]):
+        buckets[j, 0] = 0
+    mask = buckets.shape[0] - 1
+    for e in range(total):
+        ti.atomic_add(buckets[_hash(raw[e, 1], raw[e, 2], raw[e, 3], mask), 0], 1)
 
 
 @ti.kernel
@@ -222,9 +255,13 @@ def _scan_buckets(buckets: ti.types.ndarray(), block_sums: ti.types.ndarray()):
             acc += buckets[j, 0]
         block_sums[b] = acc
     for _ in range(1):  # one thread runs the loop inside serially (loop_config(serialize)
-        # is not supported by the SPIR-V backends): block b's offset needs blocks < b
-        for b in range(1, n_blocks):
-            block_sums[b] += block_sums[b - 1]
+        # is not supported by the SPIR-V backends): block b's offset needs blocks < b.
+        # The running sum is a local: the in-place form (block_sums[b] += block_sums[b - 1])
+        # gave wrong offsets from the fifth block on under Vulkan (lavapipe)
+        acc = 0
+        for b in range(n_blocks):
+            acc += block_sums[b]
+            block_sums[b] = acc
     for j in range(n):
         b = j // _SCAN_BLOCK
         if b > 0:
@@ -233,30 +270,28 @@ def _scan_buckets(buckets: ti.types.ndarray(), block_sums: ti.types.ndarray()):
 
 
 @ti.kernel
+def _scan_total(a: ti.types.ndarray(), upto: ti.i32, out: ti.types.ndarray()):
+    """out[0] = sum of a[:upto, 0] and out[1] = sum of a[:, 0], from the scan in a[:, 1]."""
+    for _ in range(1):
+        m = a.shape[0]
+        out[0] = a[m - 1, 1] + a[m - 1, 0]
+        if upto < m:
+            out[0] = a[upto, 1]
+        out[1] = a[m - 1, 1] + a[m - 1, 0]
+
+
+@ti.kernel
 def _fill_entries(
-    lo: ti.types.ndarray(),
-    hi: ti.types.ndarray(),
-    first: ti.i32,
-    count: ti.i32,
-    origin: ti.types.vector(3, float),
-    inv_cell: float,
-    relevant: ti.types.ndarray(),
-    buckets: ti.types.ndarray(),
-    entries: ti.types.ndarray(),
+    raw: ti.types.ndarray(), total: ti.i32, buckets: ti.types.ndarray(), entries: ti.types.ndarray()
 ):
-    """Scatter the entries (box index, cell x, y, z) of the relevant boxes into their buckets."""
+    """Scatter the entries into their buckets (one thread per entry, atomic cursors; the
+    order within a bucket is fixed afterwards by ``_sort_buckets``)."""
     mask = buckets.shape[0] - 1
-    for i in range(count):
-        if relevant[first + i] != 0:
-            c0 = _cell_of(lo[first + i], origin, inv_cell)
-            c1 = _cell_of(hi[first + i], origin, inv_cell)
-            for cx, cy, cz in ti.ndrange((c0[0], c1[0] + 1), (c0[1], c1[1] + 1), (c0[2], c1[2] + 1)):
-                h = _hash(cx, cy, cz, mask)
-                k = buckets[h, 1] + ti.atomic_add(buckets[h, 2], 1)
-                entries[k, 0] = first + i
-                entries[k, 1] = cx
-                entries[k, 2] = cy
-                entries[k, 3] = cz
+    for e in range(total):
+        h = _hash(raw[e, 1], raw[e, 2], raw[e, 3], mask)
+        k = buckets[h, 1] + ti.atomic_add(buckets[h, 2], 1)
+        for c in ti.static(range(4)):
+            entries[k, c] = raw[e, c]
 
 
 @ti.func
@@ -308,25 +343,23 @@ def _query_pairs(
     inv_cell: float,
     buckets: ti.types.ndarray(),
     entries: ti.types.ndarray(),
+    query_counts: ti.types.ndarray(),
+    write: ti.i32,
+    ee_base: ti.i32,
     pt: ti.types.ndarray(),
     ee: ti.types.ndarray(),
-    pt_tag: ti.types.ndarray(),
-    ee_tag: ti.types.ndarray(),
-    query_counts: ti.types.ndarray(),
-    counts: ti.types.ndarray(),
 ):
-    """Points against faces, edges against edges of larger index; atomically appended.
+    """Points against faces, edges against edges of larger index, in two passes.
 
-    pt, ee: (cap,) vec4 i32 scratch rows; pt_tag, ee_tag: (cap,) vec2 i32, the query
-    primitive i (points [0, n_points), edges after) and the pair's rank within that
-    query; query_counts[i, 0]: pairs found by query i; counts: totals (may exceed cap:
-    then nothing beyond cap is written and the caller grows and reruns).
+    write = 0: query_counts[i, 0] = number of pairs of query primitive i (points
+    [0, n_points), then edges). write = 1, after the exclusive scan of those counts into
+    query_counts[:, 1]: the pairs are written, a point's at pt[start(i) + rank], an
+    edge's at ee[start(i) - ee_base + rank], where ee_base = start(n_points). Each
+    thread enumerates its candidates in a fixed order and writes with plain stores: no
+    atomics (Taichi's SPIR-V code loses atomic updates made inside run-time loops) and
+    the same rows, in the same order, on every backend and run.
     """
-    counts[0] = 0
-    counts[1] = 0
     mask = buckets.shape[0] - 1
-    cap_pt = pt.shape[0]
-    cap_ee = ee.shape[0]
     for i in range(n_points + ne):
         is_point = i < n_points
         rank = 0
@@ -370,10 +403,8 @@ def _query_pairs(
                     corner = _cell_of(ti.max(lo_a, lo_b), origin, inv_cell)
                     if corner[0] != cx or corner[1] != cy or corner[2] != cz:
                         continue  # reported from another cell
-                    slot = ti.atomic_add(counts[0], 1)
-                    if slot < cap_pt:
-                        pt[slot] = ti.Vector([v, f0, f1, f2])
-                        pt_tag[slot] = ti.Vector([i, rank])
+                    if write != 0:
+                        pt[query_counts[i, 1] + rank] = ti.Vector([v, f0, f1, f2])
                     rank += 1
                 else:
                     if other <= box:
@@ -391,28 +422,11 @@ def _query_pairs(
                     corner = _cell_of(ti.max(lo_a, lo_b), origin, inv_cell)
                     if corner[0] != cx or corner[1] != cy or corner[2] != cz:
                         continue
-                    slot = ti.atomic_add(counts[1], 1)
-                    if slot < cap_ee:
-                        ee[slot] = ti.Vector([ea0, ea1, eb0, eb1])
-                        ee_tag[slot] = ti.Vector([i, rank])
+                    if write != 0:
+                        ee[query_counts[i, 1] - ee_base + rank] = ti.Vector([ea0, ea1, eb0, eb1])
                     rank += 1
-        query_counts[i, 0] = rank
-
-
-@ti.kernel
-def _scatter_pairs(
-    src: ti.types.ndarray(),
-    tag: ti.types.ndarray(),
-    count: ti.i32,
-    query_counts: ti.types.ndarray(),
-    first_query: ti.i32,
-    dst: ti.types.ndarray(),
-):
-    """dst[start(i) - start(first_query) + rank] = src[k] for the pairs k < count tagged
-    (i, rank); start = query_counts[:, 1], the exclusive scan of the per-query counts."""
-    for k in range(count):
-        t = tag[k]
-        dst[query_counts[t[0], 1] - query_counts[first_query, 1] + t[1]] = src[k]
+        if write == 0:
+            query_counts[i, 0] = rank
 
 
 def _next_pow2(k: int) -> int:
@@ -428,8 +442,8 @@ class BroadPhase:
     undirected edges. Points are the vertices used by a face or an edge.
     vertex_active: (n,) bool; False for kinematic obstacle vertices: a pair whose four
     vertices are all inactive is never reported. None: all active.
-    initial_capacity: rows of the pair buffers to start with; they grow (and the query
-    reruns) when a detection finds more pairs, so no pair is ever dropped.
+    initial_capacity: rows of the pair buffers to start with; they grow before the
+    pairs are written when the counting pass finds more, so no pair is ever dropped.
 
     After ``n_pt, n_ee = bp.detect(x, inflation, dx=None, alpha=1.0)``, ``bp.pt[:n_pt]``
     holds rows (point, t0, t1, t2) and ``bp.ee[:n_ee]`` rows (ea0, ea1, eb0, eb1)
@@ -499,9 +513,12 @@ class BroadPhase:
         n_buckets = max(1024, _next_pow2(2 * n_prims))
         self._buckets = ti.ndarray(ti.i32, shape=(n_buckets, 3))
         self._block_sums = ti.ndarray(ti.i32, (n_buckets + _SCAN_BLOCK - 1) // _SCAN_BLOCK)
-        self._total = ti.ndarray(ti.i32, 1)
+        # per face and edge: (cells covered, first of its raw entries, unused)
+        self._cells = ti.ndarray(ti.i32, shape=(max(1, n_prims), 3))
+        self._cell_blocks = ti.ndarray(ti.i32, (max(1, n_prims) + _SCAN_BLOCK - 1) // _SCAN_BLOCK)
+        self._raw = ti.ndarray(ti.i32, shape=(max(1024, 4 * n_prims), 4))
         self._entries = ti.ndarray(ti.i32, shape=(max(1024, 4 * n_prims), 4))
-        self._counts = ti.ndarray(ti.i32, 2)
+        self._totals = ti.ndarray(ti.i32, 2)
         # per query primitive (points, then edges): (pair count, start, unused)
         n_queries = max(1, self.point_count + self.edge_count)
         self._query_counts = ti.ndarray(ti.i32, shape=(n_queries, 3))
@@ -515,10 +532,8 @@ class BroadPhase:
         self.last_timings: dict[str, float] = {}
 
     def _alloc_pairs(self, kind: str, cap: int) -> None:
-        """(Re)allocate the public rows, the scratch rows and their tags for kind pt/ee."""
+        """(Re)allocate the rows of kind pt/ee."""
         setattr(self, kind, ti.Vector.ndarray(4, ti.i32, cap))
-        setattr(self, f"_{kind}_raw", ti.Vector.ndarray(4, ti.i32, cap))
-        setattr(self, f"_{kind}_tag", ti.Vector.ndarray(2, ti.i32, cap))
 
     @property
     def capacity(self) -> tuple[int, int]:
@@ -566,41 +581,36 @@ class BroadPhase:
         origin = ti.Vector([float(c) for c in st[2:5]])
         inv_cell = 1.0 / cell
 
-        _count_entries(self._lo, self._hi, n, n_prims, origin, inv_cell, self._relevant, self._buckets, self._total)
-        total = int(self._total.to_numpy()[0])
+        _count_cells(self._lo, self._hi, n, n_prims, origin, inv_cell, self._relevant, self._cells)
+        _scan_buckets(self._cells, self._cell_blocks)
+        _scan_total(self._cells, n_prims, self._totals)
+        total = int(self._totals.to_numpy()[0])
         if total > self._entries.shape[0]:
+            self._raw = ti.ndarray(ti.i32, shape=(_next_pow2(total), 4))
             self._entries = ti.ndarray(ti.i32, shape=(_next_pow2(total), 4))
+        _list_cells(self._lo, self._hi, n, n_prims, origin, inv_cell, self._cells, self._raw)
+        _count_buckets(self._raw, total, self._buckets)
         _scan_buckets(self._buckets, self._block_sums)
-        _fill_entries(
-            self._lo, self._hi, n, n_prims, origin, inv_cell, self._relevant, self._buckets, self._entries
-        )
+        _fill_entries(self._raw, total, self._buckets, self._entries)
         _sort_buckets(self._buckets, self._entries)
         t1 = time.perf_counter()
-        while True:
-            _query_pairs(
-                self._lo, self._hi, self._points, self._faces, self._edges, self._active, self._relevant,
-                n, self.point_count, nf, ne, origin, inv_cell, self._buckets, self._entries,
-                self._pt_raw, self._ee_raw, self._pt_tag, self._ee_tag, self._query_counts,
-                self._counts,
-            )  # fmt: skip
-            n_pt, n_ee = (int(c) for c in self._counts.to_numpy())
-            cap_pt, cap_ee = self.capacity
-            if n_pt <= cap_pt and n_ee <= cap_ee:
-                break
-            # Grow and query again (the arrays change size, the kernels do not recompile).
-            if n_pt > cap_pt:
-                self._alloc_pairs("pt", _next_pow2(n_pt + n_pt // 2))
-            if n_ee > cap_ee:
-                self._alloc_pairs("ee", _next_pow2(n_ee + n_ee // 2))
-            log.debug("broad phase: pair buffers grown to %s", self.capacity)
-        # deterministic order: rows grouped by query primitive, in rank order
+        args = (
+            self._lo, self._hi, self._points, self._faces, self._edges, self._active, self._relevant,
+            n, self.point_count, nf, ne, origin, inv_cell, self._buckets, self._entries,
+            self._query_counts,
+        )  # fmt: skip
+        _query_pairs(*args, 0, 0, self.pt, self.ee)  # count
         _scan_buckets(self._query_counts, self._query_blocks)
-        if n_pt:
-            _scatter_pairs(self._pt_raw, self._pt_tag, n_pt, self._query_counts, 0, self.pt)
-        if n_ee:
-            _scatter_pairs(
-                self._ee_raw, self._ee_tag, n_ee, self._query_counts, self.point_count, self.ee
-            )
+        _scan_total(self._query_counts, self.point_count, self._totals)
+        n_pt, n_all = (int(c) for c in self._totals.to_numpy())
+        n_ee = n_all - n_pt
+        cap_pt, cap_ee = self.capacity
+        if n_pt > cap_pt:  # grow (the arrays change size, the kernels do not recompile)
+            self._alloc_pairs("pt", _next_pow2(n_pt + n_pt // 2))
+        if n_ee > cap_ee:
+            self._alloc_pairs("ee", _next_pow2(n_ee + n_ee // 2))
+        if n_all:
+            _query_pairs(*args, 1, n_pt, self.pt, self.ee)  # write
         t2 = time.perf_counter()
         self.n_pt, self.n_ee = n_pt, n_ee
         self.last_timings = {"build": t1 - t0, "query": t2 - t1}
