@@ -18,7 +18,7 @@ from typing import Callable
 
 import numpy as np
 
-from tisim.geometry.precompute import deformation_gradients
+from tisim.geometry.mesh import tet_signed_volumes
 from tisim.scene import Scene
 from tisim.solvers.base import StepStats
 
@@ -59,6 +59,12 @@ class RunResult:
                 "interrupted": EXIT_INTERRUPTED}.get(self.ended, EXIT_OK)
 
 
+def volume_ratios(model, positions: np.ndarray) -> np.ndarray:
+    """(m,) det F of every tet: its signed volume over its rest volume (the same number
+    as det(Ds Dm^-1), to round-off, at a sixth of the cost)."""
+    return tet_signed_volumes(positions, model.mesh.tets) / model.rest.volume
+
+
 def frame_quantities(model, positions: np.ndarray, velocities: np.ndarray) -> dict[str, float]:
     """Kinetic energy (J), linear momentum (kg m/s), angular momentum about the origin
     (kg m^2/s), centre of mass (m) and its velocity, smallest volume ratio det F."""
@@ -67,8 +73,7 @@ def frame_quantities(model, positions: np.ndarray, velocities: np.ndarray) -> di
     p = (m[:, None] * velocities).sum(axis=0)
     L = (m[:, None] * np.cross(positions, velocities)).sum(axis=0)
     com = (m[:, None] * positions).sum(axis=0) / M
-    F = deformation_gradients(positions, model.mesh.tets, model.rest.Dm_inv)
-    J = np.linalg.det(F)
+    J = volume_ratios(model, positions)
     return {
         "kinetic": 0.5 * float((m * (velocities**2).sum(axis=1)).sum()),
         "px": p[0], "py": p[1], "pz": p[2],
@@ -444,7 +449,7 @@ class DivergenceGuards:
                                      f"(potential = {pot} J)"))
         m = self.model.element_count
         if m > 0:
-            J = np.linalg.det(deformation_gradients(state.positions, self.model.mesh.tets, self.model.rest.Dm_inv))
+            J = volume_ratios(self.model, state.positions)
             bad = int(np.count_nonzero(~(J > 0)))
             if bad:
                 causes.append(("inversion", f"{bad} of {m} tets inverted at the end of the step "

@@ -90,3 +90,20 @@ def test_tet_rest_rejects_inverted_and_degenerate_tets():
     flat = np.array([[0.0, 0, 0], [1, 0, 0], [0, 1, 0], [0.5, 0.5, 0]])
     with pytest.raises(MeshError, match="degenerate"):
         tet_rest(TetMesh(flat, [[0, 1, 2, 3]]))
+
+
+def test_volume_ratios_equal_det_f_on_deformed_and_inverted_tets():
+    """The runner's smallest det F comes from signed volumes over rest volumes; it must be
+    det(Ds Dm^-1) itself, sign included, on a deformed mesh with some tets inverted."""
+    from types import SimpleNamespace
+
+    from tisim.runner import volume_ratios
+
+    b = box((1.0, 0.5, 0.2), (4, 3, 2))
+    r = tet_rest(b)
+    rng = np.random.default_rng(7)
+    x = b.vertices @ rng.normal(size=(3, 3)) + rng.normal(scale=0.15, size=b.vertices.shape)
+    J_ref = np.linalg.det(deformation_gradients(x, b.tets, r.Dm_inv))
+    assert (J_ref < 0).any() and (J_ref > 0).any()  # the check sees both signs
+    model = SimpleNamespace(mesh=b, rest=r)
+    np.testing.assert_allclose(volume_ratios(model, x), J_ref, rtol=1e-12, atol=1e-12)
