@@ -186,7 +186,7 @@ def _compute_boxes(
 
 
 @ti.kernel
-def _count_cells(
+def _box_cells(
     lo: ti.types.ndarray(),
     hi: ti.types.ndarray(),
     first: ti.i32,
@@ -195,41 +195,32 @@ def _count_cells(
     inv_cell: float,
     relevant: ti.types.ndarray(),
     cells: ti.types.ndarray(),
-):
-    """cells[i, 0] = number of grid cells box first + i covers (0 for a box that is not
-    relevant)."""
-    for i in range(count):
-        k = 0
-        if relevant[first + i] != 0:
-            span = _cell_of(hi[first + i], origin, inv_cell) - _cell_of(lo[first + i], origin, inv_cell) + 1
-            k = span[0] * span[1] * span[2]
-        cells[i, 0] = k
-
-
-@ti.kernel
-def _list_cells(
-    lo: ti.types.ndarray(),
-    hi: ti.types.ndarray(),
-    first: ti.i32,
-    count: ti.i32,
-    origin: ti.types.vector(3, float),
-    inv_cell: float,
-    cells: ti.types.ndarray(),
+    write: ti.i32,
     raw: ti.types.ndarray(),
 ):
-    """raw[cells[i, 1] + j] = (box, cell x, y, z) for the j-th cell of box first + i: plain
-    stores at offsets from the scan of the counts (no atomics inside the per-box loop)."""
+    """The grid cells of boxes first .. first + count - 1, in two passes.
+
+    write = 0: cells[i, 0] = number of cells box first + i covers (0 for a box that is
+    not relevant). write = 1, after the exclusive scan of those counts into cells[:, 1]:
+    raw[cells[i, 1] + j] = (box, cell x, y, z) for its j-th cell, plain stores at the
+    box's offset (no atomics inside the per-box loop)."""
     for i in range(count):
-        if cells[i, 0] > 0:
+        if relevant[first + i] != 0:
             c0 = _cell_of(lo[first + i], origin, inv_cell)
             c1 = _cell_of(hi[first + i], origin, inv_cell)
-            k = cells[i, 1]
-            for cx, cy, cz in ti.ndrange((c0[0], c1[0] + 1), (c0[1], c1[1] + 1), (c0[2], c1[2] + 1)):
-                raw[k, 0] = first + i
-                raw[k, 1] = cx
-                raw[k, 2] = cy
-                raw[k, 3] = cz
-                k += 1
+            if write == 0:
+                span = c1 - c0 + 1
+                cells[i, 0] = span[0] * span[1] * span[2]
+            else:
+                k = cells[i, 1]
+                for cx, cy, cz in ti.ndrange((c0[0], c1[0] + 1), (c0[1], c1[1] + 1), (c0[2], c1[2] + 1)):
+                    raw[k, 0] = first + i
+                    raw[k, 1] = cx
+                    raw[k, 2] = cy
+                    raw[k, 3] = cz
+                    k += 1
+        elif write == 0:
+            cells[i, 0] = 0
 
 
 @ti.kernel
@@ -581,14 +572,15 @@ class BroadPhase:
         origin = ti.Vector([float(c) for c in st[2:5]])
         inv_cell = 1.0 / cell
 
-        _count_cells(self._lo, self._hi, n, n_prims, origin, inv_cell, self._relevant, self._cells)
+        cell_args = (self._lo, self._hi, n, n_prims, origin, inv_cell, self._relevant, self._cells)
+        _box_cells(*cell_args, 0, self._raw)  # count
         _scan_buckets(self._cells, self._cell_blocks)
         _scan_total(self._cells, n_prims, self._totals)
         total = int(self._totals.to_numpy()[0])
         if total > self._entries.shape[0]:
             self._raw = ti.ndarray(ti.i32, shape=(_next_pow2(total), 4))
             self._entries = ti.ndarray(ti.i32, shape=(_next_pow2(total), 4))
-        _list_cells(self._lo, self._hi, n, n_prims, origin, inv_cell, self._cells, self._raw)
+        _box_cells(*cell_args, 1, self._raw)  # list
         _count_buckets(self._raw, total, self._buckets)
         _scan_buckets(self._buckets, self._block_sums)
         _fill_entries(self._raw, total, self._buckets, self._entries)
