@@ -322,6 +322,8 @@ class ProgressiveRefiner:
         else:
             elastic = ProlongedShell(self.fine_term(), self.hierarchy.to_finest(level))
         s = SolverCloth(self.model, self.scene.solver, cloth=cp, elastic=elastic)
+        if isinstance(elastic, ProlongedShell):
+            s.hessian_reuse = int(self.scene.refine.hessian_reuse)
         self._solvers[key] = s
         return s
 

@@ -283,6 +283,10 @@ class RefineConfig:
     # 1: the paper's target P(x_l) + U (x_l - x_l'); below 1, position and velocity are
     # prolonged separately: x_{l+1} + U (x_l - x_l') + gain (P(x_l) - x_{l+1})
     position_gain: float = num(1.0, gt=0, le=1, doc="pull of a level's position towards the prolonged one per step")
+    # Newton iterations that share one elastic Hessian on the levels below the finest, whose
+    # Hessian is the finest level's restricted through U (their costliest part); the
+    # finest level and direct runs keep solver.hessian_reuse
+    hessian_reuse: int = num(4, ge=1, doc="Newton iterations sharing one elastic Hessian below the finest level")
     object: str | None = None  # the cloth object to refine (default: the only one)
 
 

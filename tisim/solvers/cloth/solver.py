@@ -286,6 +286,8 @@ class SolverCloth(Solver):
             self.strain = _StrainTerm(StrainLimit, self.nc, cp.faces, cp.rest, config.strain_limit,
                                       config.strain_stiffness * E_t, real)
         self._strain_folded = isinstance(self.elastic, ShellTerm) and self.elastic.fold_strain(self.strain)
+        # Newton iterations that share one elastic Hessian (the progressive preview sets its own)
+        self.hessian_reuse = int(config.hessian_reuse)
         from tisim.contact.ipc.halfspace import HalfSpaces
 
         pl = self.obstacles.planes
@@ -463,6 +465,7 @@ class SolverCloth(Solver):
         tol_v = (tolerance if tolerance is not None else cfg.tolerance) * self.bbox_diag
         max_it = max_iterations or cfg.newton_iterations
         stop_on_decrement = getattr(cfg, "stop", "max") == "decrement"
+        reuse = max(1, int(self.hessian_reuse))
         mass = self.cloth_mass
         inv_h2 = 1.0 / (h * h)
         dhat, xi = self.contact.dhat, self.contact.thickness
@@ -538,11 +541,22 @@ class SolverCloth(Solver):
                         dhat, xi, self.kappa, self.vertex_mu)
                 if plane_friction:
                     planes.update_friction(x[:nc], dhat, xi, self.kappa, reference=x_start[:nc])
+            He_kept, kept_for = None, 0
             for it in range(max_it):
                 iterations += 1
                 # gradient and Hessian --------------------------------------------------
                 t_ = time.perf_counter()
-                Ee, ge, He = self.elastic.evaluate(x[:nc], hessian=True)
+                kept = He_kept is not None and kept_for < reuse
+                if kept:
+                    # a kept elastic Hessian (hessian_reuse > 1): the gradient is exact, the
+                    # step a descent direction (the kept matrix is PSD), the line search as ever
+                    Ee, ge, _ = self.elastic.evaluate(x[:nc], hessian=False)
+                    He = He_kept
+                    kept_for += 1
+                else:
+                    Ee, ge, He = self.elastic.evaluate(x[:nc], hessian=True)
+                    if reuse > 1:
+                        He_kept, kept_for = sp.csr_matrix(He, copy=True), 1
                 g = np.zeros((n, 3))
                 g[:nc] = inv_h2 * mass[:, None] * (x[:nc] - x_hat) - f_ext + ge
                 Hc = He
@@ -631,8 +645,13 @@ class SolverCloth(Solver):
                 m_free = float(mass[free[:nc]].sum())
                 v_dec = math.sqrt(max(float(b @ p.ravel()[dofs]), 0.0) / m_free) if m_free > 0 else 0.0
                 if not pulled.any() and (residual < tol_v or (stop_on_decrement and v_dec < tol_v)):
-                    converged = True
-                    break
+                    if not kept:
+                        converged = True
+                        break
+                    # measured with a kept Hessian: confirm with a fresh one at the same x, so
+                    # that convergence means what it means for plain Newton
+                    He_kept = None
+                    continue
 
                 # line search: strain feasibility, CCD, backtracking ----------------------
                 t_ = time.perf_counter()
@@ -661,6 +680,7 @@ class SolverCloth(Solver):
                         accepted = True
                         break
                     alpha *= 0.5
+                    He_kept = None  # backtracked: the kept Hessian no longer models the energy well
                 T["line_search"] += time.perf_counter() - t_
                 log.debug("newton %d: |p|/h %.3g alpha %.3g (ccd %.3g) E %.6g -> %.6g, %d pairs, kappa %.3g",
                           it, residual, alpha, toi, E0, Et, sum(pairs), self.kappa)
