@@ -1,6 +1,7 @@
 """Time one broad-phase detection (tisim/contact/ipc/broad_phase.py) on cloth-like scenes.
 
-A 64 x 64-vertex sheet (the cloth-drape benchmark's size) with a 2,562-vertex geodesic
+A 64 x 64-vertex sheet (the cloth-drape benchmark's size; --cells 8 for the refine
+preview's 9 x 9) with a 2,562-vertex geodesic
 sphere as a static obstacle, in two poses: flat just above the sphere, and draped (the
 sheet's vertices pushed out of the sphere and dropped onto it, so thousands of pairs are
 close). Each detection is timed after a warm-up (kernels compiled); the table gives the
@@ -24,8 +25,9 @@ import time
 import numpy as np
 
 
-def scenes() -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
-    """name -> (x, faces, edges, active) with the sheet first and the sphere after it."""
+def scenes(cells: int = 63) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
+    """name -> (x, faces, edges, active) with the sheet (cells + 1 vertices a side) first and
+    the sphere after it."""
     from tisim.geometry import generate
     from tisim.geometry.topology import edges
 
@@ -33,7 +35,7 @@ def scenes() -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]
     radius = 0.5
     xs = np.asarray(sphere.vertices, dtype=np.float64) * radius
     fs = np.asarray(sphere.faces, dtype=np.int64)
-    sheet = generate.cloth_grid(size=(1.6, 1.6), resolution=(63, 63), center=(0.0, 0.0, 0.0))
+    sheet = generate.cloth_grid(size=(1.6, 1.6), resolution=(cells, cells), center=(0.0, 0.0, 0.0))
     xc = np.asarray(sheet.vertices, dtype=np.float64)
     fc = np.asarray(sheet.faces, dtype=np.int64)
 
@@ -56,6 +58,7 @@ def scenes() -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=30)
+    ap.add_argument("--cells", type=int, default=63, help="sheet cells a side (63: 64 x 64 vertices)")
     ap.add_argument("--inflation", type=float, default=0.003, help="dhat + thickness, metres")
     ap.add_argument("--arch", default="cpu")
     ap.add_argument("--precision", default="f64")
@@ -70,7 +73,7 @@ def main() -> None:
 
     backend.init(arch=args.arch, precision=args.precision)
     rows = {}
-    for name, (x, f, e, active) in scenes().items():
+    for name, (x, f, e, active) in scenes(args.cells).items():
         bp = BroadPhase(len(x), f, e, active)
         xf = ti.Vector.ndarray(3, backend.real(), len(x))
         xf.from_numpy(x.astype(backend.np_real()))
@@ -93,7 +96,7 @@ def main() -> None:
         }  # fmt: skip
 
     info = {"machine": machine(), "arch": args.arch, "precision": args.precision,
-            "repeats": args.repeats, "inflation": args.inflation, "scenes": rows}  # fmt: skip
+            "repeats": args.repeats, "cells": args.cells, "inflation": args.inflation, "scenes": rows}  # fmt: skip
     print(f"broad phase, {args.arch} {args.precision}, median of {args.repeats} detections")
     print(f"{'scene':8} {'pt':>7} {'ee':>7} {'median ms':>10} {'q1-q3 ms':>14} {'build':>7} {'query':>7}")
     for name, r in rows.items():
