@@ -395,8 +395,8 @@ def _query_pairs(
         hi_a = hi[box]
         c0 = _cell_of(lo_a, origin, inv_cell)
         c1 = _cell_of(hi_a, origin, inv_cell)
-        if relevant[box] == 0:
-            c1 = c0 - 1  # an empty range: this box can be in no pair
+        if relevant[box] == 0 or (write != 0 and query_counts[i, 0] == 0):
+            c1 = c0 - 1  # an empty range: this box is in no pair (or, writing, counted none)
         for cx, cy, cz in ti.ndrange((c0[0], c1[0] + 1), (c0[1], c1[1] + 1), (c0[2], c1[2] + 1)):
             h = _hash(cx, cy, cz, mask)
             for k in range(buckets[h, 1], buckets[h, 1] + buckets[h, 0]):
