@@ -96,6 +96,19 @@ def test_signed_distance_closed_form(name, rng):
 
 
 @pytest.mark.parametrize("name", list(CASES))
+def test_distance_alone_equals_the_signed_distance(name, rng):
+    """Collider.distance (detection's test of every surface vertex) gives the signed
+    distance's values exactly, also for a collider moving and spinning at time t."""
+    kw = dict(CASES[name], velocity=(0.3, -0.2, 0.1), angular_velocity=(0.5, 1.0, -2.0))
+    col = _make(**kw)
+    x = rng.uniform(-1, 1, size=(400, 3))
+    for t in (0.0, 0.37):
+        d = col.distance(x, t)
+        np.testing.assert_array_equal(d, col.signed_distance(x, t)[0])
+        assert (d < 0).sum() > 5 and (d > 0).sum() > 5
+
+
+@pytest.mark.parametrize("name", list(CASES))
 def test_normal_is_gradient_of_signed_distance(name, rng):
     col = _make(**CASES[name])
     x = rng.uniform(-1, 1, size=(600, 3))

@@ -253,6 +253,30 @@ class Collider:
             raise ValueError(f"collider {self.name!r}: mesh colliders work with the cloth solver only")
         raise ValueError(f"unknown collider kind {self.kind!r}")
 
+    def distance(self, points: np.ndarray, t: float = 0.0) -> np.ndarray:
+        """Signed distance (k,) in metres of ``points`` (k, 3) at time ``t``: the first
+        result of :meth:`signed_distance`, value for value (the same operations), without
+        the normals, which cost most of it (contact detection tests every surface vertex
+        and keeps a few)."""
+        x = np.asarray(points, dtype=np.float64).reshape(-1, 3)
+        c = self.center(t)
+        R = self.orientation(t)
+        if self.kind == "plane":
+            return (x - c) @ (R @ self.normal)
+        if self.kind == "sphere":
+            return np.linalg.norm(x - c, axis=1) - self.radius
+        if self.kind == "cylinder":
+            a = R @ self.axis
+            d = x - c
+            s = d @ a
+            d_side = np.linalg.norm(d - s[:, None] * a, axis=1) - self.radius
+            if not math.isfinite(self.length):
+                return d_side
+            return _slab_distance(np.stack([d_side, np.abs(s) - 0.5 * self.length], 1))[0]
+        if self.kind == "box":
+            return _slab_distance(np.abs((x - c) @ R) - self.half_extents)[0]
+        return self.signed_distance(x, t)[0]  # mesh (raises) or unknown
+
     def velocity_at(self, points: np.ndarray, t: float = 0.0) -> np.ndarray:
         """(k, 3) velocity of the collider's material at ``points`` (m/s)."""
         x = np.asarray(points, dtype=np.float64).reshape(-1, 3)
@@ -313,13 +337,19 @@ def _any_perpendicular(a):
     return u / np.linalg.norm(u)
 
 
-def _combine_box_like(q, normals):
-    """Signed distance of an intersection of slabs: q (k, j) per-slab distances,
-    normals (k, j, 3) per-slab outward normals."""
+def _slab_distance(q):
+    """(distance (k,), outside parts (k, j), inside mask (k,)) of an intersection of slabs
+    with per-slab distances q (k, j)."""
     outside = np.maximum(q, 0.0)
     dist_out = np.linalg.norm(outside, axis=1)
     inside = dist_out == 0
-    d = np.where(inside, q.max(axis=1), dist_out)
+    return np.where(inside, q.max(axis=1), dist_out), outside, inside
+
+
+def _combine_box_like(q, normals):
+    """Signed distance of an intersection of slabs: q (k, j) per-slab distances,
+    normals (k, j, 3) per-slab outward normals."""
+    d, outside, inside = _slab_distance(q)
     nrm = np.einsum("kj,kjc->kc", outside, normals)
     nn = np.linalg.norm(nrm, axis=1)
     nrm = np.where(nn[:, None] > 0, nrm / np.where(nn > 0, nn, 1)[:, None], 0.0)

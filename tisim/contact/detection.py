@@ -209,17 +209,20 @@ class ContactDetector:
             sv = sv[~held[sv]]
         margin = self.margin
         parts = []
+        xn = q_n[sv]
+        xp = [qp[sv] for qp in preds]
         for ci, col in enumerate(self.colliders):
-            xn = q_n[sv]
-            dn, nn = col.signed_distance(xn, t_next)
-            dmin = dn
-            for qp in preds:
-                dmin = np.minimum(dmin, col.signed_distance(qp[sv], t_next)[0])
+            # distances of every surface vertex, normals of the candidates only
+            dmin = col.distance(xn, t_next)
+            for x in xp:
+                dmin = np.minimum(dmin, col.distance(x, t_next))
             cand = dmin <= margin
             if not np.any(cand):
                 continue
             v = sv[cand]
             k = len(v)
+            xc = xn[cand]
+            dn, nn = col.signed_distance(xc, t_next)
             verts = np.repeat(v[:, None], 4, axis=1)
             w = np.zeros((k, 4))
             w[:, 0] = 1.0
@@ -227,12 +230,12 @@ class ContactDetector:
                 ContactSet(
                     vertices=verts,
                     weights=w,
-                    frames=tangent_frames(nn[cand]),
-                    gap0=dn[cand],
-                    point0=xn[cand],
+                    frames=tangent_frames(nn),
+                    gap0=dn,
+                    point0=xc,
                     collider=np.full(k, ci, dtype=np.int64),
                     mu=np.full(k, self.friction_of(ci)),
-                    surface_velocity=col.velocity_at(xn[cand], t_next),
+                    surface_velocity=col.velocity_at(xc, t_next),
                     key=v.astype(np.int64) * _KEY_STRIDE + ci,
                 )
             )

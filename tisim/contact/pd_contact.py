@@ -502,7 +502,7 @@ class PDContact:
                 if ci < 0:
                     continue
                 m = cs.collider == ci
-                d[m] = self.model.colliders[ci].signed_distance(P[m], self._t_next)[0]
+                d[m] = self.model.colliders[ci].distance(P[m], self._t_next)
         rel = dP / self._h - cs.surface_velocity
         u = np.einsum("kad,kd->ka", cs.frames[:, 1:, :], rel)
         return d, u

@@ -166,8 +166,8 @@ class MidpointNewton:
         dx = x1 - x0
         dg = np.zeros(len(x0))
         for c in e.colliders:
-            d1, _ = c.signed_distance(x1, tm)
-            d0, _ = c.signed_distance(x0, tm)
+            d1 = c.distance(x1, tm)
+            d0 = c.distance(x0, tm)
             dg += 0.5 * e.kc * (np.minimum(d1, 0.0) ** 2 - np.minimum(d0, 0.0) ** 2)
         n2 = np.einsum("ij,ij->i", dx, dx)
         gap = dg - np.einsum("ij,ij->i", g, dx)

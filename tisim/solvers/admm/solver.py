@@ -325,7 +325,7 @@ class SolverADMM(Solver):
         """Penalty energy (J), vertices in contact and deepest penetration (m) at positions x, time t."""
         e, count, depth = 0.0, 0, 0.0
         for c in self._colliders:
-            d, _ = c.signed_distance(x, t)
+            d = c.distance(x, t)
             pen = np.minimum(d, 0.0)
             e += 0.5 * self._kc * float(pen @ pen)
             inside = d < 0

@@ -97,7 +97,7 @@ class ModelEnergy:
     def penalty(self, x: np.ndarray, t: float) -> float:
         e = 0.0
         for c in self.colliders:
-            d, _ = c.signed_distance(x, t)
+            d = c.distance(x, t)
             pen = np.minimum(d, 0.0)
             e += 0.5 * self.kc * float(pen @ pen)
         return e
@@ -131,7 +131,7 @@ class ModelEnergy:
             return 0, float("nan")
         count, depth = 0, 0.0
         for c in self.colliders:
-            d, _ = c.signed_distance(x, t)
+            d = c.distance(x, t)
             inside = d < 0
             count += int(np.count_nonzero(inside))
             if np.any(inside):
