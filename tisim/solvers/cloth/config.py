@@ -33,7 +33,8 @@ class ClothConfig:
     hessian_reuse: int = num(
         1, ge=1, doc="Newton iterations that share one evaluation of the elastic Hessian "
                      "(1: a fresh one every iteration; more: the gradient stays exact, the kept "
-                     "Hessian is refreshed after that many iterations or a backtracking line search)"
+                     "Hessian is refreshed after that many iterations, a backtracking line search, and "
+                     "to confirm convergence)"
     )
     strain_limit: float = num(1.01, ge=0, doc="largest membrane stretch sigma_max (0: no limit)")
     strain_stiffness: float = num(1e2, gt=0, doc="strain-limit barrier stiffness, scales E t")
