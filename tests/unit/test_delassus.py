@@ -179,6 +179,38 @@ def test_delassus_with_held_vertices_through_global_step(setup, kind):
     np.testing.assert_allclose(W_hat, ref, atol=1e-12 * np.abs(ref).max())
 
 
+def test_auto_choosing_cholesky_hands_its_sparse_inverse_to_contact(setup, monkeypatch):
+    """"auto" builds S to time it; when Cholesky wins and contact needs W, contact takes
+    that S instead of building it again (one build, handed over once), and W_hat is
+    still B^T A^-1 B."""
+    import tisim.linalg.sparse_inverse as sim
+    import tisim.solvers.pd.global_step as gsm
+    from tisim.contact.pd_contact import PDContact
+    from tisim.solvers.pd.config import PDConfig
+
+    m, A, cs = setup
+    n = m.vertex_count
+    builds = []
+    real = sim.sparse_inverse
+
+    def counted(*a, **kw):
+        builds.append(1)
+        return real(*a, **kw)
+
+    monkeypatch.setattr(gsm, "sparse_inverse", counted)
+    monkeypatch.setattr(sim, "sparse_inverse", counted)
+    monkeypatch.setattr(gsm, "_time_apply", lambda g, kernels: 1.0 if g.name == "sparse-inverse" else 0.5)
+    g = gsm.build_global_step("auto", A.tocsr(), np.zeros(0, np.int64), PDConfig(), kernels=object(),
+                              keep_sparse_inverse=True)
+    assert g.name == "cholesky" and len(builds) == 1
+    contact = PDContact(m, m.scene.contact, g)
+    B = cs.selection_matrix(n)
+    W_hat = contact._scalar_delassus(B)
+    assert len(builds) == 1 and g.take_sparse_inverse() is None  # taken, not held twice
+    ref = B.toarray().T @ np.linalg.solve(A.toarray(), B.toarray())
+    np.testing.assert_allclose(W_hat, ref, atol=1e-12 * np.abs(ref).max())
+
+
 def test_delassus_builder_cache_matches_fresh(setup, rng):
     """Across steps with overlapping contact sets, cached entries equal a fresh build."""
     from tisim.contact.delassus import DelassusBuilder

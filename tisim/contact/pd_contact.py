@@ -430,7 +430,10 @@ class PDContact:
         from tisim.linalg.sparse_inverse import SparseInverseTooLarge, sparse_inverse
 
         try:
-            si = sparse_inverse(f, memory_limit_mb=self.sparse_inverse_limit_mb)
+            take = getattr(g, "take_sparse_inverse", None)  # S built by "auto" for this factor
+            si = take() if take is not None else None
+            if si is None:
+                si = sparse_inverse(f, memory_limit_mb=self.sparse_inverse_limit_mb)
         except SparseInverseTooLarge as e:
             log.info("contact: %s; building W with factor solves", e)
             self._own_si = (f, None)

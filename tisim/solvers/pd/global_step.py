@@ -213,6 +213,14 @@ class GlobalCholesky(GlobalStep):
         else:
             self.factor  # noqa: B018  (factor now: a non-SPD system must fail at start-up)
         self._rf = np.zeros((self.n_free, 3), dtype=np.float64)
+        # S = L^-1 of this factor when "auto" built it to time it and the caller keeps it
+        # for contact (the Delassus operator needs S whichever back-end solves)
+        self._kept_si: SparseInverse | None = None
+
+    def take_sparse_inverse(self) -> SparseInverse | None:
+        """The S that "auto" built for this factor, handed over once (then not held here)."""
+        si, self._kept_si = self._kept_si, None
+        return si
 
     def gather_target(self, kernels):
         return self.free_index, self._rf
@@ -364,13 +372,15 @@ class GlobalJacobi(GlobalStep):
 
 
 def build_global_step(
-    kind: str, A: sp.csr_matrix, held: np.ndarray, config, kernels=None
+    kind: str, A: sp.csr_matrix, held: np.ndarray, config, kernels=None, keep_sparse_inverse: bool = False
 ) -> GlobalStep:
     """The global step ``kind`` ("sparse-inverse", "cholesky", "jacobi", "auto") for A.
 
     "auto" factors once, builds S when it fits in ``config.memory_limit_mb``,
     times a few solves of both exact back-ends on ``kernels`` and keeps the
-    faster (``info()["auto_ms_per_solve"]`` records the timings). "sparse-inverse" falls back to
+    faster (``info()["auto_ms_per_solve"]`` records the timings); with keep_sparse_inverse, a
+    Cholesky winner keeps the S it was timed against for contact (``take_sparse_inverse``),
+    which would otherwise build it again. "sparse-inverse" falls back to
     "cholesky" with a warning when S would exceed the memory limit.
     Raises :class:`~tisim.linalg.cholesky.FactorizationError` for a non-SPD system.
     """
@@ -409,7 +419,9 @@ def build_global_step(
         "sparse-inverse": round(1e3 * t_si, 4),
         "cholesky": round(1e3 * t_ch, 4),
     }
-    if best is chol:  # record what S would have cost (it is not kept)
+    if best is chol and keep_sparse_inverse:
+        chol._kept_si = si.si
+    if best is chol:  # record what S cost
         chol.auto_sparse_inverse = {
             k: v
             for k, v in si.info().items()

@@ -164,7 +164,7 @@ class SolverPD(Solver):
 
         self.contact = None
         scene = model.scene
-        if (len(model.colliders) > 0 or len(model.object_names) > 1) and scene.contact.enabled:
+        if self._has_contact():
             from tisim.contact.pd_contact import PDContact
 
             self.contact = PDContact(
@@ -176,6 +176,11 @@ class SolverPD(Solver):
             )
 
     # ------------------------------------------------------------------ system
+    def _has_contact(self) -> bool:
+        """Whether the scene has contacts to solve (colliders, or objects that meet)."""
+        m = self.model
+        return (len(m.colliders) > 0 or len(m.object_names) > 1) and m.scene.contact.enabled
+
     @property
     def global_step(self):
         """The current global-step object (replaced when the system is refactored)."""
@@ -231,7 +236,8 @@ class SolverPD(Solver):
             kind = (
                 self._auto_choice
             )  # do not re-time on every refactoring (handle release, dt, stiffness)
-        self._global = build_global_step(kind, A, self._held_idx, self.config, k)
+        self._global = build_global_step(kind, A, self._held_idx, self.config, k,
+                                         keep_sparse_inverse=self._has_contact())
         if self.config.global_step == "auto" and self._auto_choice is None:
             self._auto_choice = self._global.name
             gi = self._global.info()
