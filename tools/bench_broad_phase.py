@@ -1,8 +1,7 @@
 """Time one broad-phase detection (tisim/contact/ipc/broad_phase.py) on cloth-like scenes.
 
 A 64 x 64-vertex sheet (the cloth-drape benchmark's size; --cells 8 for the refine
-preview's 9 x 9) with a 2,562-vertex geodesic
-sphere as a static obstacle, in two poses: flat just above the sphere, and draped (the
+preview's 9 x 9) with a 2,562-vertex geodesic sphere as a static obstacle, in two poses: flat just above the sphere, and draped (the
 sheet's vertices pushed out of the sphere and dropped onto it, so thousands of pairs are
 close). Each detection is timed after a warm-up (kernels compiled); the table gives the
 median and the quartiles of --repeats detections, the build and query split, and the
