@@ -1087,6 +1087,7 @@ class DeviceNCP:
         self._finalizer = None
         self._force_host = None
         self._force_dev_fresh = False  # force_dev holds H^T lambda of the current lambda
+        self._sc_read = None  # the scalars as the last fused update read them
         self.cr_total = 0
         self.halvings = 0
 
@@ -1214,6 +1215,7 @@ class DeviceNCP:
         return float(self.st.sc[slot])
 
     def _lam_changed(self) -> None:
+        self._sc_read = None  # the scalars changed since they were last read
         self._force_host = None
         self._force_dev_fresh = False
 
@@ -1288,6 +1290,7 @@ class DeviceNCP:
             self.cr_total += int(s[_CR_TOTAL])
             self.halvings += int(s[_HALVINGS])
             self._lam_changed()
+            self._sc_read = s  # what statistics() reports, without a second read
             return
         self.kinematics(q)
         for _ in range(int(newton_iterations)):
@@ -1301,7 +1304,9 @@ class DeviceNCP:
 
     def statistics(self) -> dict:
         """ncp_residual (m), max_penetration (m), n_touching of the last update."""
-        s = self.st.sc.to_numpy()
+        s = self._sc_read
+        if s is None:
+            s = self.st.sc.to_numpy()
         return {
             "ncp_residual": float(s[_NCP_RES]),
             "max_penetration": float(s[_MAX_PEN]),

@@ -128,9 +128,9 @@ class GlobalStep:
         into :meth:`gather_target` (by ``kernels.iterate``)."""
         raise NotImplementedError
 
-    def apply_exact(self, kernels) -> None:
+    def apply_exact(self, kernels, gathered: bool = False) -> None:
         """Like :meth:`apply` but always an exact solve (used for contact corrections)."""
-        self.apply(kernels)
+        self.apply(kernels, gathered=gathered)
 
     def exact(self) -> bool:
         """Whether :meth:`apply` solves exactly (False for Jacobi)."""
@@ -341,8 +341,8 @@ class GlobalJacobi(GlobalStep):
     def exact(self) -> bool:
         return False
 
-    def apply_exact(self, kernels) -> None:
-        if self.n_free == 0:
+    def apply_exact(self, kernels, gathered: bool = False) -> None:
+        if self.n_free == 0:  # Jacobi gathers nothing in the local step: r is read here
             return
         rf = np.zeros((self.n_free, 3))
         kernels.gather_residual(self.free_index, rf)

@@ -280,13 +280,21 @@ def assemble_residual(
     drag_k,
     drag_target,
     with_energy: ti.template(),
+    force: ti.template(),
+    kept: ti.template(),
+    fscale,
+    with_force: ti.template(),
 ):
-    """r = b - A x (see :func:`residual`); returns (||r||^2, inertia energy
-    sum_free mass_c / (2 h^2) |x - x_tilde|^2 when ``with_energy``, else 0)."""
+    """r = b - A x (see :func:`residual`), + fscale * force on free vertices and
+    kept = force when ``with_force`` (the contact forces, notes §2.4: A q = b + h^2
+    H^T lambda); returns (||r||^2, inertia energy sum_free mass_c / (2 h^2)
+    |x - x_tilde|^2 when ``with_energy``, else 0)."""
     rsq = 0.0
     inertia = 0.0
     for v in range(x.shape[0]):
         res = ti.Vector([0.0, 0.0, 0.0])
+        if ti.static(with_force):
+            set_row3(kept, v, row3(force, v))
         if VF[v, _FREE] != 0.0:
             el = ti.Vector([0.0, 0.0, 0.0])
             for p in range(inc_ptr[v], inc_ptr[v + 1]):
@@ -298,6 +306,8 @@ def assemble_residual(
             if v == drag_vertex:
                 acc += (h2 * drag_k) * (drag_target - row3(x, v))
             res = acc
+            if ti.static(with_force):
+                res += fscale * row3(force, v)
             rsq += res.norm_sqr()
             if ti.static(with_energy):  # in this loop: one parallel pass fewer
                 inertia += (0.5 / h2) * VF[v, _MASSC] * (row3(x, v) - xt).norm_sqr()
@@ -326,7 +336,7 @@ def residual(
     Returns ||r||^2."""
     return assemble_residual(
         inc_ptr, contrib, VF, x_tilde, x, r, Ap, Aj, Ax, h2, drag_vertex, drag_k, drag_target,
-        False,
+        False, r, r, 0.0, False,
     )[0]  # fmt: skip
 
 
@@ -354,6 +364,10 @@ def local_half(
     gout: ti.template(),
     flags: ti.template(),
     with_energy: ti.template(),
+    force: ti.template(),
+    kept: ti.template(),
+    fscale,
+    with_force: ti.template(),
 ):
     energy = 0.0
     for e in range(EI.shape[0]):
@@ -372,7 +386,7 @@ def local_half(
         set_row3(contrib, EI[e, _S0 + 3], c3)
     res = assemble_residual(
         inc_ptr, contrib, VF, x_tilde, x, r, Ap, Aj, Ax, h2, drag_vertex, drag_k, drag_target,
-        with_energy,
+        with_energy, force, kept, fscale, with_force,
     )  # fmt: skip
     for i in range(gidx.shape[0]):
         set_row3(gout, i, row3(r, gidx[i]))
@@ -405,15 +419,21 @@ def iterate(
     drag_target: ti.types.vector(3, float),
     gidx: nd,
     gout: nd,
+    force: nd,
+    kept: nd,
+    fscale: float,
     flags: ti.template(),
+    with_force: ti.template(),
 ) -> float:
     """One launch for the local half of an iteration: the local step (parallel over
     elements), the residual r = b - A x (parallel over vertices; returns ||r||^2) and
     the gather gout[i] = r[gidx[i]] feeding the global step (permuted or compacted
-    free rows; gidx may be empty)."""
+    free rows; gidx may be empty). with_force: the contact forces force (n, 3) enter the
+    residual as r += fscale force (the momentum residual) and are copied into kept."""
     return local_half(
         EI, EF, Dm_inv, quat, x, contrib, rot_iters, inc_ptr, VF, x_tilde, r, Ap, Aj, Ax, h2,
-        drag_vertex, drag_k, drag_target, gidx, gout, flags, False,
+        drag_vertex, drag_k, drag_target, gidx, gout, flags, False, force, kept, fscale,
+        with_force,
     )[0]  # fmt: skip
 
 
@@ -450,7 +470,7 @@ def iterate_with_energy(
     before Taichi is initialised in f64.)"""
     v = local_half(
         EI, EF, Dm_inv, quat, x, contrib, rot_iters, inc_ptr, VF, x_tilde, r, Ap, Aj, Ax, h2,
-        drag_vertex, drag_k, drag_target, gidx, gout, flags, True,
+        drag_vertex, drag_k, drag_target, gidx, gout, flags, True, r, r, 0.0, False,
     )  # fmt: skip
     out[0] = v[1]
     return v[0]
@@ -641,7 +661,7 @@ def iterate_anderson(
     anderson_update(x, AV, H, AS, slot, count, record, tikhonov)
     res = local_half(
         EI, EF, Dm_inv, quat, x, contrib, rot_iters, inc_ptr, VF, x_tilde, r, Ap, Aj, Ax, h2,
-        drag_vertex, drag_k, drag_target, gidx, gout, flags, True,
+        drag_vertex, drag_k, drag_target, gidx, gout, flags, True, r, r, 0.0, False,
     )  # fmt: skip
     out[0] = res[1]
     out[1] = AS[_AS_APPLIED, 0]
@@ -682,23 +702,16 @@ def set_scaled_rows(r: nd, VF: nd, f: nd, scale: float):
 
 
 @ti.kernel
-def set_scaled_difference(r: nd, VF: nd, fa: nd, fb: nd, scale: float):
-    """r = scale * (fa - fb) on free vertices, 0 on held ones."""
+def set_scaled_difference(r: nd, VF: nd, fa: nd, fb: nd, scale: float, gidx: nd, gout: nd):
+    """r = scale * (fa - fb) on free vertices, 0 on held ones; then gout[i] = r[gidx[i]]
+    (the global step's gather, gidx may be empty)."""
     for v in range(r.shape[0]):
         res = ti.Vector([0.0, 0.0, 0.0])
         if VF[v, _FREE] != 0.0:
             res = scale * (row3(fa, v) - row3(fb, v))
         set_row3(r, v, res)
-
-
-@ti.kernel
-def count_nonzero_rows(f: nd) -> ti.i32:
-    """The number of rows of f (n, 3) with a non-zero entry."""
-    count = 0
-    for v in range(f.shape[0]):
-        if f[v, 0] != 0.0 or f[v, 1] != 0.0 or f[v, 2] != 0.0:
-            count += 1
-    return count
+    for i in range(gidx.shape[0]):
+        set_row3(gout, i, row3(r, gidx[i]))
 
 
 @ti.kernel
@@ -787,7 +800,6 @@ class PDKernels:
         real = ti.f64 if _is_f64() else ti.f32
         self.np_real = _np_real()
         self._real = real
-        self._kept = None  # keep_force's copy
         n, m = int(vertex_count), len(tets)
         self.n, self.m = n, m
         present = {int(k) for k in np.unique(material)}
@@ -809,6 +821,7 @@ class PDKernels:
         self.work = ti.ndarray(real, shape=(n, 3))
         self.work2 = ti.ndarray(real, shape=(n, 3))
         self.saved = ti.ndarray(real, shape=(1, 3))
+        self.kept = ti.ndarray(real, shape=(n, 3))  # the contact forces iterate() last added
         self._out = np.zeros(1, dtype=self.np_real)  # scalar results besides the return value
 
         tets = np.asarray(tets, dtype=np.int64)
@@ -876,12 +889,21 @@ class PDKernels:
         )
 
     def iterate(
-        self, rot_iters: int, A, h2: float, drag_vertex: int, drag_k: float, drag_target, gidx, gout
+        self, rot_iters: int, A, h2: float, drag_vertex: int, drag_k: float, drag_target, gidx,
+        gout, force=None, force_scale: float = 0.0,
     ) -> float:
-        """local_step + residual + gather r[gidx] into gout, in one launch; returns ||r||^2."""
-        return self._iterate(
-            iterate, rot_iters, A, h2, drag_vertex, drag_k, drag_target, gidx, gout
-        )
+        """local_step + residual + gather r[gidx] into gout, in one launch; returns ||r||^2.
+        force: contact forces as a (n, 3) Taichi array, added to the residual as
+        r += force_scale force and copied into :attr:`kept` (for
+        :meth:`set_residual_difference` after the contact update), in the same launch."""
+        with_force = force is not None
+        return iterate(
+            self.EI, self.EF, self.Dm_inv, self.quat, self.x, self.contrib, rot_iters,
+            self.inc_ptr, self.VF, self.x_tilde, self.r, A.indptr, A.indices, A.data, h2,
+            drag_vertex, drag_k, drag_target, gidx, gout,
+            force if with_force else self.r, self.kept if with_force else self.r,
+            force_scale, self.flags, with_force,
+        )  # fmt: skip
 
     def iterate_energy(
         self, rot_iters: int, A, h2: float, drag_vertex: int, drag_k: float, drag_target, gidx, gout
@@ -962,20 +984,10 @@ class PDKernels:
     def add_to_residual(self, f: np.ndarray, scale: float) -> None:
         add_scaled_rows(self.r, self.VF, self._typed(f), scale)
 
-    def set_residual_difference(self, fa, fb, scale: float) -> None:
-        """r = scale (fa - fb) on free vertices: fa, fb (n, 3) Taichi arrays (device)."""
-        set_scaled_difference(self.r, self.VF, fa, fb, scale)
-
-    def any_nonzero(self, f) -> bool:
-        """Whether the (n, 3) Taichi array f has a non-zero entry (one scalar read)."""
-        return count_nonzero_rows(f) > 0
-
-    def keep_force(self, f):
-        """A device copy of the (n, 3) Taichi array f (kept until the next call); returns it."""
-        if self._kept is None or tuple(self._kept.shape) != tuple(f.shape):
-            self._kept = ti.ndarray(self._real, shape=tuple(f.shape))
-        copy_rows(self._kept, f)
-        return self._kept
+    def set_residual_difference(self, fa, fb, scale: float, gidx, gout) -> None:
+        """r = scale (fa - fb) on free vertices: fa, fb (n, 3) Taichi arrays (device); and
+        the gather gout[i] = r[gidx[i]] for the global step (gidx may be empty)."""
+        set_scaled_difference(self.r, self.VF, fa, fb, scale, gidx, gout)
 
     def set_residual(self, f: np.ndarray, scale: float) -> None:
         set_scaled_rows(self.r, self.VF, self._typed(f), scale)

@@ -174,6 +174,21 @@ class SolverPD(Solver):
                 newton_iterations=scene.contact.newton_iterations,
                 friction_jacobian=scene.contact.friction_jacobian,
             )
+            if self.contact.implementation == "device":
+                self._compile_contact_iteration()
+
+    def _compile_contact_iteration(self) -> None:
+        """Translate and compile the local step's contact-force variant now, not in the
+        first frame with contact (about 0.2 s there even from Taichi's offline cache): one
+        iteration on the rest shape; everything it writes is rewritten by step(), and the
+        rotations it warm-starts are reset."""
+        k = self.kernels
+        x = self.model.initial_positions
+        k.write_x(x)
+        k.write_x_tilde(x)
+        gidx, gout = self._global.gather_target(k)
+        k.iterate(1, self._A_dev, self._h**2, -1, 0.0, [0.0, 0.0, 0.0], gidx, gout, k.kept, 0.0)
+        k.reset_rotations()
 
     # ------------------------------------------------------------------ system
     def _has_contact(self) -> bool:
@@ -345,8 +360,14 @@ class SolverPD(Solver):
         for it in range(iterations):
             ta = time.perf_counter()
             gidx, gout = gs.gather_target(k)
+            # contact forces on the device (after this step's first contact update) enter
+            # the residual inside the local step's launch: A q = b + h^2 H^T lambda
+            # (notes §2.4), so r is the momentum residual; nothing of size n crosses
+            fdev = self.contact.force_device() if self.contact is not None else None
             if accel is None:
-                rsq = k.iterate(rot_iters, A, h2, drag_v, kdrag, drag_t, gidx, gout)
+                rsq = k.iterate(
+                    rot_iters, A, h2, drag_v, kdrag, drag_t, gidx, gout, fdev, h2
+                )
             else:  # the safeguard may replace the iterate (then the local step runs again)
                 rsq = accel.safeguard(
                     k,
@@ -359,19 +380,11 @@ class SolverPD(Solver):
             t_local += tb - ta
             force = None
             gathered = True
-            on_device = False  # this iteration's contact forces stay in Taichi arrays
-            if self.contact is not None:
+            on_device = fdev is not None  # this iteration's contact forces stay in Taichi arrays
+            if self.contact is not None and not on_device:
                 tc = time.perf_counter()
-                fdev = self.contact.force_device()
-                on_device = fdev is not None
-                if on_device:  # nothing of size n crosses to the host (issue 10)
-                    nonzero = k.any_nonzero(fdev)
-                    force = k.keep_force(fdev)
-                else:
-                    force = self.contact.force()
-                    nonzero = bool(np.any(force))
-                    force = np.ascontiguousarray(force)
-                if nonzero:  # A q = b + h^2 H^T lambda (notes §2.4)
+                force = np.ascontiguousarray(self.contact.force())
+                if np.any(force):  # A q = b + h^2 H^T lambda (notes §2.4)
                     k.add_to_residual(force, h2)
                     rsq = k.residual_norm_sq()  # the momentum residual includes the contact forces
                     gathered = False
@@ -389,7 +402,9 @@ class SolverPD(Solver):
                 tc = time.perf_counter()
                 if on_device:  # the iterate and the forces stay on the device
                     self.contact.update_device(k.x)
-                    k.set_residual_difference(self.contact.force_device(), force, h2)
+                    k.set_residual_difference(
+                        self.contact.force_device(), k.kept, h2, gidx, gout
+                    )  # and gathered for the solve
                 else:  # numpy contact, or the step's first update (detection, W on the host)
                     k.read_x(self._xout)
                     self.contact.update(self._xout)
@@ -397,7 +412,7 @@ class SolverPD(Solver):
                     k.set_residual(np.ascontiguousarray(df), h2)
                 t_contact += time.perf_counter() - tc
                 tb = time.perf_counter()
-                self._solve(gs, drag_v, coef, column, exact=True)
+                self._solve(gs, drag_v, coef, column, exact=True, gathered=on_device)
                 t_global += time.perf_counter() - tb
             done = it + 1
             if self.iteration_callback is not None:
@@ -462,7 +477,7 @@ class SolverPD(Solver):
         if sm:
             k.save_vertex(drag_v)
         if exact:
-            gs.apply_exact(k)
+            gs.apply_exact(k, gathered=gathered)
         else:
             gs.apply(k, gathered=gathered)
         if sm:
