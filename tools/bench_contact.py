@@ -16,6 +16,12 @@ Usage:
 --implementation host|device|both: the contact update per local-global iteration in numpy
 (host) or in Taichi kernels (device, tisim/contact/device_ncp.py); "both" runs the two one
 after the other in this process and prints them side by side.
+
+--peer: NVIDIA Newton's XPBD (``pip install newton``) on issue 10's twisting bar (the bar of
+tools/twist_accuracy.py: 5,346 vertices, Neo-Hookean E = 1e6, 10 substeps x 2 iterations,
+relaxation 0.1) in a child process, one bar frame after every squeeze-ball frame, so that
+both see the same load; prints the ratio of the squeeze-ball's contact-frame median to the
+bar's median frame (issue 10: at most 3).
 """
 
 from __future__ import annotations
@@ -39,8 +45,14 @@ def machine() -> dict:
 
 
 def bench(
-    resolution: float, frames: int, overrides: list[str], implementation: str = "host"
+    resolution: float,
+    frames: int,
+    overrides: list[str],
+    implementation: str = "host",
+    between_frames=None,
 ) -> dict:
+    """The squeeze-ball at ``resolution`` for ``frames`` frames; ``between_frames()`` (if
+    given) runs after every frame, outside the timed part."""
     from tisim.model import Model
     from tisim.scene import load_scene
     from tisim.solvers.pd.solver import SolverPD
@@ -65,6 +77,8 @@ def bench(
         st = solver.step(s0, s1, scene.sim.dt)
         wall = 1e3 * (time.perf_counter() - t0)
         s0, s1 = s1, s0
+        if between_frames is not None:
+            between_frames()
         tm = st.timings
         rows.append(
             {
@@ -147,6 +161,8 @@ def main(argv=None) -> int:
     ap.add_argument("--arch", default="cpu", choices=["cpu", "cuda", "vulkan", "auto"])
     ap.add_argument("--precision", default=None, choices=["f64", "f32"],
                     help="default: f64 on the CPU, f32 on a GPU backend")
+    ap.add_argument("--peer", action="store_true",
+                    help="NVIDIA Newton's XPBD twisting bar in the same run (see above)")
     args = ap.parse_args(argv)
 
     from tisim import backend
@@ -159,10 +175,13 @@ def main(argv=None) -> int:
     )
     results = []
     impls = ["host", "device"] if args.implementation == "both" else [args.implementation]
+    peer = None
+    if args.peer:
+        peer = _xpbd_bar(args.frames * len(impls) * len(args.resolution))
     for res in args.resolution:
         pair = []
         for impl in impls:
-            r = bench(res, args.frames, args.set, impl)
+            r = bench(res, args.frames, args.set, impl, peer.frame if peer else None)
             results.append(r)
             pair.append(r)
             c = r["contact_frames"]
@@ -217,11 +236,16 @@ def main(argv=None) -> int:
                 for x, y in zip(pair[0]["per_frame"], pair[1]["per_frame"])
             )
             print(f"  largest per-frame difference in max penetration: {dx:.2e} m")
+    peer_summary = None
+    if peer is not None:
+        peer.close()
+        peer_summary = _peer_summary(peer, results)
     if args.json:
         args.json.write_text(
             json.dumps(
                 {
                     "machine": mach,
+                    "peer": peer_summary,
                     "arch": b.arch,
                     "precision": b.precision,
                     "scene": str(SCENE.name),
@@ -233,6 +257,40 @@ def main(argv=None) -> int:
         )
         print(f"\nwrote {args.json}")
     return 0
+
+
+def _xpbd_bar(frames: int):
+    """tools/twist_accuracy.py's Newton XPBD run on its bar, ready for ``frames`` frames."""
+    from twist_accuracy import PeerRun, bar_scene
+
+    from tisim.model import Model
+
+    model = Model.from_scene(bar_scene(5, 0.01, [65, 8, 8]))
+    peer = PeerRun(model, frames, {"substeps": 10, "iterations": 2, "relaxation": 0.1})
+    if peer.error:
+        print(f"Newton: {peer.error}")
+    return peer
+
+
+def _peer_summary(peer, results: list[dict], warmup: int = 5) -> dict | None:
+    """Print and return the bar's median frame and each run's contact-frame ratio to it."""
+    if peer.error or len(peer.ms) <= warmup:
+        print(f"\nNewton XPBD bar: no timing ({peer.error or 'too few frames'})")
+        return None
+    bar = float(np.median(peer.ms[warmup:]))
+    out = {"label": peer.label, "info": peer.info, "frame_ms_median": bar, "ratios": []}
+    print(f"\n{peer.label} on the twisting bar ({peer.info.get('vertices')} vertices), "
+          f"same run: median frame {bar:.1f} ms")
+    for r in results:
+        c = r["contact_frames"]
+        if not c:
+            continue
+        med = c["wall_ms"]["median"]
+        out["ratios"].append({"implementation": r["implementation"], "resolution": r["resolution"],
+                              "contact_frame_ms_median": med, "ratio": med / bar})
+        print(f"  squeeze-ball {r['vertices']} vertices [{r['implementation']}]: contact frames "
+              f"{med:.1f} ms median = {med / bar:.2f}x the XPBD bar frame (issue 10: at most 3)")
+    return out
 
 
 if __name__ == "__main__":
