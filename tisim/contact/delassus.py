@@ -125,10 +125,18 @@ class DelassusBuilder:
             at = np.zeros(nu, dtype=np.int64)
             cached = np.zeros(nu, dtype=bool)
         fresh = np.concatenate([np.flatnonzero(~cached), nu + np.arange(len(general))])
-        M = np.empty((size, size))
-        old = np.flatnonzero(cached)
-        if len(old):
-            M[np.ix_(old, old)] = self._W[np.ix_(at[old], at[old])]
+        if np.any(cached):
+            # one gather of the cached block; the rows and columns of new vertices read
+            # some cached entry and are overwritten below (cheaper than gathering the
+            # cached ones alone and scattering them into place)
+            W_old = self._W[np.ix_(at, at)]
+            if size == nu:
+                M = W_old
+            else:
+                M = np.empty((size, size))
+                M[:nu, :nu] = W_old
+        else:
+            M = np.empty((size, size))
         if len(fresh):
             Zt = _unit_rows(self.ST, self.pos[uv])
             if len(general):

@@ -985,9 +985,23 @@ class _Storage:
         _scatter(nv, self.ptr, self.vtx, self.entry, self.lam, self.frames, self.wgt, force)
 
     @ti.kernel
-    def unpack(self, k: ti.i32, fa: ti.types.ndarray(ndim=2), ia: ti.types.ndarray(ndim=2)):
+    def unpack(
+        self,
+        k: ti.i32,
+        fa: ti.types.ndarray(ndim=2),
+        ia: ti.types.ndarray(ndim=2),
+        nv: ti.i32,
+        ga: ti.types.ndarray(ndim=1),
+    ):
         """Per-contact data from one packed float array (k, _PACKED) and one int array
-        (k, 5), laid out by DeviceNCP.load: one launch instead of one copy per field."""
+        (k, 5), and the force gather's lists from ga = [ptr (nv + 1), vtx (nv), entry
+        (4 k)], laid out by DeviceNCP.load: one launch instead of one copy per field."""
+        for i in range(nv + 1):
+            self.ptr[i] = ga[i]
+        for i in range(nv):
+            self.vtx[i] = ga[nv + 1 + i]
+        for i in range(4 * k):
+            self.entry[i] = ga[2 * nv + 1 + i]
         for i in range(k):
             for j in ti.static(range(4)):
                 self.vert[i, j] = ia[i, j]
@@ -1130,7 +1144,10 @@ class DeviceNCP:
         self._ensure(1, ncolliders)
         st, h = self.st, 1.0
         _load_matrix(0, np.zeros((1, 1), dtype=self.np_dtype), st.W)
-        st.unpack(0, np.zeros((1, _PACKED), dtype=self.np_dtype), np.zeros((1, 5), np.int32))
+        st.unpack(
+            0, np.zeros((1, _PACKED), dtype=self.np_dtype), np.zeros((1, 5), np.int32), 0,
+            np.zeros(1, np.int32),
+        )  # fmt: skip
         st.clear_rows(0, self.force_dev)
         st.scatter(0, self.force_dev)
         if _SERIAL:
@@ -1183,6 +1200,13 @@ class DeviceNCP:
         self.k = k
         self.h = float(h)
         self.scale = float(scale)
+        # vertex -> (contact, slot) lists of the force gather, in the order
+        # ContactSet.scatter_forces sums (contact, then slot)
+        verts = contacts.vertices.ravel()
+        order = np.argsort(verts, kind="stable")
+        uv, start = np.unique(verts[order], return_index=True)
+        nv = len(uv)
+        ga = np.concatenate([start, [len(verts)], uv, order]).astype(np.int32)
         if k:
             fa = np.empty((k, _PACKED), dtype=self.np_dtype)
             fa[:, 0:4] = contacts.weights
@@ -1198,18 +1222,10 @@ class DeviceNCP:
             ia = np.empty((k, 5), dtype=np.int32)
             ia[:, :4] = contacts.vertices
             ia[:, 4] = contacts.collider
-            st.unpack(k, fa, ia)
+            st.unpack(k, fa, ia, nv, ga)
             _load_matrix(k, np.ascontiguousarray(W_hat, dtype=self.np_dtype), st.W)
         self._put(st.cparams, collider_parameters(colliders, t))
-        # vertex -> (contact, slot) lists of the force gather, in the order
-        # ContactSet.scatter_forces sums (contact, then slot)
-        verts = contacts.vertices.ravel()
-        order = np.argsort(verts, kind="stable")
-        uv, start = np.unique(verts[order], return_index=True)
-        self._put(st.ptr, np.append(start, len(verts)).astype(np.int32), np.int32)
-        self._put(st.vtx, uv.astype(np.int32), np.int32)
-        self._put(st.entry, order.astype(np.int32), np.int32)
-        self._nv = len(uv)
+        self._nv = nv
         self._lam_changed()
         self.cr_total = 0
         self.halvings = 0
