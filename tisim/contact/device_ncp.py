@@ -977,6 +977,14 @@ class _Storage:
             _record(k, 1.0 / h, self.lam, self.d, self.u, self.cjj, self.mu, self.sc)
 
     @ti.kernel
+    def read_scalars(self, out: ti.types.ndarray(ndim=1)):
+        """out = sc (a host array): a serial copy, cheaper than a field's to_numpy on the
+        CPU backend (22 against 145 us)."""
+        ti.loop_config(serialize=_SERIAL)
+        for i in range(_N_SCALARS):
+            out[i] = self.sc[i]
+
+    @ti.kernel
     def record(self, k: ti.i32, h: float):
         _record(k, 1.0 / h, self.lam, self.d, self.u, self.cjj, self.mu, self.sc)
 
@@ -996,12 +1004,16 @@ class _Storage:
         """Per-contact data from one packed float array (k, _PACKED) and one int array
         (k, 5), and the force gather's lists from ga = [ptr (nv + 1), vtx (nv), entry
         (4 k)], laid out by DeviceNCP.load: one launch instead of one copy per field."""
+        ti.loop_config(serialize=_SERIAL)
         for i in range(nv + 1):
             self.ptr[i] = ga[i]
+        ti.loop_config(serialize=_SERIAL)
         for i in range(nv):
             self.vtx[i] = ga[nv + 1 + i]
+        ti.loop_config(serialize=_SERIAL)
         for i in range(4 * k):
             self.entry[i] = ga[2 * nv + 1 + i]
+        ti.loop_config(serialize=_SERIAL)
         for i in range(k):
             for j in ti.static(range(4)):
                 self.vert[i, j] = ia[i, j]
@@ -1152,6 +1164,7 @@ class DeviceNCP:
         st.scatter(0, self.force_dev)
         if _SERIAL:
             st.update_all(self.mode, 0, 0, 0, h, 1.0, 1, 1, self.q)
+            st.read_scalars(np.empty(_N_SCALARS))
         else:
             st.start(self.mode, 0, 0, h, self.q)
             st.merit(self.mode, 0, h)
@@ -1315,7 +1328,8 @@ class DeviceNCP:
                 self.mode, int(self.lagged), int(self.exact), self.k, self.h, self.scale,
                 self.cr_iterations, int(newton_iterations), qa,
             )  # fmt: skip
-            s = st.sc.to_numpy()
+            s = np.empty(_N_SCALARS)
+            st.read_scalars(s)
             self.cr_total += int(s[_CR_TOTAL])
             self.halvings += int(s[_HALVINGS])
             self._lam_changed()
