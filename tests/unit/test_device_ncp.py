@@ -253,6 +253,26 @@ def test_exact_gaps_match_collider_signed_distance(rng):
     np.testing.assert_allclose(ud, u, rtol=0, atol=1e-12 * np.abs(u).max())
 
 
+def test_device_collider_gaps_match_collider_distance(rng):
+    """Detection's distance test on the device: for every collider kind, turning and
+    moving, the smallest signed distance over three positions of each tested vertex
+    equals Collider.distance's (f64, the same formulas; 1e-14 m), with both signs."""
+    from tisim.contact.device_ncp import DeviceColliderGaps
+
+    cols = _colliders()
+    n = 400
+    qs = [rng.uniform(-0.1, 0.1, size=(n, 3)) for _ in range(3)]
+    vertices = rng.choice(n, size=250, replace=False)
+    t = 0.37
+    gaps = DeviceColliderGaps(cols, vertices)
+    for npos in (1, 2, 3):
+        got = gaps(qs[:npos], t)
+        for c, col in enumerate(cols):
+            ref = np.min([col.distance(q[vertices], t) for q in qs[:npos]], axis=0)
+            assert np.any(ref < 0) and np.any(ref > 0), col.kind
+            np.testing.assert_allclose(got[c], ref, rtol=0, atol=1e-14)
+
+
 # Coarse squeeze-ball (387 vertices) placed 2 mm above its first touch of the rollers:
 # 16 contacts in the first frame, 38 in the eighth (as tests/backends/backend_scenarios.py).
 SQUEEZE_BALL = [

@@ -144,6 +144,9 @@ class ContactDetector:
 
     def __init__(self, model, config, band: float = 0.0):
         self.model = model
+        # collider_gaps(positions, t) -> (c, surface vertices) smallest signed distances over
+        # the positions, or None: numpy (set by PDContact to the device's kernel)
+        self.collider_gaps = None
         self.config = config
         self.vertex_count = model.vertex_count
         self.surface = np.asarray(model.surface, dtype=np.int64)
@@ -205,17 +208,28 @@ class ContactDetector:
     # analytic colliders ------------------------------------------------------
     def _detect_colliders(self, q_n, preds, t_next, held) -> ContactSet:
         sv = self.surface_vertices
+        keep = None
         if held is not None:
-            sv = sv[~held[sv]]
+            keep = ~held[sv]
+            sv = sv[keep]
         margin = self.margin
         parts = []
         xn = q_n[sv]
-        xp = [qp[sv] for qp in preds]
+        gaps = None
+        if self.collider_gaps is not None and self.colliders:
+            gaps = self.collider_gaps([q_n, *preds], t_next)
+            if keep is not None:
+                gaps = gaps[:, keep]
+        else:
+            xp = [qp[sv] for qp in preds]
         for ci, col in enumerate(self.colliders):
             # distances of every surface vertex, normals of the candidates only
-            dmin = col.distance(xn, t_next)
-            for x in xp:
-                dmin = np.minimum(dmin, col.distance(x, t_next))
+            if gaps is not None:
+                dmin = gaps[ci]
+            else:
+                dmin = col.distance(xn, t_next)
+                for x in xp:
+                    dmin = np.minimum(dmin, col.distance(x, t_next))
             cand = dmin <= margin
             if not np.any(cand):
                 continue

@@ -213,6 +213,14 @@ class PDContact:
         picked up lazily at the next contact."""
         if self.implementation == "device" and self._device is None:
             self._make_device().warm_up(len(self.model.colliders))
+            cols = self.model.colliders
+            if cols and all(c.kind in ("plane", "sphere", "box", "cylinder") for c in cols):
+                from tisim.contact.device_ncp import DeviceColliderGaps
+
+                det = self.detector
+                det.collider_gaps = DeviceColliderGaps(cols, det.surface_vertices)
+                q = self.model.initial_positions  # compile now, not at the first contact
+                det.collider_gaps([q, q, q], 0.0)
         g = self.global_step
         si = getattr(g, "sparse_inverse", None)
         try:
