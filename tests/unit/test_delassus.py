@@ -158,9 +158,12 @@ def test_mass_delassus_diagonal(setup):
     assert np.all(np.diag(W_hat) < d)
 
 
+@pytest.mark.parametrize("unit_columns", [False, True])
 @pytest.mark.parametrize("kind", ["sparse-inverse", "cholesky"])
-def test_delassus_with_held_vertices_through_global_step(setup, kind):
-    """With held vertices eliminated by the PD global step, W_hat = B_f^T A_ff^-1 B_f."""
+def test_delassus_with_held_vertices_through_global_step(setup, kind, unit_columns):
+    """With held vertices eliminated by the PD global step, W_hat = B_f^T A_ff^-1 B_f; with
+    unit_columns the vertex-collider columns are named (their rows of Z^T are gathered from
+    S^T, empty for held vertices), else every column is formed as a general one."""
     from tisim.contact.pd_contact import PDContact
     from tisim.solvers.pd.config import PDConfig
     from tisim.solvers.pd.global_step import build_global_step
@@ -171,7 +174,10 @@ def test_delassus_with_held_vertices_through_global_step(setup, kind):
     g = build_global_step(kind, A.tocsr(), held, PDConfig())
     contact = PDContact(m, m.scene.contact, g)
     B = cs.selection_matrix(n)
-    W_hat = contact._scalar_delassus(B)
+    vertex = np.where(cs.collider >= 0, cs.vertices[:, 0], -1) if unit_columns else None
+    if unit_columns:
+        assert np.isin(vertex, held).any() and (vertex < 0).any()  # held and general columns
+    W_hat = contact._scalar_delassus(B, vertex)
     free = np.setdiff1d(np.arange(n), held)
     Af = A.toarray()[np.ix_(free, free)]
     Bf = B.toarray()[free]

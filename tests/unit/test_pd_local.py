@@ -201,6 +201,44 @@ def test_residual_is_minus_the_incremental_gradient(material, volume, rng):
     assert rsq == pytest.approx(np.sum(r * r), rel=1e-12)
 
 
+def test_local_step_with_contact_forces_is_the_momentum_residual(rng):
+    """iterate() with contact forces f gives r = b - A q + s f on free vertices (held rows 0),
+    ||r||^2 of that, the gather of r, and keeps f: the same as the plain iteration
+    followed by adding s f on its own (the path before the fusion), to round-off."""
+    import taichi as ti
+
+    scene = bar_scene("neo-hookean", damping=0.3)
+    model = Model.from_scene(scene)
+    solver = SolverPD(model, scene.solver)
+    a = model.initial_state()
+    b = a.clone()
+    solver.step(a, b, 0.01)  # sets x_tilde, held set
+    k = solver.kernels
+    x = b.positions + 0.01 * rng.standard_normal(b.positions.shape)
+    x[solver._held_idx] = b.positions[solver._held_idx]
+    f = rng.standard_normal(x.shape)
+    fdev = ti.ndarray(ti.f64, shape=f.shape)
+    fdev.from_numpy(f)
+    h2 = 1e-4
+    gs = solver.global_step
+    gidx, gout = gs.gather_target(k)
+    k.x.from_numpy(x)
+    k.iterate(1, solver._A_dev, h2, -1, 0.0, [0.0, 0.0, 0.0], gidx, gout)
+    k.add_to_residual(f, h2)
+    r_ref = k.r.to_numpy()
+    rsq_ref = k.residual_norm_sq()
+    k.x.from_numpy(x)
+    k.reset_rotations()
+    rsq = k.iterate(1, solver._A_dev, h2, -1, 0.0, [0.0, 0.0, 0.0], gidx, gout, fdev, h2)
+    r = k.r.to_numpy()
+    assert len(solver._held_idx) and np.all(r[solver._held_idx] == 0.0)
+    assert np.abs(r_ref).max() > 1e-6  # a real residual
+    np.testing.assert_allclose(r, r_ref, rtol=0, atol=1e-14 * np.abs(r_ref).max())
+    assert rsq == pytest.approx(rsq_ref, rel=1e-12)
+    np.testing.assert_array_equal(k.kept.to_numpy(), f)
+    np.testing.assert_allclose(np.asarray(gout), r[np.asarray(gidx)], rtol=0, atol=0)
+
+
 @pytest.mark.parametrize("material", ["arap", "corotated", "neo-hookean"])
 def test_taichi_energy_matches_numpy(material, rng):
     scene = bar_scene(material, handles=False, volume_stiffness=1e4)
