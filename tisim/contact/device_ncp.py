@@ -1189,6 +1189,7 @@ class DeviceNCP:
         self._force_host = None
         self._force_dev_fresh = False  # force_dev holds H^T lambda of the current lambda
         self._sc_read = None  # the scalars as the last fused update read them
+        self._sc_buf = np.empty(_N_SCALARS)  # read_scalars' target, allocated once
         self.cr_total = 0
         self.halvings = 0
 
@@ -1390,7 +1391,7 @@ class DeviceNCP:
                 self.mode, int(self.lagged), int(self.exact), self.k, self.h, self.scale,
                 self.cr_iterations, int(newton_iterations), qa,
             )  # fmt: skip
-            s = np.empty(_N_SCALARS)
+            s = self._sc_buf
             st.read_scalars(s)
             self.cr_total += int(s[_CR_TOTAL])
             self.halvings += int(s[_HALVINGS])
