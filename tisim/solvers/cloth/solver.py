@@ -502,11 +502,12 @@ class SolverCloth(Solver):
         plane_friction = use_friction and bool(planes) and self.kappa > 0
         eps_v = self.contact.eps_v
 
-        def energy(xx, pairs):
-            """Total incremental potential at xx (n, 3); pairs = (n_pt, n_ee) candidates."""
+        def energy(xx, pairs, elastic=None):
+            """Total incremental potential at xx (n, 3); pairs = (n_pt, n_ee) candidates;
+            elastic: the elastic term's energy at xx when already known."""
             xcc = xx[:nc]
             E = 0.5 * inv_h2 * float((mass[:, None] * (xcc - x_hat) ** 2).sum()) - float((xcc * f_ext).sum())
-            E += self.elastic.evaluate(xcc, energy_only=True)[0]
+            E += self.elastic.evaluate(xcc, energy_only=True)[0] if elastic is None else elastic
             if self.strain is not None:
                 E += self.strain.energy(xcc)
             self.x.from_numpy(xx)
@@ -670,7 +671,8 @@ class SolverCloth(Solver):
                 alpha = min(alpha, toi)
                 T["ccd"] += time.perf_counter() - t_
                 t_ = time.perf_counter()
-                E0 = energy(x, pairs)
+                # the elastic energy at x came with its gradient (the same evaluation)
+                E0 = energy(x, pairs, elastic=Ee)
                 slope = float((g * p).sum())
                 accepted = False
                 for _ in range(cfg.line_search_steps):
