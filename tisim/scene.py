@@ -286,7 +286,7 @@ class RefineConfig:
     # Newton iterations that share one elastic Hessian on the levels below the finest, whose
     # Hessian is the finest level's restricted through U (their costliest part); the
     # finest level and direct runs keep solver.hessian_reuse
-    hessian_reuse: int = num(4, ge=1, doc="Newton iterations sharing one elastic Hessian below the finest level")
+    hessian_reuse: int = num(8, ge=1, doc="Newton iterations sharing one elastic Hessian below the finest level")
     object: str | None = None  # the cloth object to refine (default: the only one)
 
 
