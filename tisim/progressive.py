@@ -677,12 +677,13 @@ class ProgressiveRefiner:
         info["pipelined_wall_s"] = time.perf_counter() - t0
         return seconds
 
-    def run_direct(self, frames: int) -> dict:
+    def run_direct(self, frames: int, levels=None) -> dict:
         """Direct (plain) simulations of the coarsest and finest meshes, for the speed-up
-        of the preview and the consistency of plain simulations across resolutions."""
+        of the preview and the consistency of plain simulations across resolutions
+        (``levels``: a subset of them, timings only)."""
         out = {}
         traj = {}
-        for level in sorted({0, self.L}):
+        for level in sorted({0, self.L} if levels is None else set(levels)):
             s = self.solver(level, direct=True)
             hs = self.handles(level)
             st = self.initial_state(level)
@@ -698,6 +699,8 @@ class ProgressiveRefiner:
             traj[level] = np.asarray(coms)
             out[f"level_{level}_median_ms"] = float(np.median(ms))
             out[f"level_{level}_mean_ms"] = float(np.mean(ms))
+        if not {0, self.L} <= traj.keys():
+            return out
         diag = self.hierarchy.finest.diagonal
         d = np.linalg.norm(traj[0] - traj[self.L], axis=1)
         out["direct_com_distance_max"] = float(d.max())
