@@ -131,9 +131,13 @@ def main(argv=None) -> int:
         print(f"  {'pipelined refine':<28}{row['pipelined_wall_s']:9.2f} s wall (3 processes, incl. their start "
               f"and kernel loading; a 1-frame warm-up took {row['pipelined_warmup_1_frame_s']:.1f} s; "
               f"stepping {', '.join(f'{s:.1f}' for s in row['pipelined_levels_stepping_s'])} s)")
-    a.out.mkdir(parents=True, exist_ok=True)
-    (a.out / "bench_refine.json").write_text(json.dumps(row, indent=2))
-    print(f"wrote {a.out / 'bench_refine.json'}")
+    return _write(a.out / "bench_refine.json", row)
+
+
+def _write(path: Path, row: dict) -> int:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(row, indent=2))
+    print(f"wrote {path}")
     return 0
 
 
@@ -153,10 +157,7 @@ def _preview_vs_fine(r, a, row: dict) -> int:
     print(f"  {'direct fine':<28}{row['direct_fine_ms']:9.1f} ms/frame median, {row['direct_fine_mean_ms']:.1f} mean "
           f"(preview speed-up {row['preview_speedup_vs_direct_fine']:.2f}x median, "
           f"{row['preview_speedup_vs_direct_fine_mean']:.2f}x mean)")
-    a.out.mkdir(parents=True, exist_ok=True)
-    (a.out / "bench_refine_preview.json").write_text(json.dumps(row, indent=2))
-    print(f"wrote {a.out / 'bench_refine_preview.json'}")
-    return 0
+    return _write(a.out / "bench_refine_preview.json", row)
 
 
 def _warm_up(path: Path, a) -> float:
