@@ -247,6 +247,11 @@ class ContactConfig:
     eps_v: float = num(1e-3, gt=0, doc="friction smoothing velocity: slower counts as sticking, m/s")
     friction_iterations: int = num(1, ge=0, doc="friction lagging updates per step (0: frictionless)")
     kappa: float = num(0.0, ge=0, doc="barrier stiffness; 0 chooses and adapts it automatically")
+    kappa_max_ratio: float = num(
+        1e4, ge=100, doc="cap of the barrier stiffness's doubling, a multiple of IPC's minimum "
+                         "(the start stays within IPC's [1, 100]; IPC caps at 100, which light cloth "
+                         "reaches at impact, leaving sub-micrometre gaps that cut Newton's steps)"
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
