@@ -173,7 +173,7 @@ def _impact(ratio, steps):
 def test_barrier_stiffness_may_double_past_ipcs_cap_at_impact():
     """IPC caps the adapted stiffness at 100x its minimum. A light cloth meets that cap at
     impact and its gaps collapse to ~1e-10 m, where every sliding Newton step is cut by
-    CCD to a few percent (50 iterations, unconverged). With the doubling allowed further
+    CCD to a few percent (50 iterations, the limit). With the doubling allowed further
     (contact.kappa_max_ratio) the gaps stay a sizeable fraction of dhat = 1 mm and Newton
     converges in fewer iterations; the start stays in IPC's range either way."""
     k_ipc, gaps_ipc, its_ipc = _impact(100.0, 4)
