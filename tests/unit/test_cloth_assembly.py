@@ -110,3 +110,29 @@ def test_strain_limit_folded_into_the_membrane_projection():
     np.testing.assert_allclose(g, g0 + gs, rtol=1e-12, atol=1e-12 * np.abs(g0).max())
     R = _reference(term, x, strain)
     assert abs(H - R).max() <= 1e-10 * abs(R).max()
+
+
+def test_newton_solve_survives_a_system_singular_to_round_off():
+    """A PSD-projected Hessian whose huge barrier block leaves a pivot at round-off (here
+    exactly singular: a rank-one 3 x 3 block over a zero-mass vertex) does not stop the
+    step: the solver shifts the diagonal slightly and still returns a descent direction
+    that solves the system up to that shift."""
+    pytest.importorskip("sksparse.cholmod")
+    from tisim.solvers.cloth.solver import SPDSolver
+
+    u = np.array([1.0, -2.0, 0.5])
+    k = 1e12
+    A = np.eye(6)
+    A[3:, 3:] = k * np.outer(u, u)  # PSD, singular
+    A[:3, 3:] = A[3:, :3] = 0.0
+    b = np.array([1.0, 2.0, 3.0, 1.0, 0.0, -1.0])
+    s = SPDSolver()
+    assert s.cholmod
+    p = s.solve(sp.csr_matrix(A), b)
+    assert np.all(np.isfinite(p))
+    assert b @ p > 0  # a descent direction for the gradient -b
+    np.testing.assert_allclose(p[:3], b[:3], rtol=1e-9)  # the regular block is solved exactly
+    # (A + D) p = b with a diagonal 0 <= D <= 1e-4 |diag A|: r = A p - b = -D p
+    r = A @ p - b
+    assert np.all(np.abs(r) <= 1e-4 * np.abs(np.diag(A)) * np.abs(p) * (1 + 1e-9) + 1e-12)
+    assert np.abs(r[3:]).max() > 0  # the shift was needed (the block is singular)

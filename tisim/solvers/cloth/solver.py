@@ -66,20 +66,45 @@ class SPDSolver:
         self._pattern = None
         self.reused = 0
 
+    def _factorize(self, A: sp.csc_matrix) -> None:
+        from sksparse.cholmod import cholesky
+
+        if self._factor is None:
+            self._factor = cholesky(A, ordering_method="amd")
+        else:
+            self._factor.cholesky_inplace(A)
+            self.reused += 1
+
     def solve(self, A: sp.csr_matrix, b: np.ndarray) -> np.ndarray:
         A = sp.csc_matrix(A)
         if self.cholmod:
-            from sksparse.cholmod import cholesky
+            from sksparse.cholmod import CholmodNotPositiveDefiniteError
 
             A.sort_indices()
             same = (self._pattern is not None and self._pattern[0].shape == A.indptr.shape
                     and self._pattern[1].shape == A.indices.shape
                     and np.array_equal(self._pattern[0], A.indptr) and np.array_equal(self._pattern[1], A.indices))
-            if same:  # the symbolic analysis (ordering, elimination tree) is reused
-                self._factor.cholesky_inplace(A)
-                self.reused += 1
-            else:
-                self._factor = cholesky(A, ordering_method="amd")
+            if not same:  # otherwise the symbolic analysis (ordering, elimination tree) is reused
+                self._factor = None
+            try:
+                self._factorize(A)
+            except CholmodNotPositiveDefiniteError:
+                # PSD-projected blocks plus the mass matrix are SPD in exact arithmetic; with
+                # barrier blocks 1e10x the mass (gaps near 0, a large stiffness) round-off in
+                # the projection can leave a pivot negative. Shift by a growing fraction of
+                # the diagonal (Levenberg-Marquardt): still a descent direction.
+                d = A.diagonal()
+                self._factor = None  # a fresh analysis: the failed factor's state is not reused
+                for delta in (1e-12, 1e-10, 1e-8, 1e-6, 1e-4):
+                    try:
+                        self._factorize(A + sp.diags(delta * np.abs(d), format="csc"))
+                        log.debug("Newton system not positive definite to round-off: shifted by %g diag", delta)
+                        break
+                    except CholmodNotPositiveDefiniteError:
+                        continue
+                else:
+                    raise
+            if not same:
                 self._pattern = (A.indptr.copy(), A.indices.copy())
             return self._factor(b)
         import scipy.sparse.linalg as spla
