@@ -90,9 +90,10 @@ class SPDSolver:
                 self._factorize(A)
             except CholmodNotPositiveDefiniteError:
                 # PSD-projected blocks plus the mass matrix are SPD in exact arithmetic; with
-                # barrier blocks 1e10x the mass (gaps near 0, a large stiffness) round-off in
-                # the projection can leave a pivot negative. Shift by a growing fraction of
-                # the diagonal (Levenberg-Marquardt): still a descent direction.
+                # entries many orders above the mass (the handles' penalty, barrier blocks at
+                # tiny gaps) round-off can leave a pivot negative (seen in cloth-twist). Shift
+                # by a growing fraction of the diagonal (Levenberg-Marquardt): still a descent
+                # direction.
                 d = A.diagonal()
                 self._factor = None  # a fresh analysis: the failed factor's state is not reused
                 for delta in (1e-12, 1e-10, 1e-8, 1e-6, 1e-4):
