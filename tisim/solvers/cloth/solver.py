@@ -47,6 +47,10 @@ from tisim.solvers.cloth.wind import Wind
 
 log = logging.getLogger(__name__)
 
+# Newton iterations in a row in which held vertices get less than 1% closer to their
+# targets before they are held where they are for the rest of the step
+BLOCKED_AFTER = 3
+
 
 # --------------------------------------------------------------------------------------
 # linear solves
@@ -331,7 +335,8 @@ class SolverCloth(Solver):
         self.gravity = np.asarray(model.gravity, dtype=np.float64)
         if cloth is None:
             self.check_start(model.initial_positions[cp.vertex_slice], x0_obs)
-        self._stats_total = {"steps": 0, "newton": 0, "ccd_clamps": 0}
+        self._stats_total = {"steps": 0, "newton": 0, "ccd_clamps": 0, "max_kinematic_lag": 0.0}
+        self._lag_warned = False
 
     def check_start(self, xc: np.ndarray, x_obs: np.ndarray) -> None:
         """Refuse a start state that intersects or comes closer than the contact
@@ -435,6 +440,13 @@ class SolverCloth(Solver):
         self._stats_total["steps"] += 1
         self._stats_total["newton"] += res.iterations
         self._stats_total["ccd_clamps"] += res.ccd_clamps
+        lag = res.kinematic_lag
+        self._stats_total["max_kinematic_lag"] = max(self._stats_total["max_kinematic_lag"], lag)
+        if lag > 1e-3 * self.bbox_diag and not self._lag_warned:
+            self._lag_warned = True
+            log.warning("cloth: at t = %.3g s held vertices (or a moving obstacle) are %.3g m behind their "
+                        "prescribed path: the strain limit (solver.strain_limit = %g) or a contact blocks it; "
+                        "stats.csv's kinematic_lag follows it", t1, lag, self.config.strain_limit)
         pot = self.potential_energy(state_out.positions)
         return StepStats(
             iterations=res.iterations,
@@ -505,6 +517,7 @@ class SolverCloth(Solver):
 
         fixed = prescribed & (reached(x) <= 1e-12 * self.bbox_diag)
         pulled = prescribed & ~fixed
+        lag_prev, stalled = float(reached(x).max(initial=0.0)), 0
         w_al = 0.0
 
         # friction: lag normal forces and tangents at the start of the step
@@ -714,6 +727,11 @@ class SolverCloth(Solver):
                           it, residual, alpha, toi, E0, Et, sum(pairs), self.kappa)
                 if not accepted:
                     log.debug("line search found no decrease at Newton iteration %d", it)
+                    if pulled.any():
+                        # held vertices that cannot move on: stop pulling (below)
+                        fixed |= pulled
+                        pulled[:] = False
+                        continue
                     break
                 x = xt
                 # adapt the barrier stiffness when a pair keeps closing in (IPC)
@@ -728,10 +746,33 @@ class SolverCloth(Solver):
                 if pulled.any():
                     dist = reached(x)
                     done = pulled & (dist <= 1e-9 * self.bbox_diag)
+                    # the penalty leaves a held vertex off its target by its force over w_al
+                    # (about 1e-9 m in cloth-twist, where 50 iterations did not close it):
+                    # within the step tolerance, put it there if the move is strain-feasible
+                    # and collision-free (CCD)
+                    near = pulled & ~done & (dist <= tol_v * h)
+                    if near.any():
+                        d = np.zeros_like(x)
+                        d[near] = target[near] - x[near]
+                        if self._move_is_safe(x, d, inflation):
+                            done |= near
                     if done.any():
                         x[done] = target[done]
                         fixed |= done
                         pulled &= ~done
+                    # a prescribed path the strain limit or a contact blocks: the penalised
+                    # problem's minimum is at the barrier's singularity, where Newton only
+                    # jitters. After BLOCKED_AFTER iterations without 1% progress the held
+                    # vertices stay where they are for the rest of the step; the distance
+                    # left is the step's kinematic_lag
+                    if pulled.any():
+                        lag_now = float(dist[pulled].max())
+                        stalled = stalled + 1 if lag_now > 0.99 * lag_prev else 0
+                        lag_prev = lag_now
+                        if stalled >= BLOCKED_AFTER:
+                            log.debug("held vertices blocked %.3g m from their targets", lag_now)
+                            fixed |= pulled
+                            pulled[:] = False
 
         # contact statistics at the result
         self.x.from_numpy(x)
@@ -786,6 +827,18 @@ class SolverCloth(Solver):
                 f.from_numpy(buf)
             out.append(len(keep))
         return out[0], out[1]
+
+    def _move_is_safe(self, x, d, inflation: float) -> bool:
+        """Whether moving x (n, 3) by d (n, 3) keeps the strain limit and is collision-free."""
+        nc = self.nc
+        if self.strain is not None and not self.strain.feasible(x[:nc] + d[:nc]):
+            return False
+        self.x.from_numpy(x)
+        self.dx.from_numpy(d)
+        if self._ccd(self._detect(inflation, 1.0)) < 1.0:
+            return False
+        planes = self.planes
+        return not planes or planes.max_step(x[:nc], d[:nc], self.contact.thickness, self.config.ccd_eta) >= 1.0
 
     def _ccd(self, pairs) -> float:
         from tisim.contact.ipc.ccd import max_step
