@@ -134,3 +134,80 @@ def np_real():
     import numpy as np
 
     return np.float64 if current().precision == "f64" else np.float32
+
+
+# --------------------------------------------------------------------------------------
+# host <-> ndarray copies
+#
+# ``nd.from_numpy`` and ``nd.to_numpy`` launch one of Taichi's copy kernels each: about
+# 0.3 ms a call on the CPU backend whatever the size (Python's launch path, not the
+# copy), and the cloth solver's Newton iteration moves positions and gradients across
+# a dozen times. On the CPU backend an ndarray's memory is host memory, so the same
+# copies are numpy copies into and out of a view of it. GPU backends keep Taichi's.
+
+
+def _host_view(nd):
+    """A numpy array sharing ``nd``'s memory (CPU backend), cached on the ndarray so
+    that the view never outlives the allocation it points into; None elsewhere."""
+    v = getattr(nd, "_tisim_host_view", None)
+    if v is not None:
+        return v
+    if current().arch != "cpu":
+        return None
+    import ctypes
+
+    import numpy as np
+    from taichi.lang import impl
+    from taichi.lang._ndarray import Ndarray
+
+    if not isinstance(nd, Ndarray):  # a field: Taichi's own copy
+        return None
+
+    dtype = {"f64": np.float64, "f32": np.float32, "i32": np.int32, "i64": np.int64,
+             "u8": np.uint8, "i8": np.int8, "u32": np.uint32}.get(str(nd.arr.element_data_type()))
+    if dtype is None:
+        return None
+    shape = tuple(nd.arr.total_shape())
+    count = int(np.prod(shape, dtype=np.int64))
+    ptr = impl.get_runtime().prog.get_ndarray_data_ptr_as_int(nd.arr)
+    if count == 0 or not ptr:
+        return None
+    buf = (ctypes.c_byte * (count * np.dtype(dtype).itemsize)).from_address(ptr)
+    v = np.frombuffer(buf, dtype=dtype, count=count).reshape(shape)
+    nd._tisim_host_view = v
+    return v
+
+
+def upload(nd, arr) -> None:
+    """``nd.from_numpy(arr)``: the same checks (shape equal to the ndarray's), without a
+    kernel launch on the CPU backend."""
+    v = _host_view(nd)
+    if v is None:
+        nd.from_numpy(arr)
+        return
+    import numpy as np
+
+    arr = np.asarray(arr)
+    if arr.shape != v.shape:
+        raise ValueError(f"upload: array of shape {arr.shape} into an ndarray of shape {v.shape}")
+    np.copyto(v, arr, casting="unsafe")
+
+
+def download(nd, rows: int | None = None):
+    """A numpy copy of ``nd`` (of its first ``rows`` rows when given): ``nd.to_numpy()``
+    without a kernel launch on the CPU backend."""
+    v = _host_view(nd)
+    if v is None:
+        a = nd.to_numpy()
+        return a if rows is None else a[:rows]
+    return (v if rows is None else v[:rows]).copy()
+
+
+def zero(nd, rows: int | None = None) -> bool:
+    """nd[...] = 0 (its first ``rows`` rows when given) through the host view on the CPU
+    backend; False (nothing done) where there is none, for the caller's kernel to do it."""
+    v = _host_view(nd)
+    if v is None:
+        return False
+    (v if rows is None else v[:rows]).fill(0)
+    return True

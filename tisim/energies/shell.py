@@ -50,6 +50,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tisim.backend import download, upload
+
 log = logging.getLogger(__name__)
 
 __all__ = [
@@ -270,9 +272,9 @@ class _NdarrayEnergy:
         self.face_stencils.setflags(write=False)
         m = len(faces)
         self.faces = ti.ndarray(ti.i32, shape=(m, 3))
-        self.faces.from_numpy(self.face_stencils)
+        upload(self.faces, self.face_stencils)
         self.face_data = ti.ndarray(real, shape=(m, frame_cols.shape[1]))
-        self.face_data.from_numpy(frame_cols.astype(self._np_real))
+        upload(self.face_data, frame_cols.astype(self._np_real))
         self._scalar = ti.ndarray(real, shape=(1,))
         self._count = ti.ndarray(ti.i32, shape=(1,))
         self._sigma = ti.ndarray(real, shape=(m,))
@@ -293,7 +295,7 @@ class _NdarrayEnergy:
         from tisim.energies import shell_kernels as K
 
         K.face_stretch(x, self.faces, self.face_data, self._sigma, self._scalar)
-        return self._sigma.to_numpy().astype(np.float64)
+        return download(self._sigma).astype(np.float64)
 
     def max_stretch(self, x) -> float:
         """Largest sigma_1 over all faces (1 at rest)."""
@@ -313,7 +315,7 @@ class _NdarrayEnergy:
         X = np.asarray(X, dtype=np.float64).reshape(self.vertex_count, 3)
         if self._x_scratch is None:
             self._x_scratch = ti.Vector.ndarray(3, backend.real(), shape=self.vertex_count)
-        self._x_scratch.from_numpy(X.astype(self._np_real))
+        upload(self._x_scratch, X.astype(self._np_real))
         return self._x_scratch
 
     def energy_np(self, X: np.ndarray) -> float:
@@ -332,13 +334,13 @@ class _NdarrayEnergy:
             self._g_scratch = ti.Vector.ndarray(3, backend.real(), shape=self.vertex_count)
         K.zero_vectors(self._g_scratch)
         self.add_gradient(x, self._g_scratch)
-        return self._g_scratch.to_numpy().astype(np.float64)
+        return download(self._g_scratch).astype(np.float64)
 
     def hessian_np(self, X: np.ndarray, **kwargs) -> np.ndarray:
         """Dense (3n, 3n) Hessian at X assembled from the local Hessians, N/m."""
         self.local_hessians(self._load(X), **kwargs)
         return sum(
-            assemble_dense(arr.to_numpy(), stencils, self.vertex_count)
+            assemble_dense(download(arr), stencils, self.vertex_count)
             for arr, stencils in self._hessian_parts()
         )
 
@@ -388,10 +390,10 @@ class ShellEnergy(_NdarrayEnergy):
         self.hinges = ti.ndarray(ti.i32, shape=(hrows, 4))
         self.hinge_data = ti.ndarray(real, shape=(hrows, K.BENDING_COLS))
         if h:
-            self.hinges.from_numpy(self.hinge_stencils)
+            upload(self.hinges, self.hinge_stencils)
         else:
-            self.hinges.from_numpy(np.zeros((1, 4), np.int32))
-            self.hinge_data.from_numpy(np.zeros((1, K.BENDING_COLS), self._np_real))
+            upload(self.hinges, np.zeros((1, 4), np.int32))
+            upload(self.hinge_data, np.zeros((1, K.BENDING_COLS), self._np_real))
         self.membrane_hessians = ti.ndarray(real, shape=(m, 9, 9))
         self.bending_hessians = ti.ndarray(real, shape=(hrows, 12, 12))
         self._bending_sum = ti.ndarray(real, shape=(1,))
@@ -431,9 +433,9 @@ class ShellEnergy(_NdarrayEnergy):
             self._face_np[:, K.M_THICK] = _per_element(thickness, m, "thickness")
         if bending_k is not None:
             self._hinge_np[:, K.B_K] = _per_element(bending_k, h, "bending_k", allow_zero=True)
-        self.face_data.from_numpy(self._face_np.astype(self._np_real))
+        upload(self.face_data, self._face_np.astype(self._np_real))
         if h:
-            self.hinge_data.from_numpy(self._hinge_np.astype(self._np_real))
+            upload(self.hinge_data, self._hinge_np.astype(self._np_real))
 
     @classmethod
     def from_material(
@@ -568,7 +570,7 @@ class StrainLimit(_NdarrayEnergy):
             self._face_np[:, K.S_AREA] = rest.area
         if kappa is not None:
             self._face_np[:, K.S_KAPPA] = _per_element(kappa, m, "kappa")
-        self.face_data.from_numpy(self._face_np.astype(self._np_real))
+        upload(self.face_data, self._face_np.astype(self._np_real))
 
     def energy_parts(self, x) -> dict[str, float]:
         return {"strain_limit": self.energy(x)}

@@ -34,6 +34,8 @@ import logging
 import numpy as np
 import taichi as ti
 
+from tisim.backend import download, upload
+
 log = logging.getLogger(__name__)
 
 
@@ -244,7 +246,7 @@ def project_psd_numpy(mats: np.ndarray) -> np.ndarray:
     cap, A, proj = entry
     buf = np.zeros((cap, d, d), dtype=backend.np_real())
     buf[:k] = a
-    A.from_numpy(buf)
+    upload(A, buf)
     proj.project(A, k)
-    out = A.to_numpy().astype(np.float64)[:k]
+    out = download(A).astype(np.float64)[:k]
     return out[0] if single else out

@@ -23,6 +23,8 @@ import logging
 import numpy as np
 import taichi as ti
 
+from tisim.backend import download, upload
+
 log = logging.getLogger(__name__)
 
 # Mesa's lavapipe (Vulkan on the CPU) stops a shader invocation after this many loop
@@ -55,7 +57,7 @@ def device_array(a: np.ndarray):
         np.dtype(np.float64): ti.f64,
     }[a.dtype]
     d = ti.ndarray(dt, shape=a.shape)
-    d.from_numpy(a)
+    upload(d, a)
     return d
 
 
@@ -63,7 +65,7 @@ def read_back(dev, out: np.ndarray) -> None:
     """Copy a :func:`device_array` result into ``out`` (nothing to do when it is ``out``)."""
     if dev is out:
         return
-    out[...] = dev.to_numpy()
+    out[...] = download(dev)
 
 
 class DeviceCSR:

@@ -47,6 +47,7 @@ import numpy as np
 import taichi as ti
 
 from tisim import backend
+from tisim.backend import download, upload
 
 log = logging.getLogger(__name__)
 
@@ -510,7 +511,7 @@ class BroadPhase:
             a = ti.ndarray(ti.i32, shape=shape)
             buf = np.zeros(shape, dtype=np.int32)
             buf[: len(data)] = data
-            a.from_numpy(buf)
+            upload(a, buf)
             return a
 
         self._faces = int_array(faces, (len(faces), 3))
@@ -588,7 +589,7 @@ class BroadPhase:
         self.n_pt = self.n_ee = 0
         if n_prims == 0 or self.point_count == 0:
             return 0, 0
-        st = self._stats.to_numpy()
+        st = download(self._stats)
         if not np.all(np.isfinite(st[:8])):
             raise FloatingPointError("broad phase: non-finite positions")
         if not st[8] <= st[11]:
@@ -604,7 +605,7 @@ class BroadPhase:
         _box_cells(*cell_args, 0, self._raw)  # count
         _scan_buckets(self._cells, self._cell_blocks)
         _scan_total(self._cells, n_prims, self._totals)
-        total = int(self._totals.to_numpy()[0])
+        total = int(download(self._totals)[0])
         if total > self._entries.shape[0]:
             self._raw = ti.ndarray(ti.i32, shape=(_next_pow2(total), 4))
             self._entries = ti.ndarray(ti.i32, shape=(_next_pow2(total), 4))
@@ -622,7 +623,7 @@ class BroadPhase:
         _query_pairs(*args, 0, 0, self.pt, self.ee)  # count
         _scan_buckets(self._query_counts, self._query_blocks)
         _scan_total(self._query_counts, self.point_count, self._totals)
-        n_pt, n_all = (int(c) for c in self._totals.to_numpy())
+        n_pt, n_all = (int(c) for c in download(self._totals))
         n_ee = n_all - n_pt
         cap_pt, cap_ee = self.capacity
         if n_pt > cap_pt:  # grow (the arrays change size, the kernels do not recompile)
@@ -638,4 +639,4 @@ class BroadPhase:
 
     def pairs_numpy(self) -> tuple[np.ndarray, np.ndarray]:
         """The current pairs as (n_pt, 4) and (n_ee, 4) int arrays (copies; for tests and tools)."""
-        return self.pt.to_numpy()[: self.n_pt], self.ee.to_numpy()[: self.n_ee]
+        return download(self.pt)[: self.n_pt], download(self.ee)[: self.n_ee]

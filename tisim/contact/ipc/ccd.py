@@ -42,6 +42,7 @@ import time
 import taichi as ti
 
 from tisim import backend
+from tisim.backend import download, upload
 from tisim.contact.ipc.broad_phase import BroadPhase
 
 log = logging.getLogger(__name__)
@@ -324,8 +325,8 @@ class _Workspace:
 
 def _reduce(X, DX, pt, n_pt, ee, n_ee, thickness, out, capped) -> float:
     _max_step_kernel(X, DX, pt, int(n_pt), ee, int(n_ee), float(thickness), out, capped)
-    alpha = float(out.to_numpy()[0])
-    n_capped = int(capped.to_numpy()[0])
+    alpha = float(download(out)[0])
+    n_capped = int(download(capped)[0])
     if n_capped:
         log.debug("additive CCD: %d pair(s) reached the iteration cap", n_capped)
     if alpha <= 0.0:

@@ -51,6 +51,8 @@ import math
 import numpy as np
 import taichi as ti
 
+from tisim import backend
+from tisim.backend import download, upload
 from tisim.contact.ipc import barrier as bar
 from tisim.contact.ipc import distance as dist
 from tisim.contact.ipc import friction as fr
@@ -492,7 +494,7 @@ def _rest_array(rest: np.ndarray | None, n: int):
 
     arr = ti.Vector.ndarray(3, backend.real(), max(n, 1))
     if rest is not None and n:
-        arr.from_numpy(np.ascontiguousarray(rest, dtype=backend.np_real()))
+        upload(arr, np.ascontiguousarray(rest, dtype=backend.np_real()))
     return arr
 
 
@@ -582,7 +584,7 @@ class BarrierPotential(_Rows):
             return self._act_pt, 0, self._act_ee, 0
         _compact_active(x, pt, int(n_pt), ee, int(n_ee), float(dhat), float(thickness), self._act_pt,
                         self._act_ee, self._act_counts)
-        c = self._act_counts.to_numpy()
+        c = download(self._act_counts)
         return self._act_pt, int(c[0]), self._act_ee, int(c[1])
 
     def energy(
@@ -650,7 +652,8 @@ class BarrierPotential(_Rows):
             self._dtypes,
             self._coefs,
         )
-        _zero_rows(self.hessians, rows)
+        if not backend.zero(self.hessians, rows):
+            _zero_rows(self.hessians, rows)
         _barrier_hessians(
             x, pt, int(n_pt), ee, int(n_ee), self._dtypes, self._coefs, self.hessians, self.stencils
         )
@@ -760,7 +763,7 @@ class FrictionPotential(_Rows):
             self.weights,
             self.basis,
         )
-        return int(np.count_nonzero(self.coef.to_numpy()[:rows]))
+        return int(np.count_nonzero(download(self.coef)[:rows]))
 
     def energy(self, x, x_ref, eps_v: float, h: float) -> float:
         """D(x) (J) for the lagged pairs, displacements x - x_ref (m; both
@@ -802,7 +805,8 @@ class FrictionPotential(_Rows):
         ``project`` only clamps its along-slip eigenvalue against round-off."""
         if self.rows == 0:
             return 0
-        _zero_rows(self.hessians, self.rows)
+        if not backend.zero(self.hessians, self.rows):
+            _zero_rows(self.hessians, self.rows)
         _friction_hessians(
             x,
             x_ref,

@@ -5,6 +5,9 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
+from tisim import backend
+from tisim.backend import download, upload
+
 
 def local_to_coo(H: np.ndarray, stencils: np.ndarray, dof_map: np.ndarray | None = None):
     """COO triplets of a batch of local Hessians.
@@ -93,19 +96,20 @@ class DeviceAssembler:
             sl = self.pattern._slot[start:start + k * d * d].reshape(k, d, d).astype(np.int32)
             start += k * d * d
             a = ti.ndarray(ti.i32, shape=(max(k, 1), d, d))
-            a.from_numpy(sl if k else np.full((1, d, d), -1, np.int32))
+            upload(a, sl if k else np.full((1, d, d), -1, np.int32))
             self.slots.append(a)
         self.data = ti.ndarray(backend.real(), shape=max(self.pattern._nnz, 1))
 
     def zero(self) -> None:
         from tisim.energies.shell_kernels import zero_scalars
 
-        zero_scalars(self.data)
+        if not backend.zero(self.data):
+            zero_scalars(self.data)
 
     def matrix(self) -> sp.csr_matrix:
         """The summed matrix (CSR, sorted indices, float64)."""
         p = self.pattern
-        data = self.data.to_numpy()[: p._nnz].astype(np.float64, copy=False)
+        data = download(self.data)[: p._nnz].astype(np.float64, copy=False)
         return sp.csr_matrix((data, p._indices, p._indptr), shape=(self.size, self.size))
 
 
@@ -128,7 +132,7 @@ class ContactTriplets:
     def set_unknowns(self, sysvert: np.ndarray) -> None:
         key = sysvert.tobytes()
         if key != self._key:  # unchanged through most Newton iterations
-            self.unknowns.from_numpy(np.asarray(sysvert, dtype=np.int32))
+            upload(self.unknowns, np.asarray(sysvert, dtype=np.int32))
             self._key = key
 
     def triplets(self, H, stencils, rows: int):

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
+from tisim.backend import download, upload
 from tisim.config import ConfigError
 from tisim.solvers.base import Solver, StepStats, Tunable
 from tisim.solvers.cloth.assembly import ContactTriplets, DeviceAssembler
@@ -172,7 +173,7 @@ class ShellTerm:
     def evaluate(self, x: np.ndarray, hessian: bool = True, energy_only: bool = False):
         from tisim.linalg.psd import project_psd
 
-        self.x.from_numpy(x)
+        upload(self.x, x)
         E = self.energy_obj.energy(self.x)
         if energy_only:
             return E, None, None
@@ -182,7 +183,7 @@ class ShellTerm:
         strain_on = st is not None and st.active(self.x)
         if strain_on:
             st.obj.add_gradient(self.x, self.g)
-        g = self.g.to_numpy()[: self.n]
+        g = download(self.g)[: self.n]
         if not hessian:
             return E, g, None
         from tisim.energies import shell_kernels as K
@@ -216,14 +217,16 @@ def _pad(A: sp.csr_matrix, size: int) -> sp.csr_matrix:
 def _zero(a) -> None:
     """a[:] = 0 for a Vector ndarray. (ndarray.fill builds and compiles a fresh Taichi
     kernel on every call: 2.5 ms each, 4 calls per Newton iteration.)"""
+    from tisim import backend
     from tisim.energies.shell_kernels import zero_vectors
 
-    zero_vectors(a)
+    if not backend.zero(a):
+        zero_vectors(a)
 
 
 def _np(a) -> np.ndarray:
     """A Taichi field or a numpy array as numpy."""
-    return a if isinstance(a, np.ndarray) else a.to_numpy()
+    return a if isinstance(a, np.ndarray) else download(a)
 
 
 @dataclass
@@ -302,7 +305,7 @@ class SolverCloth(Solver):
         self.vertex_mu = ti.ndarray(real, shape=self.n)
         mu = np.concatenate([cp.vertex_mu, self.obstacles.vertex_mu])
         mu = np.where(np.isnan(mu), self.contact.mu, mu)
-        self.vertex_mu.from_numpy(mu.astype(backend.np_real()))
+        upload(self.vertex_mu, mu.astype(backend.np_real()))
 
         self.elastic = elastic if elastic is not None else ShellTerm(
             self.nc, cp.faces, cp.hinges, cp.rest, cp.face_mu, cp.face_lam, cp.face_thickness, cp.hinge_k,
@@ -359,7 +362,7 @@ class SolverCloth(Solver):
                 raise MeshError(f"cloth vertex {i} starts {d[i]:.3g} m from plane collider {c.name!r}, within the "
                                 f"contact thickness {xi:g} m: move the cloth up", src)
         x = np.concatenate([xc, x_obs]) if self.no else xc
-        self.x.from_numpy(x)
+        upload(self.x, x)
         n_pt, n_ee = self._detect(xi + 1e-12)
         if n_pt + n_ee:
             dmin = self.barrier.min_distance(self.x, self.broad.pt, n_pt, self.broad.ee, n_ee)
@@ -390,7 +393,7 @@ class SolverCloth(Solver):
 
         self.contact = dataclasses.replace(self.contact, mu=float(value))
         mu = np.concatenate([self.cloth.vertex_mu, self.obstacles.vertex_mu])
-        self.vertex_mu.from_numpy(np.where(np.isnan(mu), value, mu).astype(backend.np_real()))
+        upload(self.vertex_mu, np.where(np.isnan(mu), value, mu).astype(backend.np_real()))
 
     def potential_energy(self, positions: np.ndarray) -> float:
         xc = positions[self.cloth.vertex_slice]
@@ -521,8 +524,8 @@ class SolverCloth(Solver):
         w_al = 0.0
 
         # friction: lag normal forces and tangents at the start of the step
-        self.x.from_numpy(x)
-        self.x_ref.from_numpy(x)
+        upload(self.x, x)
+        upload(self.x_ref, x)
         t_ = time.perf_counter()
         n_pt, n_ee = self._detect(inflation)
         planes = self.planes
@@ -549,7 +552,7 @@ class SolverCloth(Solver):
             E += self.elastic.evaluate(xcc, energy_only=True)[0] if elastic is None else elastic
             if self.strain is not None:
                 E += self.strain.energy(xcc)
-            self.x.from_numpy(xx)
+            upload(self.x, xx)
             if sum(pairs) and self.kappa > 0:
                 E += self.barrier.energy(self.x, self.broad.pt, pairs[0], self.broad.ee, pairs[1], dhat, xi,
                                          self.kappa)
@@ -574,7 +577,7 @@ class SolverCloth(Solver):
                 if not converged:
                     break
                 converged = False
-                self.x.from_numpy(x)
+                upload(self.x, x)
                 if friction_on:
                     self.friction.update(self.x, *self.barrier.compact_active(
                         self.x, self.broad.pt, pairs[0], self.broad.ee, pairs[1], dhat, xi),
@@ -614,7 +617,7 @@ class SolverCloth(Solver):
                 sysvert = np.full(n, -1, dtype=np.int32)
                 sysvert[free] = np.arange(int(free.sum()), dtype=np.int32)
                 self.coo.set_unknowns(sysvert)
-                self.x.from_numpy(x)
+                upload(self.x, x)
                 if sum(pairs) and self.kappa > 0:
                     _zero(self.g)
                     apt, na_pt, aee, na_ee = self.barrier.compact_active(
@@ -622,7 +625,7 @@ class SolverCloth(Solver):
                     self.barrier.add_gradient(self.x, apt, na_pt, aee, na_ee, dhat, xi, self.kappa, self.g)
                     if friction_on:
                         self.friction.add_gradient(self.x, self.x_ref, eps_v, h, self.g)
-                    g += self.g.to_numpy()
+                    g += download(self.g)
                     k = self.barrier.local_hessians(self.x, apt, na_pt, aee, na_ee, dhat, xi, self.kappa, True,
                                                     unknowns=self.coo.unknowns)
                     sys_parts.append(self.coo.triplets(self.barrier.hessians, self.barrier.stencils, k))
@@ -699,8 +702,8 @@ class SolverCloth(Solver):
                 if self.strain is not None:
                     while alpha > 1e-12 and not self.strain.feasible(x[:nc] + alpha * p[:nc]):
                         alpha *= 0.5
-                self.x.from_numpy(x)
-                self.dx.from_numpy(p)
+                upload(self.x, x)
+                upload(self.dx, p)
                 pairs = self._detect(inflation, alpha)
                 toi = self._ccd(pairs)  # a fraction of the full step p
                 if planes:
@@ -736,7 +739,7 @@ class SolverCloth(Solver):
                 x = xt
                 # adapt the barrier stiffness when a pair keeps closing in (IPC)
                 if sum(pairs) and self.kappa > 0:
-                    self.x.from_numpy(x)
+                    upload(self.x, x)
                     dmin = self.barrier.min_distance(self.x, self.broad.pt, pairs[0], self.broad.ee, pairs[1])
                     s = dmin * dmin - xi * xi
                     if s < 1e-9 * self.bbox_diag**2 and s < prev_min_s:
@@ -775,7 +778,7 @@ class SolverCloth(Solver):
                             pulled[:] = False
 
         # contact statistics at the result
-        self.x.from_numpy(x)
+        upload(self.x, x)
         n_pt, n_ee = self._detect(inflation)
         dmin = math.inf
         n_active = 0
@@ -819,12 +822,12 @@ class SolverCloth(Solver):
             if k == 0:
                 out.append(0)
                 continue
-            rows = f.to_numpy()[:k]
+            rows = download(f)[:k]
             keep = rows[(rows >= nc).any(axis=1)]
             if len(keep):
-                buf = f.to_numpy()
+                buf = download(f)
                 buf[: len(keep)] = keep
-                f.from_numpy(buf)
+                upload(f, buf)
             out.append(len(keep))
         return out[0], out[1]
 
@@ -833,8 +836,8 @@ class SolverCloth(Solver):
         nc = self.nc
         if self.strain is not None and not self.strain.feasible(x[:nc] + d[:nc]):
             return False
-        self.x.from_numpy(x)
-        self.dx.from_numpy(d)
+        upload(self.x, x)
+        upload(self.dx, d)
         if self._ccd(self._detect(inflation, 1.0)) < 1.0:
             return False
         planes = self.planes
@@ -873,7 +876,7 @@ class SolverCloth(Solver):
         _zero(self.g)
         if n_pt + n_ee:
             self.barrier.add_gradient(self.x, self.broad.pt, n_pt, self.broad.ee, n_ee, dhat, xi, 1.0, self.g)
-        gb = self.g.to_numpy()
+        gb = download(self.g)
         if self.planes:
             gb[:nc] += self.planes.gradient_hessian(x[:nc], dhat, xi, 1.0, hessian=False)[0]
         nb = float((gb * gb).sum())
@@ -901,7 +904,7 @@ class _StrainTerm:
         self._hf = ti.ndarray(real, shape=(max(len(faces), 1), 6, 6))
 
     def energy(self, x):
-        self.x.from_numpy(x)
+        upload(self.x, x)
         return self.obj.energy(self.x)
 
     def gradient_hessian(self, x):
@@ -909,7 +912,7 @@ class _StrainTerm:
 
         from tisim.energies import shell_kernels as K
 
-        self.x.from_numpy(x)
+        upload(self.x, x)
         if not self.active(self.x):
             return None, None  # the barrier is inactive on every face: no force, no stiffness
         _zero(self.g)
@@ -920,18 +923,18 @@ class _StrainTerm:
         asm = self.assembler
         asm.zero()
         K.scatter_face_hessians(o.face_data, self._hf, asm.slots[0], asm.data)
-        return self.g.to_numpy()[: self.n], asm.matrix()
+        return download(self.g)[: self.n], asm.matrix()
 
     def active(self, x) -> bool:
         """Whether the barrier acts on some face at positions x (an ndarray)."""
         return bool(self.obj.max_stretch(x) > self.obj.s_max - self.obj.s_hat)
 
     def max_stretch(self, x) -> float:
-        self.x.from_numpy(x)
+        upload(self.x, x)
         return float(self.obj.max_stretch(self.x))
 
     def feasible(self, x) -> bool:
-        self.x.from_numpy(x)
+        upload(self.x, x)
         return bool(self.obj.feasible(self.x))
 
 
