@@ -136,3 +136,92 @@ def test_newton_solve_survives_a_system_singular_to_round_off():
     r = A @ p - b
     assert np.all(np.abs(r) <= 1e-4 * np.abs(np.diag(A)) * np.abs(p) * (1 + 1e-9) + 1e-12)
     assert np.abs(r[3:]).max() > 0  # the shift was needed (the block is singular)
+
+
+def _f_hessians(x, faces, membrane, strain, project):
+    """shell_hessian_f's (m, 6, 6) F-space Hessians at x (n, 3), and the raw ones of the
+    direct formulas (membrane_hessian_f + strain_hessian_f) at the same x."""
+    import taichi as ti
+
+    from tisim.backend import download, upload
+    from tisim.energies import shell_kernels as K
+
+    m = len(faces)
+    xs = ti.Vector.ndarray(3, ti.f64, len(x))
+    upload(xs, x)
+    out = ti.ndarray(ti.f64, (m, 6, 6))
+    raw = ti.ndarray(ti.f64, (m, 6, 6))
+    o = strain.obj
+    data = membrane.face_data if membrane is not None else o.face_data
+    K.shell_hessian_f(xs, o.faces, data, o.face_data, int(membrane is not None), 1, o.s_max, o.s_hat,
+                      o._tol, int(project), out)
+    if membrane is not None:
+        K.membrane_hessian_f(xs, membrane.faces, membrane.face_data, raw)
+    K.strain_hessian_f(xs, o.faces, o.face_data, raw, o.s_max, o.s_hat, o._tol, int(membrane is not None))
+    return download(out), download(raw)
+
+
+@pytest.mark.parametrize("case", ["sheared", "stretched", "compressed", "isotropic", "rest"])
+def test_f_hessian_eigensystem_is_the_hessian_and_its_clamp_the_projection(case):
+    """The analytic eigensystem of membrane + strain limit (shell_hessian_f) sums back to the
+    raw F-space Hessian of the direct formulas, and clamping it equals LAPACK's eigen-clamp
+    of that Hessian; also with equal singular values (the divided differences' limits), at
+    rest, and for the strain limit alone."""
+    from tisim.energies.shell import StrainLimit
+    from tisim.solvers.cloth.solver import _StrainTerm
+
+    mesh = cloth_grid((0.3, 0.3), (4, 4), normal="z")
+    X, F = np.asarray(mesh.vertices, dtype=np.float64), np.asarray(mesh.faces, dtype=np.int32)
+    rng = np.random.default_rng(11)
+    q, r = np.linalg.qr(rng.standard_normal((3, 3)))
+    x = {
+        "sheared": X + 0.02 * rng.standard_normal(X.shape),
+        "stretched": X * [1.07, 1.0, 1.0] + 2e-4 * rng.standard_normal(X.shape),
+        "compressed": X * [0.7, 1.0, 1.0] + 0.01 * rng.standard_normal(X.shape),
+        "isotropic": X * 1.05,  # sigma_1 = sigma_2 on every face, the strain barrier active
+        "rest": X.copy(),
+    }[case] @ (q * np.sign(np.diag(r))).T
+    term = _term(X, F)
+    strain = _StrainTerm(StrainLimit, len(X), F, X, 1.1, 1e3, term.x.dtype)
+    from tisim.backend import download
+    from tisim.energies import shell_kernels as K
+
+    sd = download(strain.obj.face_data)
+    ka = float((sd[:, K.S_KAPPA] * sd[:, K.S_AREA]).max())  # the strain barrier's scale, J
+    shell_raw = None
+    for membrane in (term.energy_obj, None):
+        raw_an, raw = _f_hessians(x, F, membrane, strain, project=False)
+        proj, _ = _f_hessians(x, F, membrane, strain, project=True)
+        shell_raw = raw if shell_raw is None else shell_raw
+        # relative to the Hessian's size, or to the barrier's own scale where round-off
+        # activates it at rest (sigma = 1 + eps: entries of 1e-14 ka)
+        tol = 1e-12 * max(np.abs(raw).max(), ka)
+        assert np.abs(raw_an - raw).max() <= tol
+        ref = []
+        for H in raw:
+            w, V = np.linalg.eigh(0.5 * (H + H.T))
+            ref.append((V * np.maximum(w, 0.0)) @ V.T)
+        assert np.abs(proj - np.array(ref)).max() <= tol
+        assert min(np.linalg.eigvalsh(p).min() for p in proj) >= -tol
+    if case == "compressed":  # the clamp did something
+        assert min(np.linalg.eigvalsh(h).min() for h in shell_raw) < -1e-3 * np.abs(shell_raw).max()
+
+
+def test_strain_limit_alone_projects_like_numpy():
+    """The strain term's own Hessian (when the elastic term is not the level's shell, as in
+    the progressive preview): the analytic projection against the numpy reference."""
+    from tisim.energies.shell import StrainLimit
+    from tisim.solvers.cloth.solver import _StrainTerm
+
+    mesh = cloth_grid((0.3, 0.3), (3, 3), normal="z")
+    X, F = np.asarray(mesh.vertices, dtype=np.float64), np.asarray(mesh.faces, dtype=np.int32)
+    rng = np.random.default_rng(5)
+    x = X * [1.06, 0.95, 1.0] + 1e-3 * rng.standard_normal(X.shape)
+    strain = _StrainTerm(StrainLimit, len(X), F, X, 1.1, 1e3, _term(X, F).x.dtype)
+    gs, Hs = strain.gradient_hessian(x)
+    assert gs is not None
+    term = _term(X, F)
+    term.energy_obj.update(mu=0.0, lam=0.0, bending_k=0.0)
+    R = _reference(term, x, strain)  # a zero membrane plus the strain limit
+    assert abs(Hs - R).max() <= 1e-10 * abs(R).max()
+    assert abs(R).max() > 0

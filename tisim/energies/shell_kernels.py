@@ -645,6 +645,143 @@ def strain_hessian_f(
             store_f_hessian(out, f, H00, H01, H11)
 
 
+# ---------------------------------------------------------------------------
+# The PSD projection of membrane + strain limit in F-space, analytically.
+# Both energies are functions of the eigenvalues lambda_1 >= lambda_2 of C = F^T F
+# (F = sigma_1 u_1 v_1^T + sigma_2 u_2 v_2^T, lambda_i = sigma_i^2, u_3 = u_1 x u_2), so
+# with g_i = dPsi/dlambda_i, h_ij = d2Psi/dlambda_i dlambda_j and
+# gamma = (g_1 - g_2) / (lambda_1 - lambda_2), the F-space Hessian's six eigenpairs are
+# (from d2Psi[dF, dG] = 2 tr(S dF^T dG) + Psi_CC[dC(dF), dC(dG)] and Lewis' formula
+# for the second derivative of a spectral function):
+#   u_3 v_j^T, j = 1, 2 (out of plane, dC = 0):  2 g_j;
+#   span(u_1 v_1^T, u_2 v_2^T) (stretch):        [[2 g_1 + 4 l_1 h_11, 4 s_1 s_2 h_12],
+#                                                  [4 s_1 s_2 h_12, 2 g_2 + 4 l_2 h_22]];
+#   span(u_1 v_2^T, u_2 v_1^T) (shear/rotation):  [[2 g_2 + 2 l_1 gamma, 2 s_1 s_2 gamma],
+#                                                  [2 s_1 s_2 gamma, 2 g_1 + 2 l_2 gamma]].
+# Membrane (above): g_i = kap (mu + beta / l_i), h_ii = kap (lam / 2 - beta) / l_i^2,
+# h_12 = kap lam / (2 l_1 l_2), gamma = -kap beta / (l_1 l_2). Strain limit: separable,
+# g_i = g'(l_i), h_ii = g''(l_i), gamma its divided difference (strain_blocks).
+# Clamping the six eigenvalues at zero is the exact PSD projection, without the Jacobi
+# sweeps of linalg.psd (which compressed faces needed: their Cholesky test fails).
+
+
+@ti.func
+def _mode(u, v):
+    """u v^T (3 x 2) as a 6-vector in the F-space Hessian's order (3 c + k for F[k, c])."""
+    return ti.Vector([u[0] * v[0], u[1] * v[0], u[2] * v[0], u[0] * v[1], u[1] * v[1], u[2] * v[1]])
+
+
+@ti.func
+def _left_frame(f1, f2):
+    """Orthonormal u_1, u_2, u_3 with u_1 along f1 and u_2 in span(f1, f2) (any completion
+    where f1 or f2 vanish: such a face has infinite membrane energy, never an iterate)."""
+    u1 = ti.Vector([1.0, 0.0, 0.0])
+    n1 = f1.norm()
+    if n1 > 0.0:
+        u1 = f1 / n1
+    t = f2 - f2.dot(u1) * u1
+    n2 = t.norm()
+    u2 = ti.Vector([0.0, 0.0, 0.0])
+    if n2 > 1e-12 * n1:
+        u2 = t / n2
+    else:
+        a = ti.Vector([1.0, 0.0, 0.0])
+        if ti.abs(u1[0]) > 0.6:
+            a = ti.Vector([0.0, 1.0, 0.0])
+        u2 = u1.cross(a).normalized()
+    return u1, u2, u1.cross(u2)
+
+
+@ti.func
+def _add_block(H, a00, a01, a11, qa, qb, project: ti.i32):
+    """H += the symmetric 2 x 2 block [[a00, a01], [a01, a11]] on the modes (qa, qb),
+    its eigenvalues clamped at zero when ``project``."""
+    m1, m2, e1, e2 = sym_eigen2(ti.Matrix([[a00, a01], [a01, a11]]))
+    if project:
+        m1 = ti.max(m1, 0.0)
+        m2 = ti.max(m2, 0.0)
+    q1 = e1[0] * qa + e1[1] * qb
+    q2 = e2[0] * qa + e2[1] * qb
+    return H + m1 * q1.outer_product(q1) + m2 * q2.outer_product(q2)
+
+
+@ti.kernel
+def shell_hessian_f(
+    x: ti.types.ndarray(),
+    faces: ti.types.ndarray(),
+    data: ti.types.ndarray(),
+    sdata: ti.types.ndarray(),
+    membrane_on: ti.i32,
+    strain_on: ti.i32,
+    s_max: float,
+    s_hat: float,
+    tol: float,
+    project: ti.i32,
+    out: ti.types.ndarray(),
+):
+    """out[f] = the 6 x 6 F-space Hessian of Psi_m (when membrane_on; per-face data
+    ``data``) plus the strain limit's Phi (when strain_on; per-face data ``sdata``, on
+    the same faces), from its eigensystem (above): clamped at zero when ``project`` (the
+    PSD projection), raw otherwise. The face frames are read from ``data`` (the same
+    columns in both layouts)."""
+    for f in range(faces.shape[0]):
+        BG = face_frame(data, f)
+        F = deformation(x, faces, f, BG)
+        l1, l2, v1, v2 = sym_eigen2(F.transpose() @ F)
+        g1 = 0.0
+        g2 = 0.0
+        h11 = 0.0
+        h22 = 0.0
+        h12 = 0.0
+        gamma = 0.0
+        if membrane_on != 0:
+            kap = 0.5 * data[f, M_THICK] * data[f, M_AREA]
+            mu = data[f, M_MU]
+            lam = data[f, M_LAM]
+            ll = l1 * l2
+            beta = lam * 0.5 * tm.log(ll) - mu
+            g1 = kap * (mu + beta / l1)
+            g2 = kap * (mu + beta / l2)
+            h11 = kap * (0.5 * lam - beta) / (l1 * l1)
+            h22 = kap * (0.5 * lam - beta) / (l2 * l2)
+            h12 = 0.5 * kap * lam / ll
+            gamma = -kap * beta / ll
+        if strain_on != 0 and ti.sqrt(ti.max(l1, 0.0)) > s_max - s_hat:
+            ka = sdata[f, S_KAPPA] * sdata[f, S_AREA]
+            _e1, gp1, gq1 = strain_scalar(l1, ka, s_max, s_hat)
+            _e2, gp2, gq2 = strain_scalar(l2, ka, s_max, s_hat)
+            gs = 0.0
+            if l1 - l2 > tol:
+                gs = (gp1 - gp2) / (l1 - l2)
+            else:
+                _em, _gpm, gqm = strain_scalar(0.5 * (l1 + l2), ka, s_max, s_hat)
+                gs = gqm
+            g1 += gp1
+            g2 += gp2
+            h11 += gq1
+            h22 += gq2
+            gamma += gs
+        s1 = ti.sqrt(ti.max(l1, 0.0))
+        s2 = ti.sqrt(ti.max(l2, 0.0))
+        u1, u2, u3 = _left_frame(F @ v1, F @ v2)
+        H = ti.Matrix.zero(float, 6, 6)
+        wo1 = 2.0 * g1  # the out-of-plane modes
+        wo2 = 2.0 * g2
+        if project:
+            wo1 = ti.max(wo1, 0.0)
+            wo2 = ti.max(wo2, 0.0)
+        q1 = _mode(u3, v1)
+        q2 = _mode(u3, v2)
+        H += wo1 * q1.outer_product(q1) + wo2 * q2.outer_product(q2)
+        H = _add_block(H, 2.0 * g1 + 4.0 * l1 * h11, 4.0 * s1 * s2 * h12, 2.0 * g2 + 4.0 * l2 * h22,
+                       _mode(u1, v1), _mode(u2, v2), project)
+        H = _add_block(H, 2.0 * g2 + 2.0 * l1 * gamma, 2.0 * s1 * s2 * gamma, 2.0 * g1 + 2.0 * l2 * gamma,
+                       _mode(u1, v2), _mode(u2, v1), project)
+        for i in ti.static(range(6)):
+            for j in ti.static(range(6)):
+                out[f, i, j] = H[i, j]
+
+
 @ti.kernel
 def face_stretch(
     x: ti.types.ndarray(),

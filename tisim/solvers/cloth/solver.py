@@ -149,13 +149,12 @@ class ShellTerm:
         self.g = ti.Vector.ndarray(3, real, shape=max(vertex_count, 1))
         self.faces = faces
         self.hinges = hinges
-        self._psd = None
         self._psd_b = None
         self.gauss_newton_bending = True
         e = self.energy_obj
         parts = [_np(e.face_stencils)] + ([_np(e.hinge_stencils)] if len(hinges) else [])
         self.assembler = DeviceAssembler(3 * vertex_count, parts)
-        # F-space (6 x 6) membrane Hessians, projected there (see membrane_hessian_f)
+        # F-space (6 x 6) membrane Hessians, projected there (see shell_kernels.shell_hessian_f)
         self._hf = ti.ndarray(real, shape=(max(len(faces), 1), 6, 6))
         # a strain limit on the same faces whose gradient and F-space Hessian are added
         # here (one projection of the sum); set by the solver, see fold_strain
@@ -191,12 +190,11 @@ class ShellTerm:
         e = self.energy_obj
         asm = self.assembler
         asm.zero()
-        m = len(self.faces)
-        K.membrane_hessian_f(self.x, e.faces, e.face_data, self._hf)
-        if strain_on:
-            o = st.obj
-            K.strain_hessian_f(self.x, o.faces, o.face_data, self._hf, o.s_max, o.s_hat, o._tol, 1)
-        self._psd = project_psd(self._hf, m, self._psd)
+        # membrane (+ strain limit) F-space Hessians, projected from their eigensystem
+        o = st.obj if strain_on else None
+        K.shell_hessian_f(self.x, e.faces, e.face_data, e.face_data if o is None else o.face_data, 1,
+                          int(strain_on), 0.0 if o is None else o.s_max, 0.0 if o is None else o.s_hat,
+                          0.0 if o is None else o._tol, 1, self._hf)
         K.scatter_face_hessians(e.face_data, self._hf, asm.slots[0], asm.data)
         if len(self.hinges):
             K.bending_hessian(self.x, e.hinges, e.hinge_data, e.bending_hessians, not self.gauss_newton_bending)
@@ -899,7 +897,6 @@ class _StrainTerm:
         self.g = ti.Vector.ndarray(3, real, shape=max(n, 1))
         self.faces = faces
         self.s_max = s_max
-        self._psd = None
         self.assembler = DeviceAssembler(3 * n, [_np(self.obj.face_stencils)])
         self._hf = ti.ndarray(real, shape=(max(len(faces), 1), 6, 6))
 
@@ -908,8 +905,6 @@ class _StrainTerm:
         return self.obj.energy(self.x)
 
     def gradient_hessian(self, x):
-        from tisim.linalg.psd import project_psd
-
         from tisim.energies import shell_kernels as K
 
         upload(self.x, x)
@@ -918,8 +913,7 @@ class _StrainTerm:
         _zero(self.g)
         o = self.obj
         o.add_gradient(self.x, self.g)
-        K.strain_hessian_f(self.x, o.faces, o.face_data, self._hf, o.s_max, o.s_hat, o._tol, 0)
-        self._psd = project_psd(self._hf, len(self.faces), self._psd)
+        K.shell_hessian_f(self.x, o.faces, o.face_data, o.face_data, 0, 1, o.s_max, o.s_hat, o._tol, 1, self._hf)
         asm = self.assembler
         asm.zero()
         K.scatter_face_hessians(o.face_data, self._hf, asm.slots[0], asm.data)
