@@ -24,6 +24,15 @@ class BackendInfo:
 
 _current: BackendInfo | None = None
 
+# True on the CPU backend: kernels that add floats into shared entries (energy sums,
+# gradient and Hessian scatters of the cloth and contact terms) run their loop on one
+# thread there (``ti.loop_config(serialize=backend.SERIAL_SUMS)``, read when a kernel
+# compiles), so the additions come in a fixed order and two runs agree bit for bit.
+# On the CPU backend that costs little: a serial scatter of plain adds is faster than
+# a parallel one of atomic compare-and-swap loops. GPU backends sum in parallel with
+# atomics (reproducible only to round-off). Set by ``init``.
+SERIAL_SUMS = False
+
 
 class BackendError(RuntimeError):
     pass
@@ -91,6 +100,8 @@ def init(arch: str = "auto", precision: str | None = None, *, debug: bool = Fals
     if actual != chosen:
         log.warning("Taichi could not use %s and fell back to %s", chosen, actual)
     _current = BackendInfo(arch=actual, precision=precision)
+    global SERIAL_SUMS
+    SERIAL_SUMS = actual == "cpu"
     return _current
 
 

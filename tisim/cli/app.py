@@ -362,8 +362,9 @@ def _refine_was_deterministic(out_dir: Path) -> bool:
 def _refine_threads(single: bool) -> None:
     """Single-threaded Taichi kernels for ``refine --deterministic``: Taichi reads
     TI_CPU_MAX_NUM_THREADS when it initialises (here and in the pipelined schedule's
-    worker processes, which inherit the environment). Parallel atomic sums otherwise
-    add in a different order on every run."""
+    worker processes, which inherit the environment). On the CPU backend the cloth's
+    sums run on one thread anyway (``backend.SERIAL_SUMS``), so reruns repeat bit for
+    bit without it; the option stays for scripts that pass it."""
     if not single:
         return
     from tisim import backend
@@ -386,8 +387,9 @@ def refine(
                                                         "directly, for the speed-up and consistency."),
     resume: bool = typer.Option(False, "--resume", help="Continue an interrupted refine from its checkpoints."),
     deterministic: bool = typer.Option(False, "--deterministic",
-                                       help="Single-threaded kernels: reruns and --resume are bit-identical "
-                                            "(parallel sums differ in the last bits otherwise)."),
+                                       help="Single-threaded Taichi kernels. Not needed for bit-identical "
+                                            "reruns and --resume on the CPU backend, whose sums run in a "
+                                            "fixed order at any thread count; kept for scripts."),
     drape_on: str = typer.Option("sphere", "--drape-on", help="For a mesh file: sphere, ground or box."),
     pin: Optional[str] = typer.Option(None, "--pin", help="For a mesh file: corners or top-edge."),
     wind: Optional[str] = typer.Option(None, "--wind", help="For a mesh file: wind velocity 'vx,vy,vz' in m/s."),

@@ -481,7 +481,8 @@ class ShellEnergy(_NdarrayEnergy):
         return parts["membrane"] + parts["bending"]
 
     def add_gradient(self, x, g) -> None:
-        """g += d(Psi_m + Psi_b)/dx, N (g: ti.Vector.ndarray(3, real, n), atomics)."""
+        """g += d(Psi_m + Psi_b)/dx, N (g: ti.Vector.ndarray(3, real, n); element order on
+        the CPU backend, parallel atomics on GPU backends)."""
         from tisim.energies import shell_kernels as K
 
         K.membrane_gradient(x, self.faces, self.face_data, g)
@@ -583,7 +584,8 @@ class StrainLimit(_NdarrayEnergy):
         return float(self._scalar[0])
 
     def add_gradient(self, x, g) -> None:
-        """g += dPhi/dx, N (atomics). Undefined (left unchanged) on infeasible faces."""
+        """g += dPhi/dx, N (element order on the CPU backend, parallel atomics on GPU
+        backends). Undefined (left unchanged) on infeasible faces."""
         from tisim.energies import shell_kernels as K
 
         K.strain_gradient(x, self.faces, self.face_data, g, self.s_max, self.s_hat)

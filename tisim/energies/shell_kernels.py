@@ -11,7 +11,14 @@ Argument layouts: positions / gradients ``ti.Vector.ndarray(3, real, n)``; faces
 ``ti.ndarray(i32, (m, 3))``, hinges ``ti.ndarray(i32, (h, 4))``; packed per-element
 data ``ti.ndarray(real, (k, cols))``; local Hessians ``ti.ndarray(real, (k, d, d))``;
 reductions write ``out[0]`` of a shape-(1,) ndarray (set, not accumulated: each
-kernel zeroes it in a serial step before its parallel loop).
+kernel zeroes it in a serial step before its loop).
+
+Every loop that adds floats into shared entries (energy sums, gradient and Hessian
+scatters) carries ``ti.loop_config(serialize=backend.SERIAL_SUMS)``: on the CPU backend
+it runs on one thread, so the additions come in element order and two runs agree bit
+for bit (and a serial scatter of plain adds beats a parallel one of atomic
+compare-and-swap loops there: the 64 x 64 drape's elastic phase got faster); GPU
+backends keep the parallel atomic loop.
 
 Conventions shared by every kernel:
 
@@ -38,6 +45,7 @@ kernels' type annotations when they are decorated.
 
 import taichi as ti
 
+from tisim import backend
 from tisim import ti_math as tm
 
 # Packed per-face data of the membrane (columns of ``face_data``, real).
@@ -88,7 +96,8 @@ def deformation(x: ti.template(), faces: ti.template(), f, BG):
 
 @ti.func
 def scatter_gradient(g: ti.template(), faces: ti.template(), f, BG, P):
-    """Add dPsi/dF = P (3 x 2) of face f to the vertex gradients (atomics)."""
+    """Add dPsi/dF = P (3 x 2) of face f to the vertex gradients (atomic adds; the
+    calling loops run on one thread on the CPU backend, backend.SERIAL_SUMS)."""
     for v in ti.static(range(3)):
         g[faces[f, v]] += BG[v, 0] * P[:, 0] + BG[v, 1] * P[:, 1]
 
@@ -158,6 +167,7 @@ def membrane_energy(
 ):
     """out[0] = sum over faces of Psi_m (J)."""
     out[0] = 0.0
+    ti.loop_config(serialize=backend.SERIAL_SUMS)
     for f in range(faces.shape[0]):
         BG = face_frame(data, f)
         F = deformation(x, faces, f, BG)
@@ -174,6 +184,7 @@ def membrane_gradient(
     g: ti.types.ndarray(),
 ):
     """g += dPsi_m/dx (N)."""
+    ti.loop_config(serialize=backend.SERIAL_SUMS)
     for f in range(faces.shape[0]):
         BG = face_frame(data, f)
         F = deformation(x, faces, f, BG)
@@ -258,6 +269,7 @@ def scatter_face_hessians(
     """csr[slots[f, i, j]] += (D^T hf[f] D)[i, j]: the 9 x 9 vertex Hessian of every face
     from its F-space Hessian (``membrane_hessian_f``), added into a CSR value array
     (slot -1: entry dropped)."""
+    ti.loop_config(serialize=backend.SERIAL_SUMS)
     for f in range(hf.shape[0]):
         BG = face_frame(data, f)
         for v, w in ti.ndrange(3, 3):
@@ -274,6 +286,7 @@ def scatter_face_hessians(
 @ti.kernel
 def scatter_blocks(h: ti.types.ndarray(), count: ti.i32, slots: ti.types.ndarray(), csr: ti.types.ndarray()):
     """csr[slots[e, i, j]] += h[e, i, j] for e < count (slot -1: entry dropped)."""
+    ti.loop_config(serialize=backend.SERIAL_SUMS)
     for e in range(count):
         for i, j in ti.ndrange(h.shape[1], h.shape[2]):
             s = slots[e, i, j]
@@ -335,6 +348,7 @@ def bending_energy(
 ):
     """out[0] = sum over hinges of Psi_b (J)."""
     out[0] = 0.0
+    ti.loop_config(serialize=backend.SERIAL_SUMS)
     for h in range(hinges.shape[0]):
         xe0, xe1, xo0, xo1 = hinge_positions(x, hinges, h)
         d = dihedral_angle(xe0, xe1, xo0, xo1) - data[h, B_THETA]
@@ -349,6 +363,7 @@ def bending_gradient(
     g: ti.types.ndarray(),
 ):
     """g += dPsi_b/dx (N)."""
+    ti.loop_config(serialize=backend.SERIAL_SUMS)
     for h in range(hinges.shape[0]):
         xe0, xe1, xo0, xo1 = hinge_positions(x, hinges, h)
         c = (
@@ -534,6 +549,7 @@ def strain_energy(
 ):
     """out[0] = sum over faces of Phi (J); +inf where a sigma_i >= s_max."""
     out[0] = 0.0
+    ti.loop_config(serialize=backend.SERIAL_SUMS)
     for f in range(faces.shape[0]):
         BG = face_frame(data, f)
         F = deformation(x, faces, f, BG)
@@ -555,6 +571,7 @@ def strain_gradient(
     s_hat: float,
 ):
     """g += dPhi/dx (N), faces below activation skipped."""
+    ti.loop_config(serialize=backend.SERIAL_SUMS)
     for f in range(faces.shape[0]):
         BG = face_frame(data, f)
         F = deformation(x, faces, f, BG)

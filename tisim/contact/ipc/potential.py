@@ -32,6 +32,11 @@ Every kernel takes its per-object data as ``ti.types.ndarray()`` arguments (dtyp
 size left open), so each kernel compiles once per process for all instances, sizes and
 both precisions share the offline cache; a second potential compiles nothing.
 
+Energy and gradient sums over pairs and the compaction of active pairs (a shared
+counter) run on one thread on the CPU backend (``backend.SERIAL_SUMS``): the same call
+gives the same bits and the same pair order at any thread count. GPU backends keep
+them parallel (atomics; reproducible to round-off).
+
 This module has no ``from __future__ import annotations``: Taichi reads the kernels'
 type annotations when they are decorated.
 
@@ -126,6 +131,7 @@ def _barrier_energy(
     out: ti.types.ndarray(),
 ):
     out[0] = 0.0
+    ti.loop_config(serialize=backend.SERIAL_SUMS)
     for k in range(n_pt + n_ee):
         is_ee, idx, x0, x1, x2, x3 = _load_pair(k, x, pt, n_pt, ee)
         _dtype, kind, blk = _pair_type(is_ee, x0, x1, x2, x3)
@@ -151,6 +157,7 @@ def _barrier_gradient(
     kappa: float,
     g: ti.types.ndarray(),
 ):
+    ti.loop_config(serialize=backend.SERIAL_SUMS)
     for k in range(n_pt + n_ee):
         is_ee, idx, x0, x1, x2, x3 = _load_pair(k, x, pt, n_pt, ee)
         _dtype, kind, blk = _pair_type(is_ee, x0, x1, x2, x3)
@@ -321,6 +328,7 @@ def _compact_active(
     to the front of out_pt / out_ee; counts = (point-triangle, edge-edge) rows written."""
     counts[0] = 0
     counts[1] = 0
+    ti.loop_config(serialize=backend.SERIAL_SUMS)
     for k in range(n_pt + n_ee):
         is_ee, idx, x0, x1, x2, x3 = _load_pair(k, x, pt, n_pt, ee)
         _dtype, kind, blk = _pair_type(is_ee, x0, x1, x2, x3)
@@ -426,6 +434,7 @@ def _friction_energy(
     out: ti.types.ndarray(),
 ):
     out[0] = 0.0
+    ti.loop_config(serialize=backend.SERIAL_SUMS)
     for k in range(n):
         if coef[k] != 0.0:
             u = _tangential(k, x, x_ref, stencil, weights, basis)
@@ -444,6 +453,7 @@ def _friction_gradient(
     basis: ti.types.ndarray(),
     g: ti.types.ndarray(),
 ):
+    ti.loop_config(serialize=backend.SERIAL_SUMS)
     for k in range(n):
         if coef[k] != 0.0:
             u = _tangential(k, x, x_ref, stencil, weights, basis)
