@@ -403,3 +403,18 @@ def ipc_report(vertices, faces, previous=None, *, probe: float = 1e-2, planes=()
     for p, n in planes:
         pd = min(pd, float(((rows - np.asarray(p)) @ np.asarray(n)).min()))
     return IPCReport(inter, dmin, step, pd)
+
+
+def checkpoint_differences(dir_a, dir_b, levels: int, frames: int) -> list:
+    """[level, frame, array name] of every checkpoint array of two refine outputs
+    (``DIR/level_L/checkpoints/frame_NNNNN.npz``, frames 0..frames) that is not equal
+    bit for bit; [] when the runs agree exactly (the bit-exactness tests of refine)."""
+    from pathlib import Path
+
+    diff = []
+    for level in range(levels):
+        for f in range(frames + 1):
+            name = Path(f"level_{level}") / "checkpoints" / f"frame_{f:05d}.npz"
+            a, b = np.load(Path(dir_a) / name), np.load(Path(dir_b) / name)
+            diff += [[level, f, k] for k in a.files if not np.array_equal(a[k], b[k])]
+    return diff

@@ -340,12 +340,9 @@ def test_resume_after_interruptions_is_bit_identical(tmp_path):
         calls["stop"] = None
         res = ProgressiveRefiner(sc, "B", progress=False).run(N, resume=True)
         log.append([res.ended, res.info["resumed_from"]])
-        diff = []
+        from tisim.testing import checkpoint_differences
+        diff = checkpoint_differences("A", "B", 2, N)
         for level in range(2):
-            for f in range(N + 1):
-                a = np.load(f"A/level_{{level}}/checkpoints/frame_{{f:05d}}.npz")
-                b = np.load(f"B/level_{{level}}/checkpoints/frame_{{f:05d}}.npz")
-                diff += [[level, f, k] for k in a.files if not np.array_equal(a[k], b[k])]
             name = f"level_{{level}}/meshes/c_{{N:05d}}.obj"
             if open("A/" + name).read() != open("B/" + name).read():
                 diff.append([level, N, "mesh"])
@@ -379,12 +376,8 @@ def test_two_multithreaded_refines_are_bit_identical(tmp_path):
         for name in ("A", "B"):
             res = ProgressiveRefiner(sc, name, progress=False, export_meshes=False).run(N)
             assert res.ended == "completed"
-        diff = []
-        for level in range(2):
-            for f in range(N + 1):
-                a = np.load(f"A/level_{{level}}/checkpoints/frame_{{f:05d}}.npz")
-                b = np.load(f"B/level_{{level}}/checkpoints/frame_{{f:05d}}.npz")
-                diff += [[level, f, k] for k in a.files if not np.array_equal(a[k], b[k])]
+        from tisim.testing import checkpoint_differences
+        diff = checkpoint_differences("A", "B", 2, N)
         import csv
         rows = list(csv.DictReader(open("A/level_1/stats.csv")))
         print(json.dumps({{"diff": diff,
@@ -411,12 +404,8 @@ def test_pipelined_schedule_equals_the_sequential_one_bit_for_bit(tmp_path):
         N = 3
         a = ProgressiveRefiner(sc, "A", progress=False).run(N, schedule="sequential")
         b = ProgressiveRefiner(sc, "B", progress=False).run(N, schedule="pipelined")
-        diff = []
-        for level in range(2):
-            for f in range(N + 1):
-                x = np.load(f"A/level_{{level}}/checkpoints/frame_{{f:05d}}.npz")
-                y = np.load(f"B/level_{{level}}/checkpoints/frame_{{f:05d}}.npz")
-                diff += [[level, f, k] for k in x.files if not np.array_equal(x[k], y[k])]
+        from tisim.testing import checkpoint_differences
+        diff = checkpoint_differences("A", "B", 2, N)
         print(json.dumps({{"ended": [a.ended, b.ended], "diff": diff, "levels": b.info["levels"],
                           "schedule": b.info["schedule"]}}))
     """, timeout=600)  # two fresh processes load every kernel: minutes on two loaded cores
