@@ -30,6 +30,23 @@ def local_to_coo(H: np.ndarray, stencils: np.ndarray, dof_map: np.ndarray | None
     return r[keep], c[keep], H[keep]
 
 
+def structural_sum(A: sp.csr_matrix, rows, cols, vals) -> sp.csr_matrix:
+    """A plus the triplets (rows, cols, vals), keeping every entry of both patterns, zero
+    values included (scipy's sparse sum drops entries that come out zero).
+
+    The Newton system's pattern is then set by the elements and the active contact pairs,
+    not by which of their values happen to be zero this iteration (a compressed face's
+    clamped out-of-plane modes, a flat sheet's bending blocks), so the linear solver's
+    symbolic analysis is reused while the contact pairs stay within the elastic pattern.
+    Implemented as a complex sum: every entry carries imaginary part 1, so no sum is zero,
+    and the real parts add exactly as real numbers do."""
+    n = A.shape[0]
+    C = sp.coo_matrix((np.asarray(vals, dtype=np.float64) + 1j, (rows, cols)), shape=A.shape).tocsr()
+    Ac = sp.csr_matrix((A.data + 1j, A.indices, A.indptr), shape=(n, n))
+    S = Ac + C
+    return sp.csr_matrix((np.ascontiguousarray(S.data.real), S.indices, S.indptr), shape=A.shape)
+
+
 class PatternAssembler:
     """Sum COO triplets into a CSR matrix of size (N, N).
 

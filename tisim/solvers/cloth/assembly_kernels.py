@@ -10,8 +10,10 @@ obstacle, a handle that has reached its target).
 follows projects the Hessian restricted to the unknowns (what Newton uses), which is both
 cheaper (the Jacobi sweeps skip zero rows) and closer to it than a projection of the full
 12 x 12 block followed by dropping rows. ``count_entries`` and ``emit_coo`` write the
-nonzero entries over unknowns as (row, column, value) at per-pair offsets from a prefix
-sum: deterministic order, no atomics, and only what the host needs crosses to it.
+entries over unknowns as (row, column, value) at per-pair offsets from a prefix sum:
+deterministic order, no atomics, and only what the host needs crosses to it. Every entry
+of a block between two unknowns is written, zeros included, so that the system's pattern
+depends on the pairs, not on their values (the linear solver's analysis is reused).
 
 This module has no ``from __future__ import annotations``: Taichi reads the kernels' type
 annotations when they are decorated.
@@ -48,10 +50,7 @@ def count_entries(
                         vb = stencils[k][b]
                         if vb >= 0:
                             if sysvert[vb] >= 0:
-                                for i in range(3):
-                                    for j in range(3):
-                                        if H[k, 3 * a + i, 3 * b + j] != 0.0:
-                                            c += 1
+                                c += 9
         counts[k] = c
 
 
@@ -74,9 +73,7 @@ def emit_coo(
                             if sb >= 0:
                                 for i in range(3):
                                     for j in range(3):
-                                        h = H[k, 3 * a + i, 3 * b + j]
-                                        if h != 0.0:
-                                            r[o] = 3 * sa + i
-                                            c[o] = 3 * sb + j
-                                            v[o] = h
-                                            o += 1
+                                        r[o] = 3 * sa + i
+                                        c[o] = 3 * sb + j
+                                        v[o] = H[k, 3 * a + i, 3 * b + j]
+                                        o += 1

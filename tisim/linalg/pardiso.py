@@ -1,0 +1,234 @@
+"""Intel oneMKL PARDISO for the cloth solver's Newton systems, through ctypes.
+
+Why: on the cloth's Newton systems (2-D meshes, 12k dofs, 0.5M non-zeros) CHOLMOD's
+supernodal factorisation (Debian's SuiteSparse with OpenBLAS) runs at about 4 GFlop/s,
+and it is more than half of a contact frame; PARDISO's numeric factorisation of the same
+matrices is several times faster on the same two cores (``tools/bench_linear.py``).
+
+The binding is ours and small: symmetric positive definite matrices (``mtype = 2``),
+the upper triangle in zero-based CSR, and the three phases kept apart, so that the
+symbolic analysis (ordering, elimination tree) runs only when the pattern changes:
+``analyse`` (phase 11), ``factorize`` (22), ``solve`` (33), ``release`` (-1).
+MKL comes from the ``mkl`` wheel (x86-64 only); without it ``available()`` is False
+and the caller uses CHOLMOD.
+
+Reproducibility: ``iparm[33] = 1`` puts PARDISO in MKL's conditional numerical
+reproducibility mode, in which the factorisation's sums do not depend on the thread
+schedule: measured on the cloth's systems, ten fresh solvers agree bit for bit with two
+threads, and one thread gives the same bits as two (without it, two-thread runs differ
+in the last bits from run to run). Reruns and resumed refines therefore repeat bit for
+bit at any MKL thread count, which CHOLMOD with OpenBLAS does not.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import glob
+import logging
+import os
+import sys
+from functools import lru_cache
+
+import numpy as np
+import scipy.sparse as sp
+
+log = logging.getLogger(__name__)
+
+
+class PardisoError(RuntimeError):
+    """PARDISO returned a non-zero error code."""
+
+    def __init__(self, phase: int, code: int):
+        self.phase, self.code = phase, code
+        super().__init__(f"PARDISO phase {phase} failed with error {code} ({_ERRORS.get(code, 'unknown')})")
+
+
+class NotPositiveDefinite(PardisoError):
+    """Error -4: a zero or negative pivot in the Cholesky factorisation."""
+
+
+_ERRORS = {
+    -1: "input inconsistent", -2: "not enough memory", -3: "reordering problem",
+    -4: "zero pivot, numerical factorization or iterative refinement problem",
+    -5: "unclassified internal error", -6: "reordering failed", -7: "diagonal matrix is singular",
+    -8: "32-bit integer overflow", -9: "not enough memory for OOC", -10: "error opening OOC files",
+    -11: "read/write error with OOC files", -12: "pardiso_64 called from 32-bit library",
+}
+
+
+def _candidates() -> list[str]:
+    """Where the mkl wheel puts libmkl_rt: <prefix>/lib (a venv's or the system's)."""
+    out = []
+    for prefix in dict.fromkeys([sys.prefix, sys.base_prefix, os.path.dirname(os.path.dirname(sys.executable))]):
+        out += sorted(glob.glob(os.path.join(prefix, "lib", "libmkl_rt.so*")))
+    return out + ["libmkl_rt.so.2", "libmkl_rt.so"]
+
+
+@lru_cache(maxsize=1)
+def _library():
+    for path in _candidates():
+        try:
+            lib = ctypes.CDLL(path)
+            lib.pardiso  # noqa: B018  (raises AttributeError when missing)
+        except (OSError, AttributeError):
+            continue
+        lib.pardiso.restype = None
+        try:  # single dynamic library: choose Intel threading explicitly, LP64 integers
+            lib.MKL_Set_Interface_Layer.argtypes = [ctypes.c_int]
+            lib.MKL_Set_Interface_Layer(0)  # MKL_INTERFACE_LP64
+        except AttributeError:
+            pass
+        log.debug("PARDISO from %s", path)
+        return lib
+    return None
+
+
+def available() -> bool:
+    """True when MKL's PARDISO can be loaded (the ``mkl`` wheel is installed)."""
+    if os.environ.get("TISIM_NO_PARDISO"):
+        return False
+    return _library() is not None
+
+
+_INT = np.int32
+_P_INT = ctypes.POINTER(ctypes.c_int32)
+
+
+def _ptr(a: np.ndarray):
+    return a.ctypes.data_as(ctypes.c_void_p)
+
+
+class Pardiso:
+    """One SPD system pattern at a time: analyse once per pattern, factorise per matrix.
+
+    threads: MKL threads for every phase (None: MKL's default, the physical cores); the
+    results do not depend on it (reproducibility mode, module docstring).
+    """
+
+    def __init__(self, threads: int | None = None):
+        lib = _library()
+        if lib is None:
+            raise RuntimeError("MKL PARDISO is not available (pip install mkl)")
+        self._lib = lib
+        self.threads = None if threads is None else int(threads)
+        self._pt = np.zeros(64, dtype=np.int64)  # PARDISO's opaque handle (64 pointers)
+        self._iparm = np.zeros(64, dtype=_INT)
+        ip = self._iparm
+        ip[0] = 1  # these settings, not the defaults
+        ip[1] = 2  # METIS nested dissection
+        ip[7] = 0  # iterative refinement only after perturbed pivots (never for SPD)
+        ip[9] = 8  # pivot perturbation 1e-8 (not used for SPD)
+        ip[17] = -1  # report the factor's non-zeros in iparm[17]
+        ip[26] = 0  # no matrix checker (we build sorted upper-triangular CSR)
+        ip[33] = 1  # conditional numerical reproducibility: the same bits at any thread count
+        ip[34] = 1  # zero-based indices
+        self._n = 0
+        self._indptr = None
+        self._indices = None
+        self._data = None
+        self.analysed = 0
+        self.factored = 0
+
+    # the C call ------------------------------------------------------------------
+    def _call(self, phase: int, b: np.ndarray | None = None, x: np.ndarray | None = None, nrhs: int = 1) -> None:
+        err = ctypes.c_int32(0)
+        one = ctypes.c_int32(1)
+        mtype = ctypes.c_int32(2)
+        ph = ctypes.c_int32(phase)
+        n = ctypes.c_int32(self._n)
+        nr = ctypes.c_int32(nrhs)
+        msg = ctypes.c_int32(0)
+        perm = np.zeros(max(self._n, 1), dtype=_INT)
+        dummy = np.zeros(1)
+        data = self._data if self._data is not None else dummy
+        ia = self._indptr if self._indptr is not None else np.zeros(1, _INT)
+        ja = self._indices if self._indices is not None else np.zeros(1, _INT)
+        bb = b if b is not None else dummy
+        xx = x if x is not None else dummy
+        prev = self._set_threads()
+        try:
+            self._lib.pardiso(
+                _ptr(self._pt), ctypes.byref(one), ctypes.byref(one), ctypes.byref(mtype), ctypes.byref(ph),
+                ctypes.byref(n), _ptr(data), _ptr(ia), _ptr(ja), _ptr(perm), ctypes.byref(nr),
+                _ptr(self._iparm), ctypes.byref(msg), _ptr(bb), _ptr(xx), ctypes.byref(err),
+            )  # fmt: skip
+        finally:
+            self._restore_threads(prev)
+        if err.value != 0:
+            cls = NotPositiveDefinite if err.value == -4 else PardisoError
+            raise cls(phase, int(err.value))
+
+    def _set_threads(self):
+        if self.threads is None:
+            return None
+        try:
+            prev = self._lib.MKL_Get_Max_Threads()
+            self._lib.MKL_Set_Num_Threads_Local(ctypes.c_int(self.threads))
+            return prev
+        except AttributeError:
+            return None
+
+    def _restore_threads(self, prev) -> None:
+        if prev is not None:
+            self._lib.MKL_Set_Num_Threads_Local(ctypes.c_int(0))
+
+    # the phases --------------------------------------------------------------------
+    @staticmethod
+    def upper(A: sp.spmatrix) -> sp.csr_matrix:
+        """A's upper triangle (diagonal included) as sorted CSR with int32 indices."""
+        U = sp.triu(sp.csr_matrix(A), format="csr")
+        U.sort_indices()
+        U.indptr = U.indptr.astype(_INT, copy=False)
+        U.indices = U.indices.astype(_INT, copy=False)
+        return U
+
+    def same_pattern(self, U: sp.csr_matrix) -> bool:
+        return (self._indptr is not None and U.indptr.shape == self._indptr.shape
+                and U.indices.shape == self._indices.shape
+                and np.array_equal(U.indptr, self._indptr) and np.array_equal(U.indices, self._indices))
+
+    def analyse(self, U: sp.csr_matrix) -> None:
+        """Symbolic analysis of U's pattern (upper triangle, from ``upper``)."""
+        if self._indptr is not None:
+            self.release()
+        self._n = U.shape[0]
+        self._indptr = np.ascontiguousarray(U.indptr, dtype=_INT)
+        self._indices = np.ascontiguousarray(U.indices, dtype=_INT)
+        self._data = np.ascontiguousarray(U.data, dtype=np.float64)
+        self._call(11)
+        self.analysed += 1
+
+    def factorize(self, U: sp.csr_matrix) -> None:
+        """Numeric factorisation of U (from ``upper``), after a symbolic analysis when its
+        pattern differs from the last one analysed; NotPositiveDefinite on a zero or
+        negative pivot. The analysis depends on the pattern alone, so results do not
+        depend on earlier matrices."""
+        if not self.same_pattern(U):
+            self.analyse(U)
+        self._data = np.ascontiguousarray(U.data, dtype=np.float64)
+        self._call(22)
+        self.factored += 1
+
+    def solve(self, b: np.ndarray) -> np.ndarray:
+        b = np.ascontiguousarray(b, dtype=np.float64)
+        nrhs = 1 if b.ndim == 1 else b.shape[1]
+        if b.ndim == 2:
+            b = np.asfortranarray(b)
+        x = np.zeros_like(b)
+        self._call(33, b, x, nrhs)
+        return x
+
+    @property
+    def factor_nonzeros(self) -> int:
+        return int(self._iparm[17])
+
+    def release(self) -> None:
+        if self._indptr is not None and self._pt.any():
+            self._call(-1)
+        self._pt[:] = 0
+
+    def __del__(self):
+        try:
+            self.release()
+        except Exception:
+            pass

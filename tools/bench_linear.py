@@ -1,0 +1,151 @@
+"""Benchmark of the cloth's sparse linear solvers on real Newton systems: CHOLMOD against
+MKL PARDISO.
+
+Runs the cloth-drape demo (default 64 x 64 vertices, the cloth benchmark's size) until
+the sheet has been on the sphere for a few frames, records the Newton systems of the last
+frames (the solver's own matrices and right-hand sides), then times each back-end on each
+recorded system: symbolic analysis, numeric factorisation, solve (median of --repeat runs)
+and the residual of its solution. Also counts how many distinct patterns the recorded
+systems have, i.e. how many analyses a Newton loop pays.
+
+    .venv/bin/python tools/bench_linear.py                       # 64 x 64, frames 16-21
+    .venv/bin/python tools/bench_linear.py --cells 32 --json /tmp/linear.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+
+ROOT = Path(__file__).resolve().parent.parent
+SCENE = ROOT / "demos" / "cloth-drape.toml"
+
+
+def record_systems(cells: int, frames: int, keep_from: int) -> list[tuple[sp.csr_matrix, np.ndarray]]:
+    """The Newton systems of frames >= keep_from of the drape."""
+    from tisim import backend
+
+    backend.init("cpu", "f64")
+    from tisim.runner import build
+    from tisim.scene import load_scene
+
+    sc = load_scene(SCENE, [f"objects.cloth.cloth_resolution=[{cells},{cells}]"])
+    _binfo, model, solver = build(sc, "cpu", "f64")
+    systems, frame = [], [0]
+    solve = solver.linear.solve
+
+    def record(A, b):
+        if frame[0] >= keep_from:
+            systems.append((sp.csr_matrix(A, copy=True), np.array(b, copy=True)))
+        return solve(A, b)
+
+    solver.linear.solve = record
+    st, spare = model.initial_state(), model.initial_state()
+    for f in range(frames):
+        frame[0] = f
+        solver.step(st, spare, sc.sim.dt)
+        st, spare = spare, st
+    return systems
+
+
+def _median_ms(fn, repeat: int) -> float:
+    ts = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t)
+    return float(np.median(ts) * 1e3)
+
+
+def time_cholmod(A, b, repeat):
+    from sksparse.cholmod import analyze
+
+    C = sp.csc_matrix(A)
+    C.sort_indices()
+    out = {"analyse_ms": _median_ms(lambda: analyze(C, ordering_method="amd"), repeat)}
+    F = analyze(C, ordering_method="amd")
+    out["factor_ms"] = _median_ms(lambda: F.cholesky_inplace(C), repeat)
+    out["solve_ms"] = _median_ms(lambda: F(b), repeat)
+    x = F(b)
+    out["factor_nonzeros"] = int(F.L().nnz)
+    return out, x
+
+
+def time_pardiso(A, b, repeat):
+    from tisim.linalg.pardiso import Pardiso
+
+    U = Pardiso.upper(A)
+    s = Pardiso()
+    out = {"analyse_ms": _median_ms(lambda: s.analyse(U), repeat)}
+    out["factor_ms"] = _median_ms(lambda: s.factorize(U), repeat)
+    out["solve_ms"] = _median_ms(lambda: s.solve(b), repeat)
+    x = s.solve(b)
+    out["factor_nonzeros"] = s.factor_nonzeros
+    s.release()
+    return out, x
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cells", type=int, default=63, help="cloth cells per side (63: 64 x 64 vertices)")
+    ap.add_argument("--frames", type=int, default=22, help="frames to simulate")
+    ap.add_argument("--keep-from", type=int, default=16, help="record the systems of frames >= this")
+    ap.add_argument("--systems", type=int, default=8, help="time this many of them (evenly spaced)")
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--json", type=Path, default=None)
+    a = ap.parse_args(argv)
+
+    from tisim.linalg import pardiso
+    from tisim.linalg.cholesky import cholmod_available
+    from tisim.runner import machine
+
+    t0 = time.perf_counter()
+    systems = record_systems(a.cells, a.frames, a.keep_from)
+    record_s = time.perf_counter() - t0
+    patterns = len({(A.indptr.tobytes(), A.indices.tobytes()) for A, _ in systems})
+    pick = np.unique(np.linspace(0, len(systems) - 1, min(a.systems, len(systems))).round().astype(int))
+    backends = [(name, fn) for name, fn, ok in (("cholmod", time_cholmod, cholmod_available()),
+                                                 ("pardiso", time_pardiso, pardiso.available())) if ok]
+    rows = []
+    for i in pick:
+        A, b = systems[i]
+        row = {"system": int(i), "dofs": A.shape[0], "nonzeros": int(A.nnz)}
+        for name, fn in backends:
+            r, x = fn(A, b, a.repeat)
+            r["residual"] = float(np.linalg.norm(A @ x - b) / np.linalg.norm(b))
+            row[name] = r
+        rows.append(row)
+
+    def med(name, key):
+        vals = [r[name][key] for r in rows if name in r]
+        return float(np.median(vals)) if vals else None
+
+    summary = {name: {k: med(name, k) for k in ("analyse_ms", "factor_ms", "solve_ms", "factor_nonzeros")}
+               for name, _ in backends}
+    out = {"scene": "cloth-drape", "cells": a.cells, "frames": a.frames, "keep_from": a.keep_from,
+           "systems_recorded": len(systems), "distinct_patterns": patterns, "record_s": record_s,
+           "machine": machine(), "mkl_threads": os.environ.get("MKL_NUM_THREADS", "default"),
+           "summary": summary, "rows": rows}
+    print(f"cloth-drape {a.cells + 1} x {a.cells + 1} vertices: {len(systems)} Newton systems of frames "
+          f">= {a.keep_from}, {patterns} distinct patterns; {len(rows)} timed, median of {a.repeat} runs each")
+    print(f"  {'back-end':<10}{'analyse ms':>12}{'factor ms':>12}{'solve ms':>10}{'nnz(L)':>12}")
+    for name, s in summary.items():
+        print(f"  {name:<10}{s['analyse_ms']:12.1f}{s['factor_ms']:12.1f}{s['solve_ms']:10.2f}"
+              f"{s['factor_nonzeros']:12.0f}")
+    if len(summary) == 2:
+        print(f"  factorisation ratio cholmod / pardiso: {summary['cholmod']['factor_ms'] / summary['pardiso']['factor_ms']:.2f}x")
+    if a.json:
+        a.json.parent.mkdir(parents=True, exist_ok=True)
+        a.json.write_text(json.dumps(out, indent=1))
+        print(f"  JSON: {a.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
