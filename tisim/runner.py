@@ -148,7 +148,7 @@ def versions() -> dict[str, str]:
     import importlib.metadata as md
 
     out = {"python": platform.python_version()}
-    for pkg in ("tisim", "taichi", "numpy", "scipy", "meshio", "scikit-sparse", "imageio-ffmpeg"):
+    for pkg in ("tisim", "taichi", "numpy", "scipy", "meshio", "scikit-sparse", "mkl", "imageio-ffmpeg"):
         try:
             out[pkg] = md.version(pkg)
         except md.PackageNotFoundError:

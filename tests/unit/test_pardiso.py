@@ -159,3 +159,16 @@ def test_newton_systems_of_a_falling_sheet_share_one_pattern():
     for indptr, indices, _ in seen[1:]:
         np.testing.assert_array_equal(indptr, seen[0][0])
         np.testing.assert_array_equal(indices, seen[0][1])
+
+
+def test_upper_triangle_with_a_kept_mask_equals_scipys():
+    A, _ = spd_system(n_side=7, zero_fraction=0.2)  # explicit zeros stay entries
+    up = pardiso.UpperTriangle()
+    for M in (A, A * 2.0, A):  # the second and third calls reuse the mask
+        U = up(M)
+        ref = sp.triu(M, format="csr")
+        np.testing.assert_array_equal(U.indptr, ref.indptr)
+        np.testing.assert_array_equal(U.indices, ref.indices)
+        np.testing.assert_array_equal(U.data, ref.data)
+    B, _ = spd_system(n_side=5, seed=2)  # another pattern
+    np.testing.assert_array_equal(up(B).toarray(), sp.triu(B).toarray())

@@ -535,7 +535,7 @@ def info():
 
     v = versions()
     typer.echo(f"tisim {v.get('tisim')}  python {v['python']}")
-    for k in ("taichi", "numpy", "scipy", "meshio", "scikit-sparse", "imageio-ffmpeg"):
+    for k in ("taichi", "numpy", "scipy", "meshio", "scikit-sparse", "mkl", "imageio-ffmpeg"):
         typer.echo(f"  {k:15s} {v.get(k) or 'not installed'}")
     m = machine()
     typer.echo(f"machine: {m['cpu']} ({m['cores']} cores)")
@@ -546,6 +546,9 @@ def info():
     typer.echo(f"display: {'yes' if display_available() else 'no (demos render off-screen)'}")
     typer.echo(f"CHOLMOD: {'yes' if cholmod_available() else 'no (scipy fallback)'}")
     typer.echo(f"METIS:   {'yes' if metis_available() else 'no (AMD/RCM ordering)'}")
+    from tisim.linalg import pardiso
+
+    typer.echo(f"PARDISO: {'yes (cloth Newton systems)' if pardiso.available() else 'no (cloth uses CHOLMOD; pip install mkl)'}")
     try:
         import imageio_ffmpeg
 

@@ -98,6 +98,31 @@ def _ptr(a: np.ndarray):
     return a.ctypes.data_as(ctypes.c_void_p)
 
 
+class UpperTriangle:
+    """A's upper triangle for PARDISO, the mask of its entries kept for A's pattern: a
+    Newton loop whose pattern does not change pays one index comparison and a gather
+    per system instead of a triangle extraction and sort (3-9 ms at 12k dofs)."""
+
+    def __init__(self):
+        self._key = None  # (A.indptr, A.indices, mask, U.indptr, U.indices)
+
+    def __call__(self, A: sp.csr_matrix) -> sp.csr_matrix:
+        A = sp.csr_matrix(A)
+        k = self._key
+        if k is not None and A.indptr.shape == k[0].shape and A.indices.shape == k[1].shape \
+                and np.array_equal(A.indptr, k[0]) and np.array_equal(A.indices, k[1]):
+            return sp.csr_matrix((A.data[k[2]], k[4], k[3]), shape=A.shape)
+        if not A.has_sorted_indices:
+            A = A.sorted_indices()
+        rows = np.repeat(np.arange(A.shape[0], dtype=np.int64), np.diff(A.indptr))
+        mask = np.flatnonzero(A.indices >= rows)
+        indptr = np.zeros(A.shape[0] + 1, dtype=_INT)
+        np.cumsum(np.bincount(rows[mask], minlength=A.shape[0]), out=indptr[1:])
+        indices = A.indices[mask].astype(_INT)
+        self._key = (A.indptr.copy(), A.indices.copy(), mask, indptr, indices)
+        return sp.csr_matrix((A.data[mask], indices, indptr), shape=A.shape)
+
+
 class Pardiso:
     """One SPD system pattern at a time: analyse once per pattern, factorise per matrix.
 

@@ -83,6 +83,7 @@ class SPDSolver:
             raise ValueError("linear solver 'cholmod' needs scikit-sparse")
         self.backend = backend
         self._pardiso = pardiso.Pardiso() if backend == "pardiso" else None
+        self._upper = pardiso.UpperTriangle()
         self._factor = None
         self._pattern = None
         self.reused = 0
@@ -120,11 +121,11 @@ class SPDSolver:
 
     def solve(self, A: sp.csr_matrix, b: np.ndarray) -> np.ndarray:
         if self.backend == "pardiso":
-            from tisim.linalg.pardiso import NotPositiveDefinite, Pardiso
+            from tisim.linalg.pardiso import NotPositiveDefinite
 
             pd = self._pardiso
             before = pd.analysed
-            self._shifted(Pardiso.upper(A), pd.factorize, NotPositiveDefinite)
+            self._shifted(self._upper(A), pd.factorize, NotPositiveDefinite)
             self.reused += pd.analysed == before
             return pd.solve(b)
         A = sp.csc_matrix(A)
