@@ -330,3 +330,28 @@ def test_pair_order_is_deterministic(rng):
     edge_rank = {(int(a), int(b)): k for k, (a, b) in enumerate(E)}
     ranks = np.array([edge_rank[(int(r[0]), int(r[1]))] for r in ee0])
     assert np.all(np.diff(ranks) >= 0)  # grouped by query edge, in input order
+
+
+def test_partners_kept_between_passes_give_the_same_rows(rng, monkeypatch):
+    """The counting pass keeps each query's first FOUND_KEPT partners for the writing
+    pass; queries with more traverse the grid again. Both paths, and their mix, write
+    the rows that two full traversals write (FOUND_KEPT = 0), in the same order."""
+    from tisim.contact.ipc import broad_phase as B
+
+    V, F, E = _two_grids(rng, res=12, gap=0.02)
+    n = len(V)
+    x = _field(V)
+    dx = _field(0.05 * rng.normal(size=V.shape))
+    out = {}
+    default = B.FOUND_KEPT
+    for kept in (0, 2, default):
+        monkeypatch.setattr(B, "FOUND_KEPT", kept)
+        bp = B.BroadPhase(n, F, E)
+        bp.detect(x, 0.05, dx=dx, alpha=0.7)
+        out[kept] = tuple(a.copy() for a in bp.pairs_numpy())
+        counts = bp._query_counts.to_numpy()[:, 0]
+    assert (counts > 2).any() and ((counts > 0) & (counts <= 2)).any()  # both paths taken at 2
+    assert len(out[0][0]) > 500 and len(out[0][1]) > 500
+    for kept in (2, default):
+        np.testing.assert_array_equal(out[kept][0], out[0][0])
+        np.testing.assert_array_equal(out[kept][1], out[0][1])

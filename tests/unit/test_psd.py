@@ -92,6 +92,28 @@ def test_nonsymmetric_input_is_symmetrised_and_count_respected(rng, taichi_backe
         PSDProjector(4, d + 1).project(G, 4)
 
 
+@pytest.mark.parametrize("slots", [(2,), (0, 3), (1, 2, 3)])
+def test_zero_vertex_rows_change_nothing(rng, slots):
+    """A contact Hessian whose obstacle vertices' rows were cleared (or whose distance
+    involves two or three of its four vertices) is projected over its nonzero rows only:
+    the result there equals the projection of the small matrix bit for bit, the zero rows
+    stay zero, and both agree with LAPACK's clamp."""
+    d = 3 * len(slots)
+    small = _sym(rng, 48, d)
+    small[:8] = np.einsum("kij,klj->kil", small[:8], small[:8])  # PSD ones: left unchanged
+    rows = np.concatenate([3 * s + np.arange(3) for s in slots])
+    big = np.zeros((48, 12, 12))
+    big[np.ix_(np.arange(48), rows, rows)] = small
+    P_small = project_psd_numpy(small)
+    P_big = project_psd_numpy(big)
+    np.testing.assert_array_equal(P_big[np.ix_(np.arange(48), rows, rows)], P_small)
+    rest = np.ones(12, bool)
+    rest[rows] = False
+    assert not P_big[:, rest, :].any() and not P_big[:, :, rest].any()
+    R = _clamp(small)
+    assert np.abs(P_small - R).max() <= 1e-10 * np.abs(small).max()
+
+
 def _compiled_count():
     """Number of compiled instances of the module's kernel (Taichi keeps one per
     distinct argument specialisation in ``Kernel.compiled_kernels``)."""

@@ -8,7 +8,9 @@ step of notes §2.4. Used for the 12 x 12 contact Hessians, the 9 x 9 membrane a
 
 Method: cyclic Jacobi eigenvalue sweeps, one thread per matrix, with every loop a
 run-time loop over array indices (GPU-safe: no shared state between matrices, no
-large register arrays, short compile). The input is first symmetrised; a matrix whose
+large register arrays, short compile), over the matrix's active rows only (those with
+a nonzero entry: a zero row stays zero and changes nothing else, so the result is the
+full matrix's bit for bit). The input is first symmetrised; a matrix whose
 diagonal dominates its rows (Gershgorin: PSD for sure) is skipped, so is one whose
 Cholesky factorisation with a shift of 16 d eps ||A||_F succeeds (PSD to within that
 shift: a few hundred flops instead of the sweeps' tens of thousands; the membrane
@@ -44,6 +46,7 @@ def _project_psd_kernel(
     A: ti.types.ndarray(ndim=3),
     W: ti.types.ndarray(ndim=3),
     V: ti.types.ndarray(ndim=3),
+    R: ti.types.ndarray(ndim=2),
     count: ti.i32,
     dim: ti.i32,
     tol: float,
@@ -52,13 +55,31 @@ def _project_psd_kernel(
 ):
     # Few, plain loops on purpose: each loop nest costs LLVM compile time.
     for m in range(count):
+        # the active rows (R[m, :na]): those with a nonzero entry in the symmetric part.
+        # A zero row is an eigenvector of eigenvalue 0, left as it is by every step below
+        # (rotations skip zero entries, a zero Cholesky row gets the shift as its pivot),
+        # so restricting every loop to the active rows gives the full matrix's result bit
+        # for bit, at the cost of the rows that matter: a contact Hessian whose obstacle
+        # vertex rows were cleared (zero_fixed) or whose distance type involves two or
+        # three of its four vertices has 3 to 9 of its 12
+        na = 0
+        for i in range(dim):
+            R[m, dim + i] = 0
+            for j in range(dim):
+                if A[m, i, j] + A[m, j, i] != 0.0:
+                    R[m, dim + i] = 1
+            if R[m, dim + i] != 0:
+                R[m, na] = i
+                na += 1
         # copy the symmetric part, V = I, and Gershgorin's test (a symmetric matrix
         # whose diagonal dominates every row is PSD: nothing to do)
         dominant = True
         frob2 = 0.0
-        for i in range(dim):
+        for p in range(na):
+            i = R[m, p]
             radius = 0.0
-            for j in range(dim):
+            for q in range(na):
+                j = R[m, q]
                 a = 0.5 * (A[m, i, j] + A[m, j, i])
                 W[m, i, j] = a
                 V[m, i, j] = 1.0 if i == j else 0.0
@@ -75,24 +96,30 @@ def _project_psd_kernel(
             # so Gershgorin's test cannot see it
             delta = chol_shift * ti.sqrt(frob2)
             definite = True
-            for j in range(dim):
+            for pj in range(na):
                 if definite:
+                    j = R[m, pj]
                     s = W[m, j, j] + delta
-                    for k in range(j):
+                    for pk in range(pj):
+                        k = R[m, pk]
                         s -= W[m, j, k] * W[m, j, k]
                     if s <= 0.0:
                         definite = False
                     else:
                         ljj = ti.sqrt(s)
-                        for i in range(j + 1, dim):
+                        for pi in range(pj + 1, na):
+                            i = R[m, pi]
                             t = W[m, i, j]
-                            for k in range(j):
+                            for pk in range(pj):
+                                k = R[m, pk]
                                 t -= W[m, i, k] * W[m, j, k]
                             W[m, i, j] = t / ljj
                         W[m, j, j] = ljj
             if not definite:  # restore the lower triangle for the sweeps
-                for i in range(dim):
-                    for j in range(i + 1):
+                for pi in range(na):
+                    i = R[m, pi]
+                    for pj in range(pi + 1):
+                        j = R[m, pj]
                         W[m, i, j] = 0.5 * (A[m, i, j] + A[m, j, i])
             dominant = definite
         if not dominant:
@@ -100,8 +127,10 @@ def _project_psd_kernel(
             tiny = tol * ti.sqrt(frob2) * 1e-3
             for _sweep in range(max_sweeps):
                 off2 = 0.0
-                for p in range(dim):
-                    for q in range(p + 1, dim):
+                for pp in range(na):
+                    p = R[m, pp]
+                    for pq in range(pp + 1, na):
+                        q = R[m, pq]
                         apq = W[m, p, q]
                         off2 += apq * apq
                         if ti.abs(apq) > tiny:
@@ -115,7 +144,8 @@ def _project_psd_kernel(
                                 t = sgn / (ti.abs(tau) + ti.sqrt(1.0 + tau * tau))
                             c = 1.0 / ti.sqrt(1.0 + t * t)
                             s = t * c
-                            for k in range(dim):
+                            for pk in range(na):
+                                k = R[m, pk]
                                 if k != p and k != q:
                                     akp = W[m, k, p]
                                     akq = W[m, k, q]
@@ -135,14 +165,22 @@ def _project_psd_kernel(
                 if 2.0 * off2 <= thresh2:
                     break
             negative = False
-            for i in range(dim):
+            for pi in range(na):
+                i = R[m, pi]
                 if W[m, i, i] < 0.0:
                     negative = True
             if negative:
                 for i in range(dim):
-                    for j in range(i, dim):
+                    for j in range(dim):
+                        if R[m, dim + i] == 0 or R[m, dim + j] == 0:
+                            A[m, i, j] = 0.0  # the full projection's value there
+                for pi in range(na):
+                    i = R[m, pi]
+                    for pj in range(pi, na):
+                        j = R[m, pj]
                         acc = 0.0
-                        for k in range(dim):
+                        for pk in range(na):
+                            k = R[m, pk]
                             acc += ti.max(W[m, k, k], 0.0) * V[m, i, k] * V[m, j, k]
                         A[m, i, j] = acc
                         A[m, j, i] = acc
@@ -159,8 +197,8 @@ class PSDProjector:
     """Scratch space for projecting up to ``capacity`` matrices of size ``dim`` at once.
 
     capacity: number of matrices; dim: their size d (<= 12 in practice).
-    Allocates two ``(capacity, d, d)`` ndarrays (work copy and eigenvectors) once; grows
-    them geometrically when asked for more.
+    Allocates two ``(capacity, d, d)`` ndarrays (work copy and eigenvectors) and the
+    active-row lists ``(capacity, 2 d)`` once; grows them geometrically when asked for more.
     """
 
     def __init__(self, capacity: int, dim: int, *, max_sweeps: int = 30) -> None:
@@ -169,6 +207,7 @@ class PSDProjector:
         self.capacity = 0
         self.W = None
         self.V = None
+        self.R = None
         self.reserve(max(int(capacity), 1))
 
     def reserve(self, capacity: int) -> None:
@@ -181,6 +220,7 @@ class PSDProjector:
         real = backend.real()
         self.W = ti.ndarray(real, (new_cap, self.dim, self.dim))
         self.V = ti.ndarray(real, (new_cap, self.dim, self.dim))
+        self.R = ti.ndarray(ti.i32, (new_cap, 2 * self.dim))
         self.capacity = new_cap
         log.debug("PSDProjector scratch: %d matrices of %d x %d", new_cap, self.dim, self.dim)
 
@@ -201,6 +241,7 @@ class PSDProjector:
             A,
             self.W,
             self.V,
+            self.R,
             count,
             self.dim,
             default_tolerance() if tol is None else float(tol),

@@ -362,6 +362,8 @@ def _query_pairs(
     buckets: ti.types.ndarray(),
     entries: ti.types.ndarray(),
     query_counts: ti.types.ndarray(),
+    found: ti.types.ndarray(),
+    cap: ti.i32,
     write: ti.i32,
     ee_base: ti.i32,
     pt: ti.types.ndarray(),
@@ -376,6 +378,10 @@ def _query_pairs(
     thread enumerates its candidates in a fixed order and writes with plain stores: no
     atomics (Taichi's SPIR-V code loses atomic updates made inside run-time loops) and
     the same rows, in the same order, on every backend and run.
+
+    found (queries, >= cap): the counting pass keeps a query's first ``cap`` partners
+    (primitive indices, in enumeration order) there, and the writing pass copies them
+    instead of traversing the grid again; only queries with more partners traverse twice.
     """
     mask = buckets.shape[0] - 1
     for i in range(n_points + ne):
@@ -396,8 +402,17 @@ def _query_pairs(
         hi_a = hi[box]
         c0 = _cell_of(lo_a, origin, inv_cell)
         c1 = _cell_of(hi_a, origin, inv_cell)
-        if relevant[box] == 0 or (write != 0 and query_counts[i, 0] == 0):
+        if relevant[box] == 0 or (write != 0 and query_counts[i, 0] <= cap):
             c1 = c0 - 1  # an empty range: this box is in no pair (or, writing, counted none)
+        if write != 0 and query_counts[i, 0] <= cap:  # the partners kept by the counting pass
+            for r in range(query_counts[i, 0]):
+                other = found[i, r]
+                if is_point:
+                    pt[query_counts[i, 1] + r] = ti.Vector(
+                        [v, faces[other - n, 0], faces[other - n, 1], faces[other - n, 2]])
+                else:
+                    ee[query_counts[i, 1] - ee_base + r] = ti.Vector(
+                        [ea0, ea1, edges[other - n - nf, 0], edges[other - n - nf, 1]])
         for cx, cy, cz in ti.ndrange((c0[0], c1[0] + 1), (c0[1], c1[1] + 1), (c0[2], c1[2] + 1)):
             h = _hash(cx, cy, cz, mask)
             for k in range(buckets[h, 1], buckets[h, 1] + buckets[h, 0]):
@@ -423,6 +438,8 @@ def _query_pairs(
                         continue  # reported from another cell
                     if write != 0:
                         pt[query_counts[i, 1] + rank] = ti.Vector([v, f0, f1, f2])
+                    elif rank < cap:
+                        found[i, rank] = other
                     rank += 1
                 else:
                     if other <= box:
@@ -442,9 +459,16 @@ def _query_pairs(
                         continue
                     if write != 0:
                         ee[query_counts[i, 1] - ee_base + rank] = ti.Vector([ea0, ea1, eb0, eb1])
+                    elif rank < cap:
+                        found[i, rank] = other
                     rank += 1
         if write == 0:
             query_counts[i, 0] = rank
+
+
+# partners per query kept between the two passes of _query_pairs (a cloth vertex near a
+# tessellated sphere has a few; deep in a fold, dozens: those traverse the grid twice)
+FOUND_KEPT = 16
 
 
 def _next_pow2(k: int) -> int:
@@ -541,6 +565,9 @@ class BroadPhase:
         # per query primitive (points, then edges): (pair count, start, unused)
         n_queries = max(1, self.point_count + self.edge_count)
         self._query_counts = ti.ndarray(ti.i32, shape=(n_queries, 3))
+        # each query's first FOUND_KEPT partners, kept by the counting pass for the writing one
+        self._kept = int(FOUND_KEPT)
+        self._found = ti.ndarray(ti.i32, shape=(n_queries, max(self._kept, 1)))
         self._query_blocks = ti.ndarray(ti.i32, (n_queries + _SCAN_BLOCK - 1) // _SCAN_BLOCK)
         cap = int(initial_capacity)
         self._alloc_pairs("pt", cap)
@@ -618,7 +645,7 @@ class BroadPhase:
         args = (
             self._lo, self._hi, self._points, self._faces, self._edges, self._active, self._relevant,
             n, self.point_count, nf, ne, origin, inv_cell, self._buckets, self._entries,
-            self._query_counts,
+            self._query_counts, self._found, self._kept,
         )  # fmt: skip
         _query_pairs(*args, 0, 0, self.pt, self.ee)  # count
         _scan_buckets(self._query_counts, self._query_blocks)
