@@ -758,13 +758,13 @@ def _read_rows(path: Path, last_frame: int) -> list[dict]:
 
 def pipeline_threads(processes: int, cores: int | None = None) -> dict[str, str]:
     """Thread counts for each of ``processes`` concurrent level processes on ``cores``
-    cores (default: this machine's): Taichi's CPU threads and the BLAS/OpenMP threads
-    of the linear solver, as environment variables, so that together they use each core
+    cores (default: this machine's): Taichi's CPU threads and the BLAS/OpenMP/MKL threads
+    of the linear solvers, as environment variables, so that together they use each core
     about once. More threads than cores make every parallel kernel wait for its slowest
     thread whenever another process holds a core."""
     cores = cores or os.cpu_count() or 1
     n = str(max(1, cores // max(1, processes)))
-    return {"TI_CPU_MAX_NUM_THREADS": n, "OPENBLAS_NUM_THREADS": n, "OMP_NUM_THREADS": n}
+    return {"TI_CPU_MAX_NUM_THREADS": n, "OPENBLAS_NUM_THREADS": n, "OMP_NUM_THREADS": n, "MKL_NUM_THREADS": n}
 
 
 class _environment:

@@ -249,7 +249,7 @@ def _schedule_compare(a) -> int:
     # the finest level alone, driven by the sequential run's level L-1
     # (default threads), and single-threaded: on an idle machine that one takes about
     # its CPU time, the load-independent yardstick
-    one = {"TI_CPU_MAX_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
+    one = {"TI_CPU_MAX_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     for key, env in (("finest_alone", None), ("finest_alone_1_thread", one)):
         alone = root / key
         for lv in (0, 1):

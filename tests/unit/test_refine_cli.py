@@ -105,7 +105,7 @@ def test_pipelined_processes_share_the_cores(monkeypatch):
     from tisim.progressive import _environment, pipeline_threads
 
     assert pipeline_threads(3, cores=2) == {"TI_CPU_MAX_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
-                                            "OMP_NUM_THREADS": "1"}
+                                            "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     assert pipeline_threads(3, cores=16)["TI_CPU_MAX_NUM_THREADS"] == "5"
     monkeypatch.setenv("TI_CPU_MAX_NUM_THREADS", "2")
     monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)
