@@ -232,3 +232,12 @@ def test_strain_limit_alone_projects_like_numpy():
     R = _reference(term, x, strain)  # a zero membrane plus the strain limit
     assert abs(Hs - R).max() <= 1e-10 * abs(R).max()
     assert abs(R).max() > 0
+
+
+@pytest.mark.parametrize("backend", _spd_backends())
+def test_newton_solve_of_an_empty_system(backend):
+    """Every vertex fixed (pinned and reached, or static): a 0 x 0 system, no step."""
+    from tisim.solvers.cloth.solver import SPDSolver
+
+    p = SPDSolver(backend).solve(sp.csr_matrix((0, 0)), np.zeros(0))
+    assert p.shape == (0,)

@@ -120,6 +120,8 @@ class SPDSolver:
         raise np.linalg.LinAlgError("Newton system not positive definite, even shifted by 1e-4 of its diagonal")
 
     def solve(self, A: sp.csr_matrix, b: np.ndarray) -> np.ndarray:
+        if A.shape[0] == 0:  # every vertex fixed: nothing to solve
+            return np.zeros(0)
         if self.backend == "pardiso":
             from tisim.linalg.pardiso import NotPositiveDefinite
 
