@@ -172,3 +172,20 @@ def test_upper_triangle_with_a_kept_mask_equals_scipys():
         np.testing.assert_array_equal(U.data, ref.data)
     B, _ = spd_system(n_side=5, seed=2)  # another pattern
     np.testing.assert_array_equal(up(B).toarray(), sp.triu(B).toarray())
+
+
+def test_without_mkl_the_cloth_solver_uses_cholmod(monkeypatch):
+    """TISIM_NO_PARDISO (or no mkl wheel): PARDISO is unavailable and the Newton solve
+    falls back to CHOLMOD, then scipy, with the same answer."""
+    from tisim.linalg.cholesky import cholmod_available
+    from tisim.solvers.cloth.solver import SPDSolver
+
+    A, b = spd_system(n_side=6)
+    monkeypatch.setenv("TISIM_NO_PARDISO", "1")
+    assert not pardiso.available()
+    s = SPDSolver()
+    assert s.backend == ("cholmod" if cholmod_available() else "scipy")
+    with pytest.raises(ValueError, match="pip install mkl"):
+        SPDSolver("pardiso")
+    x = s.solve(A, b)
+    np.testing.assert_allclose(A @ x, b, rtol=0, atol=1e-10 * np.abs(b).max())
