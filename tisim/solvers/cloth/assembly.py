@@ -159,7 +159,7 @@ class ContactTriplets:
         if rows <= 0:
             return None
         counts = np.zeros(rows, dtype=np.int32)
-        count_entries(H, stencils, rows, self.unknowns, counts)
+        count_entries(stencils, rows, self.unknowns, counts)
         total = int(counts.sum())
         if total == 0:
             return None
