@@ -52,7 +52,7 @@ def spd_system(n_side=12, seed=0, zero_fraction=0.0):
 def test_solution_matches_a_dense_solve():
     A, b = spd_system()
     s = pardiso.Pardiso()
-    s.factorize(pardiso.Pardiso.upper(A))
+    s.factorize(pardiso.UpperTriangle()(A))
     x = s.solve(b)
     ref = np.linalg.solve(A.toarray(), b)
     assert np.linalg.norm(x - ref) <= 1e-12 * np.linalg.norm(ref)
@@ -71,14 +71,14 @@ def test_analysis_is_reused_for_the_same_pattern_and_results_do_not_depend_on_it
     assert A2.nnz == A.nnz
     s = pardiso.Pardiso()
     for M in (A, A2, A):
-        s.factorize(pardiso.Pardiso.upper(M))
+        s.factorize(pardiso.UpperTriangle()(M))
         x = s.solve(b)
         fresh = pardiso.Pardiso()
-        fresh.factorize(pardiso.Pardiso.upper(M))
+        fresh.factorize(pardiso.UpperTriangle()(M))
         np.testing.assert_array_equal(x, fresh.solve(b))  # history leaves no trace
     assert s.analysed == 1 and s.factored == 3
     B, _ = spd_system(n_side=11, seed=1)  # another pattern: analysed anew
-    s.factorize(pardiso.Pardiso.upper(B))
+    s.factorize(pardiso.UpperTriangle()(B))
     assert s.analysed == 2
 
 
@@ -87,7 +87,7 @@ def test_reproducible_across_thread_counts():
     """Conditional numerical reproducibility (iparm[33]): one thread and two threads give
     the same bits, and repeated factorisations too."""
     A, b = spd_system(n_side=40, seed=3)
-    U = pardiso.Pardiso.upper(A)
+    U = pardiso.UpperTriangle()(A)
     out = []
     for threads in (1, 2, 2, 1):
         s = pardiso.Pardiso(threads=threads)
@@ -104,7 +104,7 @@ def test_a_matrix_that_is_not_positive_definite_is_reported():
     bad = A - sp.identity(A.shape[0], format="csr") * (2 * abs(A.diagonal()).max())
     s = pardiso.Pardiso()
     with pytest.raises(pardiso.NotPositiveDefinite):
-        s.factorize(pardiso.Pardiso.upper(bad))
+        s.factorize(pardiso.UpperTriangle()(bad))
 
 
 def test_structural_sum_keeps_zero_entries_and_adds_exactly():

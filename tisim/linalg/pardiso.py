@@ -91,7 +91,12 @@ def available() -> bool:
 
 
 _INT = np.int32
-_P_INT = ctypes.POINTER(ctypes.c_int32)
+
+
+def same_pattern(A: sp.spmatrix, pattern) -> bool:
+    """Whether compressed matrix A has the pattern ``(indptr, indices)`` (None: no)."""
+    return (pattern is not None and A.indptr.shape == pattern[0].shape and A.indices.shape == pattern[1].shape
+            and np.array_equal(A.indptr, pattern[0]) and np.array_equal(A.indices, pattern[1]))
 
 
 def _ptr(a: np.ndarray):
@@ -109,8 +114,7 @@ class UpperTriangle:
     def __call__(self, A: sp.csr_matrix) -> sp.csr_matrix:
         A = sp.csr_matrix(A)
         k = self._key
-        if k is not None and A.indptr.shape == k[0].shape and A.indices.shape == k[1].shape \
-                and np.array_equal(A.indptr, k[0]) and np.array_equal(A.indices, k[1]):
+        if k is not None and same_pattern(A, k[:2]):
             return sp.csr_matrix((A.data[k[2]], k[4], k[3]), shape=A.shape)
         if not A.has_sorted_indices:
             A = A.sorted_indices()
@@ -170,7 +174,7 @@ class Pardiso:
         ja = self._indices if self._indices is not None else np.zeros(1, _INT)
         bb = b if b is not None else dummy
         xx = x if x is not None else dummy
-        prev = self._set_threads()
+        local = self._set_threads()
         try:
             self._lib.pardiso(
                 _ptr(self._pt), ctypes.byref(one), ctypes.byref(one), ctypes.byref(mtype), ctypes.byref(ph),
@@ -178,42 +182,22 @@ class Pardiso:
                 _ptr(self._iparm), ctypes.byref(msg), _ptr(bb), _ptr(xx), ctypes.byref(err),
             )  # fmt: skip
         finally:
-            self._restore_threads(prev)
+            if local:  # back to MKL's global setting
+                self._lib.MKL_Set_Num_Threads_Local(ctypes.c_int(0))
         if err.value != 0:
             cls = NotPositiveDefinite if err.value == -4 else PardisoError
             raise cls(phase, int(err.value))
 
-    def _set_threads(self):
-        if self.threads is None:
-            return None
-        try:
-            prev = self._lib.MKL_Get_Max_Threads()
-            self._lib.MKL_Set_Num_Threads_Local(ctypes.c_int(self.threads))
-            return prev
-        except AttributeError:
-            return None
-
-    def _restore_threads(self, prev) -> None:
-        if prev is not None:
-            self._lib.MKL_Set_Num_Threads_Local(ctypes.c_int(0))
+    def _set_threads(self) -> bool:
+        """MKL's thread count for this thread's next calls, when ``threads`` is set."""
+        if self.threads is None or not hasattr(self._lib, "MKL_Set_Num_Threads_Local"):
+            return False
+        self._lib.MKL_Set_Num_Threads_Local(ctypes.c_int(self.threads))
+        return True
 
     # the phases --------------------------------------------------------------------
-    @staticmethod
-    def upper(A: sp.spmatrix) -> sp.csr_matrix:
-        """A's upper triangle (diagonal included) as sorted CSR with int32 indices."""
-        U = sp.triu(sp.csr_matrix(A), format="csr")
-        U.sort_indices()
-        U.indptr = U.indptr.astype(_INT, copy=False)
-        U.indices = U.indices.astype(_INT, copy=False)
-        return U
-
-    def same_pattern(self, U: sp.csr_matrix) -> bool:
-        return (self._indptr is not None and U.indptr.shape == self._indptr.shape
-                and U.indices.shape == self._indices.shape
-                and np.array_equal(U.indptr, self._indptr) and np.array_equal(U.indices, self._indices))
-
     def analyse(self, U: sp.csr_matrix) -> None:
-        """Symbolic analysis of U's pattern (upper triangle, from ``upper``)."""
+        """Symbolic analysis of U's pattern (the upper triangle, from ``UpperTriangle``)."""
         if self._indptr is not None:
             self.release()
         self._n = U.shape[0]
@@ -224,11 +208,11 @@ class Pardiso:
         self.analysed += 1
 
     def factorize(self, U: sp.csr_matrix) -> None:
-        """Numeric factorisation of U (from ``upper``), after a symbolic analysis when its
+        """Numeric factorisation of U (from ``UpperTriangle``), after a symbolic analysis when its
         pattern differs from the last one analysed; NotPositiveDefinite on a zero or
         negative pivot. The analysis depends on the pattern alone, so results do not
         depend on earlier matrices."""
-        if not self.same_pattern(U):
+        if not same_pattern(U, None if self._indptr is None else (self._indptr, self._indices)):
             self.analyse(U)
         self._data = np.ascontiguousarray(U.data, dtype=np.float64)
         self._call(22)

@@ -134,11 +134,11 @@ class SPDSolver:
         if self.backend == "cholmod":
             from sksparse.cholmod import CholmodNotPositiveDefiniteError
 
+            from tisim.linalg.pardiso import same_pattern
+
             A.sort_indices()
-            same = (self._pattern is not None and self._pattern[0].shape == A.indptr.shape
-                    and self._pattern[1].shape == A.indices.shape
-                    and np.array_equal(self._pattern[0], A.indptr) and np.array_equal(self._pattern[1], A.indices))
-            if not same:  # otherwise the symbolic analysis (ordering, elimination tree) is reused
+            # the symbolic analysis (ordering, elimination tree) is reused for the same pattern
+            if not same_pattern(A, self._pattern):
                 self._factor = None
 
             def factorize(M):
