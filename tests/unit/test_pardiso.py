@@ -63,6 +63,68 @@ def test_solution_matches_a_dense_solve():
 
 
 @needs_mkl
+def test_single_precision_solves_to_float32_accuracy():
+    """iparm[27] = 1: the factor and the solve in float32, the result handed back as float64
+    with a residual at float32's level (neither exact nor far off)."""
+    A, b = spd_system()
+    s = pardiso.Pardiso(single=True)
+    s.factorize(pardiso.UpperTriangle()(A))
+    x = s.solve(b)
+    assert x.dtype == np.float64
+    res = np.linalg.norm(A @ x - b) / np.linalg.norm(b)
+    assert 1e-12 < res < 1e-4
+
+
+@needs_mkl
+def test_mixed_precision_newton_solve_matches_a_dense_solve():
+    """SPDSolver's default on PARDISO: a float32 factor refined against A in float64 gives
+    the dense solve's answer to double-precision round-off, without falling back."""
+    from tisim.solvers.cloth.solver import SPDSolver
+
+    A, b = spd_system()
+    s = SPDSolver("pardiso")
+    ref = np.linalg.solve(A.toarray(), b)
+    for k in range(2):  # a second matrix of the same pattern reuses the float32 analysis
+        x = s.solve(A * (1 + k), b)
+        assert np.linalg.norm(x - ref / (1 + k)) <= 1e-9 * np.linalg.norm(ref)
+    assert s.fallbacks == 0
+    assert s._pardiso32.analysed == 1 and s._pardiso.analysed == 0
+
+
+@needs_mkl
+@pytest.mark.parametrize("case", ["singular in float32", "ill-conditioned"])
+def test_mixed_precision_falls_back_to_double_when_float32_is_not_enough(case):
+    """A system that float32 cannot factorise (SPD in double, exactly singular once rounded
+    to float32) or cannot refine (condition number 1e9, beyond float32's 1e7): the solve
+    is redone in double precision and is as accurate as a double-precision solve."""
+    from tisim.solvers.cloth.solver import SPDSolver
+
+    rng = np.random.default_rng(1)
+    if case == "singular in float32":
+        e = 1e-9
+        A = np.array([[1.0, 1 - e], [1 - e, 1.0]])
+        b = np.array([1.0, 0.0])
+    else:
+        n = 40
+        Q, _ = np.linalg.qr(rng.standard_normal((n, n)))
+        A = Q @ np.diag(np.logspace(0, -9, n)) @ Q.T
+        A = 0.5 * (A + A.T)
+        b = rng.standard_normal(n)
+    s = SPDSolver("pardiso")
+    x = s.solve(sp.csr_matrix(A), b)
+    ref = np.linalg.solve(A, b)
+    assert s.fallbacks == 1
+    assert np.linalg.norm(x - ref) <= 1e-6 * np.linalg.norm(ref)
+    # float32 alone fails on the same system, or is far off
+    p32 = pardiso.Pardiso(single=True)
+    try:
+        p32.factorize(pardiso.UpperTriangle()(sp.csr_matrix(A)))
+    except pardiso.NotPositiveDefinite:
+        return
+    assert np.linalg.norm(p32.solve(b) - ref) > 1e-3 * np.linalg.norm(ref)
+
+
+@needs_mkl
 def test_analysis_is_reused_for_the_same_pattern_and_results_do_not_depend_on_it():
     A, b = spd_system()
     A2 = A.copy()

@@ -132,9 +132,13 @@ class Pardiso:
 
     threads: MKL threads for every phase (None: MKL's default, the physical cores); the
     results do not depend on it (reproducibility mode, module docstring).
+    single: factorise and solve in single precision (``iparm[27] = 1``): the matrix is
+    rounded to float32 and ``solve`` returns float64 values of a float32 solution, with
+    a relative residual of about 1e-5 on the cloth's systems; the caller refines
+    (``SPDSolver``). The factorisation is about 1.4x faster.
     """
 
-    def __init__(self, threads: int | None = None):
+    def __init__(self, threads: int | None = None, single: bool = False):
         lib = _library()
         if lib is None:
             raise RuntimeError("MKL PARDISO is not available (pip install mkl)")
@@ -151,6 +155,9 @@ class Pardiso:
         ip[26] = 0  # no matrix checker (we build sorted upper-triangular CSR)
         ip[33] = 1  # conditional numerical reproducibility: the same bits at any thread count
         ip[34] = 1  # zero-based indices
+        ip[27] = 1 if single else 0  # single precision: a, b, x and the factor in float32
+        self.single = bool(single)
+        self._real = np.float32 if single else np.float64
         self._n = 0
         self._indptr = None
         self._indices = None
@@ -168,7 +175,7 @@ class Pardiso:
         nr = ctypes.c_int32(nrhs)
         msg = ctypes.c_int32(0)
         perm = np.zeros(max(self._n, 1), dtype=_INT)
-        dummy = np.zeros(1)
+        dummy = np.zeros(1, dtype=self._real)
         data = self._data if self._data is not None else dummy
         ia = self._indptr if self._indptr is not None else np.zeros(1, _INT)
         ja = self._indices if self._indices is not None else np.zeros(1, _INT)
@@ -203,7 +210,7 @@ class Pardiso:
         self._n = U.shape[0]
         self._indptr = np.ascontiguousarray(U.indptr, dtype=_INT)
         self._indices = np.ascontiguousarray(U.indices, dtype=_INT)
-        self._data = np.ascontiguousarray(U.data, dtype=np.float64)
+        self._data = np.ascontiguousarray(U.data, dtype=self._real)
         self._call(11)
         self.analysed += 1
 
@@ -214,18 +221,19 @@ class Pardiso:
         depend on earlier matrices."""
         if not same_pattern(U, None if self._indptr is None else (self._indptr, self._indices)):
             self.analyse(U)
-        self._data = np.ascontiguousarray(U.data, dtype=np.float64)
+        self._data = np.ascontiguousarray(U.data, dtype=self._real)
         self._call(22)
         self.factored += 1
 
     def solve(self, b: np.ndarray) -> np.ndarray:
-        b = np.ascontiguousarray(b, dtype=np.float64)
+        """The solution (float64) of the last factorised system for b (n,) or (n, k)."""
+        b = np.ascontiguousarray(b, dtype=self._real)
         nrhs = 1 if b.ndim == 1 else b.shape[1]
         if b.ndim == 2:
             b = np.asfortranarray(b)
         x = np.zeros_like(b)
         self._call(33, b, x, nrhs)
-        return x
+        return x.astype(np.float64, copy=False)
 
     @property
     def factor_nonzeros(self) -> int:

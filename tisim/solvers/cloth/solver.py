@@ -66,11 +66,21 @@ class SPDSolver:
     PARDISO factorises the cloth's systems about 4x faster than Debian's CHOLMOD with
     OpenBLAS (the 64 x 64 drape's contact systems, 12,675 dofs: 21.5 against 91.2 ms on
     two cores, ``tools/bench_linear.py``) and repeats its bits at any thread count.
+
+    mixed (PARDISO only, the default): factorise in single precision, which is about
+    1.4x faster again, and refine the solution against A in double precision
+    (``b - A x`` in float64, the correction from the float32 factor). The result is
+    taken when the last correction is below ``REFINED`` of the solution (its error is
+    then about ``REFINED`` times that correction, far below what a Newton direction
+    needs); otherwise, or when the float32 factorisation meets a non-positive pivot,
+    the system is factorised in double precision as without ``mixed``.
     """
 
     SHIFTS = (1e-12, 1e-10, 1e-8, 1e-6, 1e-4)
+    REFINED = 1e-3  # |correction| / |x| at which a mixed-precision solution is taken
+    REFINE_STEPS = 2
 
-    def __init__(self, backend: str = "auto"):
+    def __init__(self, backend: str = "auto", mixed: bool = True):
         from tisim.linalg import pardiso
         from tisim.linalg.cholesky import cholmod_available
 
@@ -83,10 +93,34 @@ class SPDSolver:
             raise ValueError("linear solver 'cholmod' needs scikit-sparse")
         self.backend = backend
         self._pardiso = pardiso.Pardiso() if backend == "pardiso" else None
+        self._pardiso32 = pardiso.Pardiso(single=True) if backend == "pardiso" and mixed else None
+        self.fallbacks = 0  # mixed-precision solves redone in double precision
         self._upper = pardiso.UpperTriangle()
         self._factor = None
         self._pattern = None
         self.reused = 0
+
+    def _mixed(self, A: sp.csr_matrix, U: sp.csr_matrix, b: np.ndarray) -> np.ndarray | None:
+        """A^-1 b from the float32 factor with iterative refinement in float64, or None
+        when it does not settle (see the class docstring)."""
+        from tisim.linalg.pardiso import NotPositiveDefinite
+
+        pd = self._pardiso32
+        before = pd.analysed
+        try:
+            pd.factorize(U)
+        except NotPositiveDefinite:
+            log.debug("float32 factorisation met a non-positive pivot: double precision")
+            return None
+        self.reused += pd.analysed == before
+        x = pd.solve(b)
+        for _ in range(self.REFINE_STEPS):
+            dx = pd.solve(b - A @ x)
+            x += dx
+            if np.linalg.norm(dx) <= self.REFINED * np.linalg.norm(x):
+                return x
+        log.debug("mixed-precision refinement did not settle: double precision")
+        return None
 
     def _factorize(self, A: sp.csc_matrix) -> None:
         from sksparse.cholmod import cholesky
@@ -125,9 +159,15 @@ class SPDSolver:
         if self.backend == "pardiso":
             from tisim.linalg.pardiso import NotPositiveDefinite
 
+            U = self._upper(A)
+            if self._pardiso32 is not None:
+                x = self._mixed(A, U, b)
+                if x is not None:
+                    return x
+                self.fallbacks += 1
             pd = self._pardiso
             before = pd.analysed
-            self._shifted(self._upper(A), pd.factorize, NotPositiveDefinite)
+            self._shifted(U, pd.factorize, NotPositiveDefinite)
             self.reused += pd.analysed == before
             return pd.solve(b)
         A = sp.csc_matrix(A)
