@@ -77,12 +77,12 @@ def test_single_precision_solves_to_float32_accuracy():
 
 @needs_mkl
 def test_mixed_precision_newton_solve_matches_a_dense_solve():
-    """SPDSolver's default on PARDISO: a float32 factor refined against A in float64 gives
-    the dense solve's answer to double-precision round-off, without falling back."""
+    """SPDSolver(mixed=True) (solver.linear_precision = "mixed"): a float32 factor refined
+    against A in float64 gives the dense solve's answer to 1e-9, without falling back."""
     from tisim.solvers.cloth.solver import SPDSolver
 
     A, b = spd_system()
-    s = SPDSolver("pardiso")
+    s = SPDSolver("pardiso", mixed=True)
     ref = np.linalg.solve(A.toarray(), b)
     for k in range(2):  # a second matrix of the same pattern reuses the float32 analysis
         x = s.solve(A * (1 + k), b)
@@ -110,7 +110,7 @@ def test_mixed_precision_falls_back_to_double_when_float32_is_not_enough(case):
         A = Q @ np.diag(np.logspace(0, -9, n)) @ Q.T
         A = 0.5 * (A + A.T)
         b = rng.standard_normal(n)
-    s = SPDSolver("pardiso")
+    s = SPDSolver("pardiso", mixed=True)
     x = s.solve(sp.csr_matrix(A), b)
     ref = np.linalg.solve(A, b)
     assert s.fallbacks == 1

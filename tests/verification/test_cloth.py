@@ -11,6 +11,7 @@ import pytest
 
 from tisim.geometry.cloth import save_cloth_obj
 from tisim.geometry.generate import cloth_disc, cloth_rectangle
+from tisim.linalg import pardiso
 from tisim.model import Model
 from tisim.scene import scene_from_dict
 from tisim.solvers.cloth.solver import SolverCloth
@@ -287,6 +288,30 @@ def test_a_kept_elastic_hessian_converges_to_the_same_steps():
     sc, model, solver = _build({"c": _cloth(translation=[0.0, 0.125, 0.0])},
                                {"ball": {"type": "sphere", "position": [0, 0.06, 0], "radius": 0.06}},
                                solver={"hessian_reuse": 5})
+    st = _run(model, solver, 8, 0.01, _ipc_check(solver, 1e-3))
+    assert st.positions[:, 1].min() < 0.12  # it reached the sphere (top at y = 0.12)
+
+
+@pytest.mark.skipif(not pardiso.available(), reason="needs MKL PARDISO (pip install mkl)")
+def test_mixed_precision_linear_solves_take_the_same_steps():
+    """solver.linear_precision = "mixed" (float32 factor, refined in float64): a swinging
+    pinned sheet takes the double-precision solver's steps to the Newton tolerance with the
+    same iterations, and a sheet falling onto a sphere never intersects."""
+    sheet = {"c": _cloth(cloth_size=[0.3, 0.2], cloth_resolution=[6, 4], pin="x-min", translation=[0, 1, 0])}
+    runs = {}
+    for precision in ("double", "mixed"):
+        sc, model, solver = _build(sheet, solver={"linear_precision": precision, "tolerance": 1e-6, "stop": "max"})
+        assert (solver.linear._pardiso32 is not None) == (precision == "mixed")
+        st = _run(model, solver, 12, 0.01)
+        runs[precision] = (st.positions.copy(), solver._stats_total["newton"], solver.linear.fallbacks)
+    (xd, nd, _), (xm, nm, fallbacks) = runs["double"], runs["mixed"]
+    assert np.abs(xd - model.initial_positions).max() > 0.01  # it swings
+    assert np.abs(xd - xm).max() < 1e-7, np.abs(xd - xm).max()
+    assert nm == nd and fallbacks == 0
+
+    sc, model, solver = _build({"c": _cloth(translation=[0.0, 0.125, 0.0])},
+                               {"ball": {"type": "sphere", "position": [0, 0.06, 0], "radius": 0.06}},
+                               solver={"linear_precision": "mixed"})
     st = _run(model, solver, 8, 0.01, _ipc_check(solver, 1e-3))
     assert st.positions[:, 1].min() < 0.12  # it reached the sphere (top at y = 0.12)
 

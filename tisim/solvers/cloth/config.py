@@ -41,5 +41,11 @@ class ClothConfig:
     self_contact: bool = True
     bending: bool = True
     line_search_steps: int = num(30, ge=1, doc="backtracking halvings before a step gives up")
+    linear_precision: Literal["double", "mixed"] = field(
+        default="double",
+        metadata={"doc": "Newton systems factorised in double precision, or ('mixed', MKL PARDISO only) "
+                         "in single precision refined in double: about 6% faster contact frames, "
+                         "residuals about 1e-9 instead of round-off"},
+    )
     ccd_eta: float = num(0.1, gt=0, lt=1, doc="CCD keeps this fraction of the gap")
     solids: PDConfig = field(default_factory=PDConfig)
