@@ -276,10 +276,11 @@ class ShellTerm:
                           int(strain_on), 0.0 if o is None else o.s_max, 0.0 if o is None else o.s_hat,
                           0.0 if o is None else o._tol, 1, self._hf)
         K.scatter_face_hessians(e.face_data, self._hf, asm.slots[0], asm.data)
-        if len(self.hinges):
-            K.bending_hessian(self.x, e.hinges, e.hinge_data, e.bending_hessians, not self.gauss_newton_bending)
-            if not self.gauss_newton_bending:
-                self._psd_b = project_psd(e.bending_hessians, len(self.hinges), self._psd_b)
+        if len(self.hinges) and self.gauss_newton_bending:
+            K.scatter_bending_gauss_newton(self.x, e.hinges, e.hinge_data, len(self.hinges), asm.slots[1], asm.data)
+        elif len(self.hinges):
+            K.bending_hessian(self.x, e.hinges, e.hinge_data, e.bending_hessians, True)
+            self._psd_b = project_psd(e.bending_hessians, len(self.hinges), self._psd_b)
             K.scatter_blocks(e.bending_hessians, len(self.hinges), asm.slots[1], asm.data)
         return E, g, asm.matrix()
 
