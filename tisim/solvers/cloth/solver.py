@@ -115,6 +115,11 @@ class SPDSolver:
             log.debug("float32 factorisation met a non-positive pivot: double precision")
             return None
         self.reused += pd.analysed == before
+        return self._refined(A, b)
+
+    def _refined(self, A: sp.csr_matrix, b: np.ndarray) -> np.ndarray | None:
+        """The float32 factor's solution of A x = b refined in float64, or None."""
+        pd = self._pardiso32
         x = pd.solve(b)
         for _ in range(self.REFINE_STEPS):
             dx = pd.solve(b - A @ x)
