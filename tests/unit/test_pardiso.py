@@ -251,3 +251,24 @@ def test_without_mkl_the_cloth_solver_uses_cholmod(monkeypatch):
         SPDSolver("pardiso")
     x = s.solve(A, b)
     np.testing.assert_allclose(A @ x, b, rtol=0, atol=1e-10 * np.abs(b).max())
+
+
+def test_mixed_precision_without_mkl_says_so_and_solves_in_double(monkeypatch, caplog):
+    """solver.linear_precision = "mixed" without PARDISO: one warning naming the key, and
+    the Newton systems solved in double precision by the fallback."""
+    import logging
+
+    from tisim.model import Model
+    from tisim.scene import scene_from_dict
+    from tisim.solvers.cloth.solver import SolverCloth
+
+    monkeypatch.setenv("TISIM_NO_PARDISO", "1")
+    cloth = {"kind": "cloth", "generator": "cloth", "cloth_size": [0.2, 0.2], "cloth_resolution": [2, 2],
+             "youngs_modulus": 1e5, "poisson_ratio": 0.3, "thickness": 1e-3, "density": 200.0}
+    sc = scene_from_dict({"solver": {"type": "cloth", "linear_precision": "mixed"}, "objects": {"c": cloth},
+                          "sim": {"dt": 0.01}}, None)
+    with caplog.at_level(logging.WARNING, logger="tisim.solvers.cloth.solver"):
+        solver = SolverCloth(Model.from_scene(sc), sc.solver)
+    assert solver.linear.backend != "pardiso" and solver.linear._pardiso32 is None
+    assert any("linear_precision" in r.getMessage() for r in caplog.records)
+

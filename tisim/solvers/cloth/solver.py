@@ -412,6 +412,9 @@ class SolverCloth(Solver):
                                  [self.contact.mu if c.friction is None else c.friction for c in pl], self.nc)
         self.wind = Wind(model.scene.wind, length_scale=_diag(cp.rest))
         self.linear = SPDSolver(mixed=config.linear_precision == "mixed")
+        if config.linear_precision == "mixed" and self.linear.backend != "pardiso":
+            log.warning("solver.linear_precision = 'mixed' needs MKL PARDISO (pip install mkl); "
+                        "the Newton systems are solved in double precision by %s", self.linear.backend)
         self.coo = ContactTriplets(self.n)
         # the scene's scale for tolerances: the cloth's size (a large ground plane or
         # obstacle must not loosen the Newton tolerance)
