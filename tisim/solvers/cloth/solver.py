@@ -73,7 +73,7 @@ class SPDSolver:
     taken when the last correction is below ``REFINED`` of the solution; otherwise, or
     when the float32 factorisation meets a non-positive pivot, the system is factorised
     in double precision. Measured on the 64 x 64 drape: the same Newton iterations,
-    contact frames about 6% faster, residuals about 1e-9 instead of 1e-13. It is not the
+    contact frames 3-6% faster, residuals about 1e-9 instead of 1e-13. It is not the
     default because it gives up round-off exactness: the progressive levels' centres of
     mass, equal to 1e-15 of the size with double solves, agree to 1e-12 with it.
     """
