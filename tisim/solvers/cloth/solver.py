@@ -100,21 +100,17 @@ class SPDSolver:
         self._upper = pardiso.UpperTriangle()
         self._factor = None
         self._pattern = None
-        self.reused = 0
 
     def _mixed(self, A: sp.csr_matrix, U: sp.csr_matrix, b: np.ndarray) -> np.ndarray | None:
         """A^-1 b from the float32 factor with iterative refinement in float64, or None
         when it does not settle (see the class docstring)."""
         from tisim.linalg.pardiso import NotPositiveDefinite
 
-        pd = self._pardiso32
-        before = pd.analysed
         try:
-            pd.factorize(U)
+            self._pardiso32.factorize(U)
         except NotPositiveDefinite:
             log.debug("float32 factorisation met a non-positive pivot: double precision")
             return None
-        self.reused += pd.analysed == before
         return self._refined(A, b)
 
     def _refined(self, A: sp.csr_matrix, b: np.ndarray) -> np.ndarray | None:
@@ -136,7 +132,6 @@ class SPDSolver:
             self._factor = cholesky(A, ordering_method="amd")
         else:
             self._factor.cholesky_inplace(A)
-            self.reused += 1
 
     def _shifted(self, A, factorize, errors):
         """Factorise A, or A + delta |diag A| for the smallest delta that works.
@@ -172,11 +167,8 @@ class SPDSolver:
                 if x is not None:
                     return x
                 self.fallbacks += 1
-            pd = self._pardiso
-            before = pd.analysed
-            self._shifted(U, pd.factorize, NotPositiveDefinite)
-            self.reused += pd.analysed == before
-            return pd.solve(b)
+            self._shifted(U, self._pardiso.factorize, NotPositiveDefinite)
+            return self._pardiso.solve(b)
         A = sp.csc_matrix(A)
         if self.backend == "cholmod":
             from sksparse.cholmod import CholmodNotPositiveDefiniteError
