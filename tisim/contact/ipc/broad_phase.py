@@ -10,9 +10,12 @@ stored as a hash table: each box's cell count, an exclusive scan of the counts, 
 box lists its (box, cell) entries at its offset, then one thread per entry counts the
 entries per hash bucket (atomics), an exclusive scan over the buckets, and one thread
 per entry scatters it with a per-bucket atomic cursor. Then every surface vertex
-queries the faces and every edge queries the edges with a larger index in the cells
-its box covers, in two passes: count each query's pairs, scan the counts, enumerate
-again and write each pair at its query's offset plus its rank. A pair is reported
+queries the faces and every edge with an active vertex queries the edges with a larger
+index in the cells its box covers (the edges are kept with the active ones first, so an
+inactive edge has no partner of larger index to look for, and a static obstacle's
+thousands of edges near the cloth cost an insertion but no query), in two passes: count
+each query's pairs, scan the counts, enumerate again and write each pair at its query's
+offset plus its rank. A pair is reported
 only from the one cell that holds the lower corner of the two boxes' intersection, so
 each unordered pair appears once without a global de-duplication, and only when the
 boxes really overlap (hash collisions cost time, never pairs).
@@ -26,7 +29,14 @@ The output is deterministic, bit for bit, whatever the thread scheduling: the me
 size is summed in fixed blocks (not with float atomics), each hash bucket's entries are
 sorted after the scatter (so every query enumerates its candidates in a fixed order),
 and each pair's row is its query's offset plus its rank. Rows come out grouped by query
-primitive (points in increasing order, then edges in input order).
+primitive (points in increasing order, then the edges with an active vertex in input
+order).
+
+Serial parts of kernels (a prefix over blocks, a few scalars) are loops of one trip
+under ``ti.loop_config(serialize=True)``: on the CPU backend a parallel loop costs a
+thread-pool round trip (about 65 us on the 2-core benchmark machine, however short the
+loop), a serialized one nothing; the SPIR-V backends ignore the setting, which changes
+nothing for a single trip.
 
 Every kernel takes Taichi ndarrays (no template fields), so each compiles once per
 process for all instances, sizes and both precisions' element types, and the offline
@@ -175,6 +185,7 @@ def _compute_boxes(
             box_blocks[b, 6 + k] = amin[k]
             box_blocks[b, 9 + k] = amax[k]
         box_blocks[b, 12] = emax
+    ti.loop_config(serialize=True)
     for _ in range(1):  # locals, not in-place updates of stats (see _scan_buckets)
         inf3 = ti.Vector([ti.math.inf, ti.math.inf, ti.math.inf])
         dmin, dmax, amin, amax = inf3, -inf3, inf3, -inf3
@@ -204,6 +215,7 @@ def _compute_boxes(
         for j in range(b * _SCAN_BLOCK, ti.min((b + 1) * _SCAN_BLOCK, nf + ne)):
             acc += ext[j]
         block_sums[b] = acc
+    ti.loop_config(serialize=True)
     for _ in range(1):  # one thread sums the blocks in order (deterministic; SPIR-V has
         # no loop_config(serialize))
         acc = 0.0  # a local running sum (see _scan_buckets)
@@ -272,6 +284,7 @@ def _scan_buckets(buckets: ti.types.ndarray(), block_sums: ti.types.ndarray()):
             buckets[j, 1] = acc
             acc += buckets[j, 0]
         block_sums[b] = acc
+    ti.loop_config(serialize=True)
     for _ in range(1):  # one thread runs the loop inside serially (loop_config(serialize)
         # is not supported by the SPIR-V backends): block b's offset needs blocks < b.
         # The running sum is a local: the in-place form (block_sums[b] += block_sums[b - 1])
@@ -290,6 +303,7 @@ def _scan_buckets(buckets: ti.types.ndarray(), block_sums: ti.types.ndarray()):
 @ti.kernel
 def _scan_total(a: ti.types.ndarray(), upto: ti.i32, out: ti.types.ndarray()):
     """out[0] = sum of a[:upto, 0] and out[1] = sum of a[:, 0], from the scan in a[:, 1]."""
+    ti.loop_config(serialize=True)
     for _ in range(1):
         m = a.shape[0]
         out[0] = a[m - 1, 1] + a[m - 1, 0]
@@ -357,6 +371,7 @@ def _query_pairs(
     n_points: ti.i32,
     nf: ti.i32,
     ne: ti.i32,
+    n_qe: ti.i32,
     origin: ti.types.vector(3, float),
     inv_cell: float,
     buckets: ti.types.ndarray(),
@@ -372,7 +387,7 @@ def _query_pairs(
     """Points against faces, edges against edges of larger index, in two passes.
 
     write = 0: query_counts[i, 0] = number of pairs of query primitive i (points
-    [0, n_points), then edges). write = 1, after the exclusive scan of those counts into
+    [0, n_points), then the first n_qe edges: those with an active vertex). write = 1, after the exclusive scan of those counts into
     query_counts[:, 1]: the pairs are written, a point's at pt[start(i) + rank], an
     edge's at ee[start(i) - ee_base + rank], where ee_base = start(n_points). Each
     thread enumerates its candidates in a fixed order and writes with plain stores: no
@@ -384,7 +399,7 @@ def _query_pairs(
     instead of traversing the grid again; only queries with more partners traverse twice.
     """
     mask = buckets.shape[0] - 1
-    for i in range(n_points + ne):
+    for i in range(n_points + n_qe):
         is_point = i < n_points
         rank = 0
         v = 0
@@ -522,6 +537,11 @@ class BroadPhase:
         if initial_capacity < 1:
             raise ValueError("initial_capacity must be >= 1")
         points = np.unique(np.concatenate([faces.ravel(), edges.ravel()]))
+        # the edges with an active vertex first (stable): an inactive edge then has no
+        # partner of larger index, so only the first n_qe edges query
+        edge_active = vertex_active[edges].any(axis=1) if len(edges) else np.zeros(0, bool)
+        edges = np.concatenate([edges[edge_active], edges[~edge_active]])
+        self._n_qe = int(edge_active.sum())
 
         self.vertex_count = n
         self.face_count = len(faces)
@@ -562,8 +582,8 @@ class BroadPhase:
         self._raw = ti.ndarray(ti.i32, shape=(max(1024, 4 * n_prims), 4))
         self._entries = ti.ndarray(ti.i32, shape=(max(1024, 4 * n_prims), 4))
         self._totals = ti.ndarray(ti.i32, 2)
-        # per query primitive (points, then edges): (pair count, start, unused)
-        n_queries = max(1, self.point_count + self.edge_count)
+        # per query primitive (points, then active edges): (pair count, start, unused)
+        n_queries = max(1, self.point_count + self._n_qe)
         self._query_counts = ti.ndarray(ti.i32, shape=(n_queries, 3))
         # each query's first FOUND_KEPT partners, kept by the counting pass for the writing one
         self._kept = int(FOUND_KEPT)
@@ -644,7 +664,7 @@ class BroadPhase:
         t1 = time.perf_counter()
         args = (
             self._lo, self._hi, self._points, self._faces, self._edges, self._active, self._relevant,
-            n, self.point_count, nf, ne, origin, inv_cell, self._buckets, self._entries,
+            n, self.point_count, nf, ne, self._n_qe, origin, inv_cell, self._buckets, self._entries,
             self._query_counts, self._found, self._kept,
         )  # fmt: skip
         _query_pairs(*args, 0, 0, self.pt, self.ee)  # count
