@@ -1,24 +1,38 @@
-"""Broad phase: point-triangle and edge-edge candidate pairs from a spatial hash, in Taichi.
+"""Broad phase: point-triangle and edge-edge candidate pairs from spatial hashes, in Taichi.
 
 Each primitive (vertex, edge, face) gets an axis-aligned box over its vertices at x
 (and at x + alpha dx for the swept boxes of CCD), grown by inflation / 2 on every
 side, so two boxes overlap whenever the primitives' distance is below ``inflation``
 (the solver passes dhat + thickness, the barrier's activation distance).
 
-Faces and edges are inserted into a uniform grid (cell size from the mean box size),
-stored as a hash table: each box's cell count, an exclusive scan of the counts, each
+A pair needs an active vertex (inactive vertices are kinematic obstacles). The
+primitives with an active vertex ("dynamic": the cloth's faces and edges) and those
+without ("static": an obstacle's faces, edges and vertices) go into two uniform grids,
+each stored as a hash table:
+
+- the dynamic grid holds the dynamic faces and edges and is rebuilt on every call;
+- the static grid holds the static faces, edges and vertices and is rebuilt only when
+  an inactive vertex's box changed (the obstacle moved, or it is swept, or the
+  inflation changed: the boxes are compared bit for bit on the device), so a static
+  collider mesh is inserted once per run, not once per Newton iteration.
+
+Then only dynamic primitives query: every active vertex the faces of both grids, every
+dynamic edge the dynamic edges of larger index and the static edges, and every dynamic
+face the static vertices. That finds every pair with an active vertex exactly once, and
+an obstacle's thousands of primitives cost neither a per-call insertion nor a query
+(a 2,562-vertex sphere under the refine preview's 17 x 17 sheet had made them most of
+a detection). A query box is clipped to the static grid's domain before its cells are
+visited, so a long swept box costs at most that domain's cells.
+
+A grid is built in passes: each box's cell count, an exclusive scan of the counts, each
 box lists its (box, cell) entries at its offset, then one thread per entry counts the
 entries per hash bucket (atomics), an exclusive scan over the buckets, and one thread
-per entry scatters it with a per-bucket atomic cursor. Then every surface vertex
-queries the faces and every edge with an active vertex queries the edges with a larger
-index in the cells its box covers (the edges are kept with the active ones first, so an
-inactive edge has no partner of larger index to look for, and a static obstacle's
-thousands of edges near the cloth cost an insertion but no query), in two passes: count
-each query's pairs, scan the counts, enumerate again and write each pair at its query's
-offset plus its rank. A pair is reported
-only from the one cell that holds the lower corner of the two boxes' intersection, so
-each unordered pair appears once without a global de-duplication, and only when the
-boxes really overlap (hash collisions cost time, never pairs).
+per entry scatters it with a per-bucket atomic cursor. The query runs in two passes:
+count each query's pairs, scan the counts, enumerate again and write each pair at its
+query's offset plus its rank. A pair is reported only from the one cell that holds the
+lower corner of the two boxes' intersection, so each unordered pair appears once
+without a global de-duplication, and only when the boxes really overlap (hash
+collisions cost time, never pairs).
 
 No atomic operation sits inside a loop whose trip count differs between threads:
 Taichi 1.7.4's SPIR-V code (Vulkan; seen with Mesa's lavapipe) loses some of those
@@ -29,8 +43,9 @@ The output is deterministic, bit for bit, whatever the thread scheduling: the me
 size is summed in fixed blocks (not with float atomics), each hash bucket's entries are
 sorted after the scatter (so every query enumerates its candidates in a fixed order),
 and each pair's row is its query's offset plus its rank. Rows come out grouped by query
-primitive (points in increasing order, then the edges with an active vertex in input
-order).
+primitive: point-triangle rows of the active points in increasing order, then those of
+the dynamic faces (with a static vertex) in input order; edge-edge rows by dynamic edge
+in input order. A query lists its dynamic-grid partners before its static-grid ones.
 
 Serial parts of kernels (a prefix over blocks, a few scalars) are loops of one trip
 under ``ti.loop_config(serialize=True)``: on the CPU backend a parallel loop costs a
@@ -46,8 +61,9 @@ This module has no ``from __future__ import annotations``: Taichi reads the kern
 type annotations when they are decorated.
 
 Limitations: a uniform grid suits meshes of similar edge lengths; a few primitives
-with huge (swept) boxes enlarge the cells (at most ``MAX_CELLS_PER_AXIS`` cells per
-axis for the largest box), which makes the query slower but never incomplete.
+with huge (swept) boxes enlarge the dynamic grid's cells (at most
+``MAX_CELLS_PER_AXIS`` cells per axis for the largest box), which makes the query
+slower but never incomplete.
 """
 
 import logging
@@ -61,7 +77,8 @@ from tisim.backend import download, upload
 
 log = logging.getLogger(__name__)
 
-CELL_SCALE = 2.0  # cell size / mean box size (the largest side of each face and edge box)
+CELL_SCALE = 2.0  # cell size / mean box size (the largest side of each inserted box)
+STATIC_CELL_SCALE = 2.0  # the same for the static grid
 MAX_CELLS_PER_AXIS = 16  # the largest box spans at most this many cells per axis
 _SCAN_BLOCK = 256  # buckets summed per thread in the prefix sum's first pass
 # a power of two: block counts are taken with a shift, because an integer floor division
@@ -101,165 +118,153 @@ def _overlap(lo_a, hi_a, lo_b, hi_b):
     )
 
 
+
+
 @ti.kernel
-def _compute_boxes(
+def _vertex_boxes(
     X: ti.types.ndarray(),
     DX: ti.types.ndarray(),
     alpha: float,
     pad: float,
+    n: ti.i32,
+    active: ti.types.ndarray(),
+    lo: ti.types.ndarray(),
+    hi: ti.types.ndarray(),
+    cache_lo: ti.types.ndarray(),
+    cache_hi: ti.types.ndarray(),
+    flags: ti.types.ndarray(),
+):
+    """Boxes of the vertices [0, n) (X, DX: vec3 positions and step).
+
+    An inactive vertex whose box differs from its cached one (bit for bit) stores the
+    new box in the cache and sets flags[0] = 1: the static grid is stale. The stores of
+    1 may race; they all store the same value."""
+    ti.loop_config(serialize=True)
+    for _ in range(1):
+        flags[0] = 0
+    for v in range(n):
+        a = X[v]
+        b = a + alpha * DX[v]
+        lv = ti.min(a, b) - pad
+        hv = ti.max(a, b) + pad
+        lo[v] = lv
+        hi[v] = hv
+        if active[v] == 0 and ((lv != cache_lo[v]).any() or (hv != cache_hi[v]).any()):
+            cache_lo[v] = lv
+            cache_hi[v] = hv
+            flags[0] = 1
+
+
+@ti.kernel
+def _prim_boxes(
+    lo: ti.types.ndarray(),
+    hi: ti.types.ndarray(),
     faces: ti.types.ndarray(),
     edges: ti.types.ndarray(),
     n: ti.i32,
     nf: ti.i32,
-    ne: ti.i32,
-    active: ti.types.ndarray(),
-    lo: ti.types.ndarray(),
-    hi: ti.types.ndarray(),
-    relevant: ti.types.ndarray(),
+    ids: ti.types.ndarray(),
+    count: ti.i32,
     ext: ti.types.ndarray(),
     block_sums: ti.types.ndarray(),
     box_blocks: ti.types.ndarray(),
     stats: ti.types.ndarray(),
 ):
-    """Boxes of vertices [0, n), faces [n, n + nf), edges [n + nf, n + nf + ne).
+    """Boxes of the primitives ids[0 .. count - 1] (box ids: vertex v, face n + f, edge
+    n + nf + e) from their vertices' boxes, and their statistics.
 
-    X, DX: (>= n,) vec3 positions and step; ext: (>= nf + ne,) the largest side of each
-    face and edge box; block_sums: (>= ceil((nf + ne) / _SCAN_BLOCK),) and box_blocks:
-    (>= ceil((n + nf + ne) / _SCAN_BLOCK), 13) scratch.
-    stats: [sum of the primitives' largest box side, largest side, domain min (3),
-    domain max (3), active domain min (3), active domain max (3)]. The sum is taken in
-    fixed blocks (deterministic rounding). The active domain bounds every box of a
-    vertex, face or edge with an active vertex; relevant[b] = 1 for such a box and for
-    every box that meets the active domain, 0 otherwise: a box of obstacle vertices
-    only that lies outside it can be in no pair (a pair needs an active primitive and
-    overlapping boxes), so it is neither inserted nor queried.
-    """
-    for v in range(n):
-        a = X[v]
-        b = a + alpha * DX[v]
-        lo[v] = ti.min(a, b) - pad
-        hi[v] = ti.max(a, b) + pad
-        relevant[v] = active[v]
-    for i in range(nf + ne):
-        l = ti.Vector([0.0, 0.0, 0.0])  # noqa: E741
-        h = ti.Vector([0.0, 0.0, 0.0])
-        act = 0
-        if i < nf:
-            f0, f1, f2 = faces[i, 0], faces[i, 1], faces[i, 2]
-            l = ti.min(lo[f0], lo[f1], lo[f2])
-            h = ti.max(hi[f0], hi[f1], hi[f2])
-            act = active[f0] + active[f1] + active[f2]
-        else:
-            e0, e1 = edges[i - nf, 0], edges[i - nf, 1]
-            l = ti.min(lo[e0], lo[e1])
-            h = ti.max(hi[e0], hi[e1])
-            act = active[e0] + active[e1]
-        lo[n + i] = l
-        hi[n + i] = h
-        relevant[n + i] = 1 if act > 0 else 0
-        ext[i] = (h - l).max()
-    # Bounds in blocks, then over the blocks in one thread: min and max are exact in any
-    # order, and no thread waits on an atomic that every other thread also updates (the
-    # atomic form cost 5 of a detection's 17 ms with a 64 x 64 sheet and a sphere).
-    # Columns: domain min (3), max (3) over the vertex boxes (the face and edge boxes are
-    # their unions), active-domain min (3), max (3) over the boxes flagged relevant so far
-    # (an active vertex, or a primitive with one), largest primitive box side.
-    n_boxes = n + nf + ne
-    n_box_blocks = (n_boxes + _SCAN_BLOCK - 1) >> _SCAN_SHIFT
-    for b in range(n_box_blocks):
-        inf3 = ti.Vector([ti.math.inf, ti.math.inf, ti.math.inf])
-        dmin, dmax, amin, amax = inf3, -inf3, inf3, -inf3
-        emax = 0.0
-        for j in range(b * _SCAN_BLOCK, ti.min((b + 1) * _SCAN_BLOCK, n_boxes)):
-            if j < n:
-                dmin = ti.min(dmin, lo[j])
-                dmax = ti.max(dmax, hi[j])
+    ext: (>= count,) the largest side of each box;
+    block_sums: (>= ceil(count / _SCAN_BLOCK),) and box_blocks (same rows, 7) scratch.
+    stats: [sum of the boxes' largest sides, the largest side, domain min (3), domain
+    max (3)] over the listed boxes. Sums and bounds are taken in fixed blocks,
+    then over the blocks in one thread (deterministic rounding, no contended atomics)."""
+    for i in range(count):
+        b = ids[i]
+        if b >= n:
+            lb = ti.Vector([0.0, 0.0, 0.0])
+            hb = ti.Vector([0.0, 0.0, 0.0])
+            if b < n + nf:
+                f0, f1, f2 = faces[b - n, 0], faces[b - n, 1], faces[b - n, 2]
+                lb = ti.min(lo[f0], lo[f1], lo[f2])
+                hb = ti.max(hi[f0], hi[f1], hi[f2])
             else:
-                emax = ti.max(emax, ext[j - n])
-            if relevant[j] != 0:
-                amin = ti.min(amin, lo[j])
-                amax = ti.max(amax, hi[j])
+                e0, e1 = edges[b - n - nf, 0], edges[b - n - nf, 1]
+                lb = ti.min(lo[e0], lo[e1])
+                hb = ti.max(hi[e0], hi[e1])
+            lo[b] = lb
+            hi[b] = hb
+            ext[i] = (hb - lb).max()
+        else:
+            ext[i] = (hi[b] - lo[b]).max()
+    n_blocks = (count + _SCAN_BLOCK - 1) >> _SCAN_SHIFT
+    for blk in range(n_blocks):
+        inf3 = ti.Vector([ti.math.inf, ti.math.inf, ti.math.inf])
+        dmin, dmax = inf3, -inf3
+        emax = 0.0
+        acc = 0.0
+        for j in range(blk * _SCAN_BLOCK, ti.min((blk + 1) * _SCAN_BLOCK, count)):
+            b = ids[j]
+            dmin = ti.min(dmin, lo[b])
+            dmax = ti.max(dmax, hi[b])
+            emax = ti.max(emax, ext[j])
+            acc += ext[j]
         for k in ti.static(range(3)):
-            box_blocks[b, k] = dmin[k]
-            box_blocks[b, 3 + k] = dmax[k]
-            box_blocks[b, 6 + k] = amin[k]
-            box_blocks[b, 9 + k] = amax[k]
-        box_blocks[b, 12] = emax
+            box_blocks[blk, k] = dmin[k]
+            box_blocks[blk, 3 + k] = dmax[k]
+        box_blocks[blk, 6] = emax
+        block_sums[blk] = acc
     ti.loop_config(serialize=True)
     for _ in range(1):  # locals, not in-place updates of stats (see _scan_buckets)
         inf3 = ti.Vector([ti.math.inf, ti.math.inf, ti.math.inf])
-        dmin, dmax, amin, amax = inf3, -inf3, inf3, -inf3
+        dmin, dmax = inf3, -inf3
         emax = 0.0
-        for b in range(n_box_blocks):
+        acc = 0.0
+        for blk in range(n_blocks):
             for k in ti.static(range(3)):
-                dmin[k] = ti.min(dmin[k], box_blocks[b, k])
-                dmax[k] = ti.max(dmax[k], box_blocks[b, 3 + k])
-                amin[k] = ti.min(amin[k], box_blocks[b, 6 + k])
-                amax[k] = ti.max(amax[k], box_blocks[b, 9 + k])
-            emax = ti.max(emax, box_blocks[b, 12])
+                dmin[k] = ti.min(dmin[k], box_blocks[blk, k])
+                dmax[k] = ti.max(dmax[k], box_blocks[blk, 3 + k])
+            emax = ti.max(emax, box_blocks[blk, 6])
+            acc += block_sums[blk]
+        stats[0] = acc
         stats[1] = emax
         for k in ti.static(range(3)):
             stats[2 + k] = dmin[k]
             stats[5 + k] = dmax[k]
-            stats[8 + k] = amin[k]
-            stats[11 + k] = amax[k]
-    for b in range(n + nf + ne):
-        if relevant[b] == 0:
-            dlo = ti.Vector([stats[8], stats[9], stats[10]])
-            dhi = ti.Vector([stats[11], stats[12], stats[13]])
-            if _overlap(lo[b], hi[b], dlo, dhi):
-                relevant[b] = 1
-    n_blocks = (nf + ne + _SCAN_BLOCK - 1) >> _SCAN_SHIFT
-    for b in range(n_blocks):
-        acc = 0.0
-        for j in range(b * _SCAN_BLOCK, ti.min((b + 1) * _SCAN_BLOCK, nf + ne)):
-            acc += ext[j]
-        block_sums[b] = acc
-    ti.loop_config(serialize=True)
-    for _ in range(1):  # one thread sums the blocks in order (deterministic; SPIR-V has
-        # no loop_config(serialize))
-        acc = 0.0  # a local running sum (see _scan_buckets)
-        for b in range(n_blocks):
-            acc += block_sums[b]
-        stats[0] = acc
 
 
 @ti.kernel
 def _box_cells(
     lo: ti.types.ndarray(),
     hi: ti.types.ndarray(),
-    first: ti.i32,
+    inserted: ti.types.ndarray(),
     count: ti.i32,
     origin: ti.types.vector(3, float),
     inv_cell: float,
-    relevant: ti.types.ndarray(),
     cells: ti.types.ndarray(),
     write: ti.i32,
     raw: ti.types.ndarray(),
 ):
-    """The grid cells of boxes first .. first + count - 1, in two passes.
+    """The grid cells of the boxes inserted[0 .. count - 1], in two passes.
 
-    write = 0: cells[i, 0] = number of cells box first + i covers (0 for a box that is
-    not relevant). write = 1, after the exclusive scan of those counts into cells[:, 1]:
-    raw[cells[i, 1] + j] = (box, cell x, y, z) for its j-th cell, plain stores at the
-    box's offset (no atomics inside the per-box loop)."""
+    write = 0: cells[i, 0] = number of cells box inserted[i] covers. write = 1, after
+    the exclusive scan of those counts into cells[:, 1]: raw[cells[i, 1] + j] = (box,
+    cell x, y, z) for its j-th cell, plain stores at the box's offset (no atomics inside
+    the per-box loop)."""
     for i in range(count):
-        if relevant[first + i] != 0:
-            c0 = _cell_of(lo[first + i], origin, inv_cell)
-            c1 = _cell_of(hi[first + i], origin, inv_cell)
-            if write == 0:
-                span = c1 - c0 + 1
-                cells[i, 0] = span[0] * span[1] * span[2]
-            else:
-                k = cells[i, 1]
-                for cx, cy, cz in ti.ndrange((c0[0], c1[0] + 1), (c0[1], c1[1] + 1), (c0[2], c1[2] + 1)):
-                    raw[k, 0] = first + i
-                    raw[k, 1] = cx
-                    raw[k, 2] = cy
-                    raw[k, 3] = cz
-                    k += 1
-        elif write == 0:
-            cells[i, 0] = 0
+        b = inserted[i]
+        c0 = _cell_of(lo[b], origin, inv_cell)
+        c1 = _cell_of(hi[b], origin, inv_cell)
+        if write == 0:
+            span = c1 - c0 + 1
+            cells[i, 0] = span[0] * span[1] * span[2]
+        else:
+            k = cells[i, 1]
+            for cx, cy, cz in ti.ndrange((c0[0], c1[0] + 1), (c0[1], c1[1] + 1), (c0[2], c1[2] + 1)):
+                raw[k, 0] = b
+                raw[k, 1] = cx
+                raw[k, 2] = cy
+                raw[k, 3] = cz
+                k += 1
 
 
 @ti.kernel
@@ -358,24 +363,93 @@ def _sort_buckets(buckets: ti.types.ndarray(), entries: ti.types.ndarray()):
                 j -= 1
 
 
+@ti.func
+def _visit(
+    is_point, a0, a1, box, lo_a, hi_a, clip_lo, clip_hi, origin, inv_cell,
+    buckets: ti.template(), entries: ti.template(), static_grid: ti.template(),
+    lo: ti.template(), hi: ti.template(), faces: ti.template(), edges: ti.template(), n, nf,
+    i, query_counts: ti.template(), found: ti.template(), cap, write, ee_base,
+    pt: ti.template(), ee: ti.template(), rank,
+):
+    """Visit the cells of query box (lo_a, hi_a) clipped to (clip_lo, clip_hi) in one grid:
+    count (write = 0, keeping the first cap partners in found[i]) or write the pairs of
+    query i (the point a0, or the edge (a0, a1) of box id ``box``). Returns the rank
+    after this grid's partners."""
+    mask = buckets.shape[0] - 1
+    q_lo = ti.max(lo_a, clip_lo)
+    q_hi = ti.min(hi_a, clip_hi)
+    c0 = _cell_of(q_lo, origin, inv_cell)
+    c1 = _cell_of(q_hi, origin, inv_cell)
+    if (q_lo > q_hi).any():
+        c1 = c0 - 1  # outside the grid's domain: no candidate
+    for cx, cy, cz in ti.ndrange((c0[0], c1[0] + 1), (c0[1], c1[1] + 1), (c0[2], c1[2] + 1)):
+        h = _hash(cx, cy, cz, mask)
+        for k in range(buckets[h, 1], buckets[h, 1] + buckets[h, 0]):
+            other = entries[k, 0]
+            # the entry must be this cell (not a hash collision) and of the right kind
+            same_cell = entries[k, 1] == cx and entries[k, 2] == cy and entries[k, 3] == cz
+            if not same_cell:
+                continue
+            row = ti.Vector([0, 0, 0, 0])
+            if is_point:
+                if other >= n + nf:
+                    continue  # an edge
+                f0, f1, f2 = faces[other - n, 0], faces[other - n, 1], faces[other - n, 2]
+                if a0 == f0 or a0 == f1 or a0 == f2:
+                    continue
+                row = ti.Vector([a0, f0, f1, f2])
+            else:
+                if other < n + nf:
+                    continue  # a face
+                if ti.static(not static_grid):  # noqa: SIM102 (a compile-time branch)
+                    if other <= box:
+                        continue  # each pair of dynamic edges from the smaller one
+                eb0 = edges[other - n - nf, 0]
+                eb1 = edges[other - n - nf, 1]
+                if a0 == eb0 or a0 == eb1 or a1 == eb0 or a1 == eb1:
+                    continue
+                row = ti.Vector([a0, a1, eb0, eb1])
+            lo_b = lo[other]
+            hi_b = hi[other]
+            if not _overlap(lo_a, hi_a, lo_b, hi_b):
+                continue
+            corner = _cell_of(ti.max(lo_a, lo_b), origin, inv_cell)
+            if corner[0] != cx or corner[1] != cy or corner[2] != cz:
+                continue  # reported from another cell
+            if write != 0:
+                if is_point:
+                    pt[query_counts[i, 1] + rank] = row
+                else:
+                    ee[query_counts[i, 1] - ee_base + rank] = row
+            elif rank < cap:
+                found[i, rank] = other
+            rank += 1
+    return rank
+
+
 @ti.kernel
 def _query_pairs(
     lo: ti.types.ndarray(),
     hi: ti.types.ndarray(),
     points: ti.types.ndarray(),
+    active: ti.types.ndarray(),
     faces: ti.types.ndarray(),
     edges: ti.types.ndarray(),
-    active: ti.types.ndarray(),
-    relevant: ti.types.ndarray(),
     n: ti.i32,
-    n_points: ti.i32,
     nf: ti.i32,
-    ne: ti.i32,
+    n_points: ti.i32,
     n_qe: ti.i32,
-    origin: ti.types.vector(3, float),
-    inv_cell: float,
-    buckets: ti.types.ndarray(),
-    entries: ti.types.ndarray(),
+    d_stats: ti.types.ndarray(),
+    d_origin: ti.types.vector(3, float),
+    d_inv_cell: float,
+    d_buckets: ti.types.ndarray(),
+    d_entries: ti.types.ndarray(),
+    s_on: ti.i32,
+    s_stats: ti.types.ndarray(),
+    s_origin: ti.types.vector(3, float),
+    s_inv_cell: float,
+    s_buckets: ti.types.ndarray(),
+    s_entries: ti.types.ndarray(),
     query_counts: ti.types.ndarray(),
     found: ti.types.ndarray(),
     cap: ti.i32,
@@ -384,110 +458,124 @@ def _query_pairs(
     pt: ti.types.ndarray(),
     ee: ti.types.ndarray(),
 ):
-    """Points against faces, edges against edges of larger index, in two passes.
+    """The pairs of every query, in two passes.
 
-    write = 0: query_counts[i, 0] = number of pairs of query primitive i (points
-    [0, n_points), then the first n_qe edges: those with an active vertex). write = 1, after the exclusive scan of those counts into
-    query_counts[:, 1]: the pairs are written, a point's at pt[start(i) + rank], an
-    edge's at ee[start(i) - ee_base + rank], where ee_base = start(n_points). Each
-    thread enumerates its candidates in a fixed order and writes with plain stores: no
-    atomics (Taichi's SPIR-V code loses atomic updates made inside run-time loops) and
-    the same rows, in the same order, on every backend and run.
+    Queries: i < n_points the point points[i], then the n_qe dynamic edges [0, n_qe).
+    A point visits the dynamic grid's faces and, if active, the static grid's; a dynamic
+    edge the dynamic edges of larger index and the static edges. Each grid's visit is
+    clipped to its domain, d_stats / s_stats[2:5] .. [5:8] (``_prim_boxes``' statistics
+    in the positions' precision: a ``float`` argument is f32 when this module was
+    imported before ``ti.init``, and a clip rounded inwards would lose pairs), so an
+    obstacle vertex away from the cloth visits no cell. s_on = 0: no static grid.
+    write = 0: query_counts[i, 0] = number of pairs of query i. write = 1, after the
+    exclusive scan of those counts into query_counts[:, 1]: the pairs are written, a
+    point's at pt[start(i) + rank], an edge's at ee[start(i) - ee_base + rank], where
+    ee_base = start(n_points). Each thread enumerates its candidates in a fixed order and
+    writes with plain stores: no atomics (Taichi's SPIR-V code loses atomic updates made
+    inside run-time loops) and the same rows, in the same order, on every backend and run.
 
     found (queries, >= cap): the counting pass keeps a query's first ``cap`` partners
-    (primitive indices, in enumeration order) there, and the writing pass copies them
-    instead of traversing the grid again; only queries with more partners traverse twice.
+    (box ids, in enumeration order) there, and the writing pass copies them instead of
+    traversing the grids again; only queries with more partners traverse twice.
     """
-    mask = buckets.shape[0] - 1
     for i in range(n_points + n_qe):
         is_point = i < n_points
-        rank = 0
-        v = 0
-        ea0 = 0
-        ea1 = 0
+        a0 = 0  # the point, or the edge's vertices
+        a1 = 0
         box = 0
+        static_too = 1
         if is_point:
-            v = points[i]
-            box = v
+            a0 = points[i]
+            box = a0
+            static_too = active[a0]
         else:
-            ea0 = edges[i - n_points, 0]
-            ea1 = edges[i - n_points, 1]
-            box = n + nf + (i - n_points)
+            ei = i - n_points
+            a0, a1 = edges[ei, 0], edges[ei, 1]
+            box = n + nf + ei
         lo_a = lo[box]
         hi_a = hi[box]
-        c0 = _cell_of(lo_a, origin, inv_cell)
-        c1 = _cell_of(hi_a, origin, inv_cell)
-        if relevant[box] == 0 or (write != 0 and query_counts[i, 0] <= cap):
-            c1 = c0 - 1  # an empty range: this box is in no pair (or, writing, counted none)
+        rank = 0
         if write != 0 and query_counts[i, 0] <= cap:  # the partners kept by the counting pass
             for r in range(query_counts[i, 0]):
                 other = found[i, r]
+                k = query_counts[i, 1] + r
                 if is_point:
-                    pt[query_counts[i, 1] + r] = ti.Vector(
-                        [v, faces[other - n, 0], faces[other - n, 1], faces[other - n, 2]])
+                    pt[k] = ti.Vector([a0, faces[other - n, 0], faces[other - n, 1], faces[other - n, 2]])
                 else:
-                    ee[query_counts[i, 1] - ee_base + r] = ti.Vector(
-                        [ea0, ea1, edges[other - n - nf, 0], edges[other - n - nf, 1]])
-        for cx, cy, cz in ti.ndrange((c0[0], c1[0] + 1), (c0[1], c1[1] + 1), (c0[2], c1[2] + 1)):
-            h = _hash(cx, cy, cz, mask)
-            for k in range(buckets[h, 1], buckets[h, 1] + buckets[h, 0]):
-                other = entries[k, 0]
-                # the entry must be this cell (not a hash collision) and of the right kind
-                same_cell = entries[k, 1] == cx and entries[k, 2] == cy and entries[k, 3] == cz
-                if not same_cell:
-                    continue
-                if is_point:
-                    if other >= n + nf:
-                        continue  # an edge
-                    f0, f1, f2 = faces[other - n, 0], faces[other - n, 1], faces[other - n, 2]
-                    if v == f0 or v == f1 or v == f2:
-                        continue
-                    if active[v] + active[f0] + active[f1] + active[f2] == 0:
-                        continue  # obstacle-obstacle
-                    lo_b = lo[other]
-                    hi_b = hi[other]
-                    if not _overlap(lo_a, hi_a, lo_b, hi_b):
-                        continue
-                    corner = _cell_of(ti.max(lo_a, lo_b), origin, inv_cell)
-                    if corner[0] != cx or corner[1] != cy or corner[2] != cz:
-                        continue  # reported from another cell
-                    if write != 0:
-                        pt[query_counts[i, 1] + rank] = ti.Vector([v, f0, f1, f2])
-                    elif rank < cap:
-                        found[i, rank] = other
-                    rank += 1
-                else:
-                    if other <= box:
-                        continue  # a face, or an edge of smaller or equal index
-                    eb0 = edges[other - n - nf, 0]
-                    eb1 = edges[other - n - nf, 1]
-                    if ea0 == eb0 or ea0 == eb1 or ea1 == eb0 or ea1 == eb1:
-                        continue
-                    if active[ea0] + active[ea1] + active[eb0] + active[eb1] == 0:
-                        continue
-                    lo_b = lo[other]
-                    hi_b = hi[other]
-                    if not _overlap(lo_a, hi_a, lo_b, hi_b):
-                        continue
-                    corner = _cell_of(ti.max(lo_a, lo_b), origin, inv_cell)
-                    if corner[0] != cx or corner[1] != cy or corner[2] != cz:
-                        continue
-                    if write != 0:
-                        ee[query_counts[i, 1] - ee_base + rank] = ti.Vector([ea0, ea1, eb0, eb1])
-                    elif rank < cap:
-                        found[i, rank] = other
-                    rank += 1
-        if write == 0:
-            query_counts[i, 0] = rank
+                    ee[k - ee_base] = ti.Vector([a0, a1, edges[other - n - nf, 0], edges[other - n - nf, 1]])
+        else:
+            d_lo = ti.Vector([d_stats[2], d_stats[3], d_stats[4]])
+            d_hi = ti.Vector([d_stats[5], d_stats[6], d_stats[7]])
+            rank = _visit(
+                is_point, a0, a1, box, lo_a, hi_a, d_lo, d_hi, d_origin, d_inv_cell,
+                d_buckets, d_entries, False, lo, hi, faces, edges, n, nf,
+                i, query_counts, found, cap, write, ee_base, pt, ee, rank,
+            )  # fmt: skip
+            if s_on != 0 and static_too != 0:
+                s_lo = ti.Vector([s_stats[2], s_stats[3], s_stats[4]])
+                s_hi = ti.Vector([s_stats[5], s_stats[6], s_stats[7]])
+                rank = _visit(
+                    is_point, a0, a1, box, lo_a, hi_a, s_lo, s_hi, s_origin, s_inv_cell,
+                    s_buckets, s_entries, True, lo, hi, faces, edges, n, nf,
+                    i, query_counts, found, cap, write, ee_base, pt, ee, rank,
+                )  # fmt: skip
+            if write == 0:
+                query_counts[i, 0] = rank
 
 
 # partners per query kept between the two passes of _query_pairs (a cloth vertex near a
-# tessellated sphere has a few; deep in a fold, dozens: those traverse the grid twice)
+# tessellated sphere has a few; deep in a fold, dozens: those traverse the grids twice)
 FOUND_KEPT = 16
 
 
 def _next_pow2(k: int) -> int:
     return 1 << max(0, int(k - 1).bit_length())
+
+
+class _Grid:
+    """One hash grid's storage and build (see the module docstring): ``build`` inserts
+    the boxes ids[0 .. count - 1] of the shared lo / hi arrays."""
+
+    def __init__(self, n_ins: int, cell_scale: float = 2.0):
+        self.cell_scale = cell_scale
+        n_ins = max(1, int(n_ins))
+        # about 2 buckets per inserted box (collisions only cost time); columns (count,
+        # start, fill cursor)
+        n_buckets = max(1024, _next_pow2(2 * n_ins))
+        self.buckets = ti.ndarray(ti.i32, shape=(n_buckets, 3))
+        self._block_sums = ti.ndarray(ti.i32, (n_buckets + _SCAN_BLOCK - 1) // _SCAN_BLOCK)
+        # per inserted box: (cells covered, first of its raw entries, unused)
+        self._cells = ti.ndarray(ti.i32, shape=(n_ins, 3))
+        self._cell_blocks = ti.ndarray(ti.i32, (n_ins + _SCAN_BLOCK - 1) // _SCAN_BLOCK)
+        self._raw = ti.ndarray(ti.i32, shape=(max(1024, 4 * n_ins), 4))
+        self.entries = ti.ndarray(ti.i32, shape=(max(1024, 4 * n_ins), 4))
+        self._totals = ti.ndarray(ti.i32, 2)
+        self.origin = ti.Vector([0.0, 0.0, 0.0])
+        self.inv_cell = 1.0
+        self.cell_size = 0.0
+
+    def build(self, lo, hi, ids, count: int, stats: np.ndarray) -> None:
+        """Insert the count boxes listed in ids; stats: ``_prim_boxes``' statistics of
+        those boxes (the cells' size follows their mean largest side)."""
+        mean_ext, max_ext = stats[0] / max(1, count), stats[1]
+        domain = float(np.max(stats[5:8] - stats[2:5]))
+        cell = max(self.cell_scale * mean_ext, max_ext / MAX_CELLS_PER_AXIS, domain / _MAX_GRID_CELLS, 1e-12)
+        self.cell_size = cell
+        self.origin = ti.Vector([float(c) for c in stats[2:5]])
+        self.inv_cell = 1.0 / cell
+        args = (lo, hi, ids, count, self.origin, self.inv_cell, self._cells)
+        _box_cells(*args, 0, self._raw)  # count
+        _scan_buckets(self._cells, self._cell_blocks)
+        _scan_total(self._cells, count, self._totals)
+        total = int(download(self._totals)[0])
+        if total > self.entries.shape[0]:
+            self._raw = ti.ndarray(ti.i32, shape=(_next_pow2(total), 4))
+            self.entries = ti.ndarray(ti.i32, shape=(_next_pow2(total), 4))
+        _box_cells(*args, 1, self._raw)  # list
+        _count_buckets(self._raw, total, self.buckets)
+        _scan_buckets(self.buckets, self._block_sums)
+        _fill_entries(self._raw, total, self.buckets, self.entries)
+        _sort_buckets(self.buckets, self.entries)
 
 
 class BroadPhase:
@@ -508,7 +596,7 @@ class BroadPhase:
     point on its own triangle and edges that share a vertex, in a deterministic order
     (see the module docstring). Read ``bp.pt`` / ``bp.ee`` after each detect: growth
     replaces the ndarrays. ``last_timings`` holds the build and query wall times
-    (seconds) of the last call.
+    (seconds) of the last call; ``static_builds`` counts the static grid's (re)builds.
 
     All storage is Taichi ndarrays and every kernel takes ndarrays, so a new instance
     (any size) compiles nothing.
@@ -537,16 +625,22 @@ class BroadPhase:
         if initial_capacity < 1:
             raise ValueError("initial_capacity must be >= 1")
         points = np.unique(np.concatenate([faces.ravel(), edges.ravel()]))
-        # the edges with an active vertex first (stable): an inactive edge then has no
-        # partner of larger index, so only the first n_qe edges query
-        edge_active = vertex_active[edges].any(axis=1) if len(edges) else np.zeros(0, bool)
-        edges = np.concatenate([edges[edge_active], edges[~edge_active]])
-        self._n_qe = int(edge_active.sum())
+        # dynamic primitives have an active vertex; the edges are kept with the dynamic
+        # ones first (stable), so that the dynamic edges are [0, n_qe)
+        face_dyn = vertex_active[faces].any(axis=1) if len(faces) else np.zeros(0, bool)
+        edge_dyn = vertex_active[edges].any(axis=1) if len(edges) else np.zeros(0, bool)
+        edges = np.concatenate([edges[edge_dyn], edges[~edge_dyn]])
+        nf, ne = len(faces), len(edges)
+        n_de = int(edge_dyn.sum())
+        dynamic = np.concatenate([n + np.flatnonzero(face_dyn), n + nf + np.arange(n_de)])
+        static = np.concatenate([n + np.flatnonzero(~face_dyn), n + nf + np.arange(n_de, ne)])
 
         self.vertex_count = n
-        self.face_count = len(faces)
-        self.edge_count = len(edges)
+        self.face_count = nf
+        self.edge_count = ne
         self.point_count = len(points)
+        self._n_qe = n_de
+        self._n_dyn, self._n_static = len(dynamic), len(static)
         real = backend.real()
 
         def int_array(data: np.ndarray, shape: tuple[int, ...]):
@@ -558,43 +652,43 @@ class BroadPhase:
             upload(a, buf)
             return a
 
-        self._faces = int_array(faces, (len(faces), 3))
-        self._edges = int_array(edges, (len(edges), 2))
+        self._faces = int_array(faces, (nf, 3))
+        self._edges = int_array(edges, (ne, 2))
         self._points = int_array(points, (len(points),))
         self._active = int_array(vertex_active.astype(np.int32), (n,))
-        n_prims = self.face_count + self.edge_count
-        n_boxes = n + n_prims
+        self._dynamic = int_array(dynamic, (len(dynamic),))
+        self._static = int_array(static, (len(static),))
+        n_boxes = n + nf + ne
         self._lo = ti.Vector.ndarray(3, real, max(1, n_boxes))
         self._hi = ti.Vector.ndarray(3, real, max(1, n_boxes))
-        self._relevant = ti.ndarray(ti.i32, max(1, n_boxes))
-        self._ext = ti.ndarray(real, max(1, n_prims))
-        self._ext_blocks = ti.ndarray(real, max(1, (n_prims + _SCAN_BLOCK - 1) // _SCAN_BLOCK))
-        self._box_blocks = ti.ndarray(real, shape=(max(1, (n_boxes + _SCAN_BLOCK - 1) // _SCAN_BLOCK), 13))
-        self._stats = ti.ndarray(real, 14)
-        # Hash table: about 2 buckets per inserted primitive (collisions only cost time);
-        # columns (count, start, fill cursor).
-        n_buckets = max(1024, _next_pow2(2 * n_prims))
-        self._buckets = ti.ndarray(ti.i32, shape=(n_buckets, 3))
-        self._block_sums = ti.ndarray(ti.i32, (n_buckets + _SCAN_BLOCK - 1) // _SCAN_BLOCK)
-        # per face and edge: (cells covered, first of its raw entries, unused)
-        self._cells = ti.ndarray(ti.i32, shape=(max(1, n_prims), 3))
-        self._cell_blocks = ti.ndarray(ti.i32, (max(1, n_prims) + _SCAN_BLOCK - 1) // _SCAN_BLOCK)
-        self._raw = ti.ndarray(ti.i32, shape=(max(1024, 4 * n_prims), 4))
-        self._entries = ti.ndarray(ti.i32, shape=(max(1024, 4 * n_prims), 4))
-        self._totals = ti.ndarray(ti.i32, 2)
-        # per query primitive (points, then active edges): (pair count, start, unused)
+        # the inactive vertices' boxes at the last static build (valid once it is built;
+        # not NaN for "none yet": Taichi compiles with fast math, where NaN compares equal)
+        self._cache_lo = ti.Vector.ndarray(3, real, max(1, n))
+        self._cache_hi = ti.Vector.ndarray(3, real, max(1, n))
+        self._static_valid = False
+        self._flags = ti.ndarray(ti.i32, 1)
+        m = max(1, len(dynamic), len(static))
+        self._ext = ti.ndarray(real, m)
+        self._ext_blocks = ti.ndarray(real, (m + _SCAN_BLOCK - 1) // _SCAN_BLOCK)
+        self._box_blocks = ti.ndarray(real, shape=((m + _SCAN_BLOCK - 1) // _SCAN_BLOCK, 7))
+        self._stats = ti.ndarray(real, 8)  # the dynamic boxes' statistics
+        self._sstats = ti.ndarray(real, 8)  # the static boxes' statistics at their last build
+        self._dgrid = _Grid(len(dynamic), CELL_SCALE)
+        self._sgrid = _Grid(len(static), STATIC_CELL_SCALE) if len(static) else None
+        self.static_builds = 0
+        # per query (points, dynamic edges): (pair count, start, unused)
         n_queries = max(1, self.point_count + self._n_qe)
         self._query_counts = ti.ndarray(ti.i32, shape=(n_queries, 3))
         # each query's first FOUND_KEPT partners, kept by the counting pass for the writing one
         self._kept = int(FOUND_KEPT)
         self._found = ti.ndarray(ti.i32, shape=(n_queries, max(self._kept, 1)))
         self._query_blocks = ti.ndarray(ti.i32, (n_queries + _SCAN_BLOCK - 1) // _SCAN_BLOCK)
+        self._totals = ti.ndarray(ti.i32, 2)
         cap = int(initial_capacity)
         self._alloc_pairs("pt", cap)
         self._alloc_pairs("ee", cap)
         self.n_pt = 0
         self.n_ee = 0
-        self.cell_size = 0.0
         self.last_timings: dict[str, float] = {}
 
     def _alloc_pairs(self, kind: str, cap: int) -> None:
@@ -605,6 +699,18 @@ class BroadPhase:
     def capacity(self) -> tuple[int, int]:
         """Rows of the (pt, ee) buffers."""
         return self.pt.shape[0], self.ee.shape[0]
+
+    @property
+    def cell_size(self) -> float:
+        """The dynamic grid's cell size at the last detect (metres)."""
+        return self._dgrid.cell_size
+
+    def _boxes(self, ids, count: int, stats) -> np.ndarray:
+        _prim_boxes(
+            self._lo, self._hi, self._faces, self._edges, self.vertex_count, self.face_count, ids, count,
+            self._ext, self._ext_blocks, self._box_blocks, stats,
+        )  # fmt: skip
+        return download(stats)
 
     def detect(self, x, inflation: float, dx=None, alpha: float = 1.0) -> tuple[int, int]:
         """Find the candidate pairs; returns (n_pt, n_ee) and fills ``pt``, ``ee``.
@@ -617,7 +723,7 @@ class BroadPhase:
         """
         if not inflation >= 0:
             raise ValueError(f"inflation must be >= 0, got {inflation}")
-        n, nf, ne = self.vertex_count, self.face_count, self.edge_count
+        n, nf = self.vertex_count, self.face_count
         for name, a in (("x", x), ("dx", dx)):
             if a is not None and (len(a.shape) != 1 or a.shape[0] < n):
                 raise ValueError(
@@ -627,44 +733,35 @@ class BroadPhase:
         t0 = time.perf_counter()
         if dx is None:
             dx, alpha = x, 0.0  # the same compiled kernels, with zero sweep
-        n_prims = nf + ne
-        _compute_boxes(
-            x, dx, float(alpha), 0.5 * float(inflation), self._faces, self._edges,
-            n, nf, ne, self._active, self._lo, self._hi, self._relevant, self._ext, self._ext_blocks,
-            self._box_blocks, self._stats,
-        )  # fmt: skip
         self.n_pt = self.n_ee = 0
-        if n_prims == 0 or self.point_count == 0:
-            return 0, 0
-        st = download(self._stats)
+        if self._n_dyn == 0:
+            return 0, 0  # no primitive with an active vertex: no pair
+        _vertex_boxes(
+            x, dx, float(alpha), 0.5 * float(inflation), n, self._active, self._lo, self._hi,
+            self._cache_lo, self._cache_hi, self._flags,
+        )  # fmt: skip
+        st = self._boxes(self._dynamic, self._n_dyn, self._stats)
         if not np.all(np.isfinite(st[:8])):
             raise FloatingPointError("broad phase: non-finite positions")
-        if not st[8] <= st[11]:
-            return 0, 0  # no active vertex: no pair
-        mean_ext, max_ext = st[0] / n_prims, st[1]
-        domain = float(np.max(st[5:8] - st[2:5]))
-        cell = max(CELL_SCALE * mean_ext, max_ext / MAX_CELLS_PER_AXIS, domain / _MAX_GRID_CELLS, 1e-12)
-        self.cell_size = cell
-        origin = ti.Vector([float(c) for c in st[2:5]])
-        inv_cell = 1.0 / cell
-
-        cell_args = (self._lo, self._hi, n, n_prims, origin, inv_cell, self._relevant, self._cells)
-        _box_cells(*cell_args, 0, self._raw)  # count
-        _scan_buckets(self._cells, self._cell_blocks)
-        _scan_total(self._cells, n_prims, self._totals)
-        total = int(download(self._totals)[0])
-        if total > self._entries.shape[0]:
-            self._raw = ti.ndarray(ti.i32, shape=(_next_pow2(total), 4))
-            self._entries = ti.ndarray(ti.i32, shape=(_next_pow2(total), 4))
-        _box_cells(*cell_args, 1, self._raw)  # list
-        _count_buckets(self._raw, total, self._buckets)
-        _scan_buckets(self._buckets, self._block_sums)
-        _fill_entries(self._raw, total, self._buckets, self._entries)
-        _sort_buckets(self._buckets, self._entries)
+        stale = self._sgrid is not None and (not self._static_valid or int(download(self._flags)[0]) != 0)
+        if stale:
+            self._static_valid = False  # until this build completes
+            sst = self._boxes(self._static, self._n_static, self._sstats)
+            if not np.all(np.isfinite(sst[:8])):
+                raise FloatingPointError("broad phase: non-finite obstacle positions")
+            self._sgrid.build(self._lo, self._hi, self._static, self._n_static, sst)
+            self._static_valid = True
+            self.static_builds += 1
+        self._dgrid.build(self._lo, self._hi, self._dynamic, self._n_dyn, st)
         t1 = time.perf_counter()
+        d, s = self._dgrid, self._sgrid
         args = (
-            self._lo, self._hi, self._points, self._faces, self._edges, self._active, self._relevant,
-            n, self.point_count, nf, ne, self._n_qe, origin, inv_cell, self._buckets, self._entries,
+            self._lo, self._hi, self._points, self._active, self._faces, self._edges,
+            n, nf, self.point_count, self._n_qe, self._stats, d.origin, d.inv_cell, d.buckets, d.entries,
+            int(s is not None), self._sstats, s.origin if s is not None else d.origin,
+            s.inv_cell if s is not None else 1.0,
+            s.buckets if s is not None else d.buckets,
+            s.entries if s is not None else d.entries,
             self._query_counts, self._found, self._kept,
         )  # fmt: skip
         _query_pairs(*args, 0, 0, self.pt, self.ee)  # count
