@@ -145,6 +145,25 @@ def test_analysis_is_reused_for_the_same_pattern_and_results_do_not_depend_on_it
 
 
 @needs_mkl
+def test_factor_nonzeros_are_reported_for_each_pattern():
+    """PARDISO writes the factor's size into iparm[17] only when asked (a negative value on
+    entry): every analysis asks again, so a reused solver reports the current pattern's
+    count, the one a fresh solver reports (it used to keep the first pattern's)."""
+    counts = []
+    s = pardiso.Pardiso()
+    for n in (20, 50, 200):
+        T = sp.diags([-np.ones(n - 1), 4 * np.ones(n), -np.ones(n - 1)], [-1, 0, 1], format="csr")
+        s.factorize(pardiso.UpperTriangle()(T))
+        fresh = pardiso.Pardiso()
+        fresh.factorize(pardiso.UpperTriangle()(T))
+        assert s.factor_nonzeros == fresh.factor_nonzeros
+        counts.append(s.factor_nonzeros)
+    # a tridiagonal matrix's factor has no fill: about 2n entries
+    assert counts[0] < counts[1] < counts[2]
+    assert all(2 * n - 1 <= c <= 2 * n + 2 for n, c in zip((20, 50, 200), counts))
+
+
+@needs_mkl
 def test_reproducible_across_thread_counts():
     """Conditional numerical reproducibility (iparm[33]): one thread and two threads give
     the same bits, and repeated factorisations too."""

@@ -148,7 +148,12 @@ class Pardiso:
         self._iparm = np.zeros(64, dtype=_INT)
         ip = self._iparm
         ip[0] = 1  # these settings, not the defaults
-        ip[1] = 2  # METIS nested dissection
+        # minimum-degree ordering: on the drape's Newton systems (12k dofs, frames 33 and 37,
+        # interleaved) its analysis takes 13.7 ms against METIS nested dissection's 25.7, the
+        # factorisation 16.2 against 19.3 ms, with 1.61M factor non-zeros against 1.63M; the
+        # analysis reruns whenever self-contact changes the pattern (247 times in the 469
+        # Newton iterations of the 40-frame drape's frames 16-39)
+        ip[1] = 0
         ip[7] = 0  # iterative refinement only after perturbed pivots (never for SPD)
         ip[9] = 8  # pivot perturbation 1e-8 (not used for SPD)
         ip[17] = -1  # report the factor's non-zeros in iparm[17]
@@ -211,6 +216,7 @@ class Pardiso:
         self._indptr = np.ascontiguousarray(U.indptr, dtype=_INT)
         self._indices = np.ascontiguousarray(U.indices, dtype=_INT)
         self._data = np.ascontiguousarray(U.data, dtype=self._real)
+        self._iparm[17] = -1  # report this pattern's factor non-zeros (PARDISO overwrites it)
         self._call(11)
         self.analysed += 1
 
