@@ -365,19 +365,19 @@ def _sort_buckets(buckets: ti.types.ndarray(), entries: ti.types.ndarray()):
 
 @ti.func
 def _visit(
-    is_point, a0, a1, box, lo_a, hi_a, clip_lo, clip_hi, origin, inv_cell,
+    is_point, a0, a1, box, lo_a, hi_a, stats: ti.template(), origin, inv_cell,
     buckets: ti.template(), entries: ti.template(), static_grid: ti.template(),
     lo: ti.template(), hi: ti.template(), faces: ti.template(), edges: ti.template(), n, nf,
     i, query_counts: ti.template(), found: ti.template(), cap, write, ee_base,
     pt: ti.template(), ee: ti.template(), rank,
 ):
-    """Visit the cells of query box (lo_a, hi_a) clipped to (clip_lo, clip_hi) in one grid:
-    count (write = 0, keeping the first cap partners in found[i]) or write the pairs of
-    query i (the point a0, or the edge (a0, a1) of box id ``box``). Returns the rank
-    after this grid's partners."""
+    """Visit the cells of query box (lo_a, hi_a) clipped to the grid's domain,
+    stats[2:5] .. stats[5:8], in one grid: count (write = 0, keeping the first cap
+    partners in found[i]) or write the pairs of query i (the point a0, or the edge
+    (a0, a1) of box id ``box``). Returns the rank after this grid's partners."""
     mask = buckets.shape[0] - 1
-    q_lo = ti.max(lo_a, clip_lo)
-    q_hi = ti.min(hi_a, clip_hi)
+    q_lo = ti.max(lo_a, ti.Vector([stats[2], stats[3], stats[4]]))
+    q_hi = ti.min(hi_a, ti.Vector([stats[5], stats[6], stats[7]]))
     c0 = _cell_of(q_lo, origin, inv_cell)
     c1 = _cell_of(q_hi, origin, inv_cell)
     if (q_lo > q_hi).any():
@@ -504,21 +504,17 @@ def _query_pairs(
                 else:
                     ee[k - ee_base] = ti.Vector([a0, a1, edges[other - n - nf, 0], edges[other - n - nf, 1]])
         else:
-            d_lo = ti.Vector([d_stats[2], d_stats[3], d_stats[4]])
-            d_hi = ti.Vector([d_stats[5], d_stats[6], d_stats[7]])
-            rank = _visit(
-                is_point, a0, a1, box, lo_a, hi_a, d_lo, d_hi, d_origin, d_inv_cell,
-                d_buckets, d_entries, False, lo, hi, faces, edges, n, nf,
-                i, query_counts, found, cap, write, ee_base, pt, ee, rank,
-            )  # fmt: skip
-            if s_on != 0 and static_too != 0:
-                s_lo = ti.Vector([s_stats[2], s_stats[3], s_stats[4]])
-                s_hi = ti.Vector([s_stats[5], s_stats[6], s_stats[7]])
-                rank = _visit(
-                    is_point, a0, a1, box, lo_a, hi_a, s_lo, s_hi, s_origin, s_inv_cell,
-                    s_buckets, s_entries, True, lo, hi, faces, edges, n, nf,
-                    i, query_counts, found, cap, write, ee_base, pt, ee, rank,
-                )  # fmt: skip
+            for g in ti.static(range(2)):  # the cloth's grid, then the obstacles' grid
+                visit = 1
+                if ti.static(g == 1):
+                    visit = s_on * static_too
+                if visit != 0:
+                    rank = _visit(
+                        is_point, a0, a1, box, lo_a, hi_a, ti.static((d_stats, s_stats)[g]),
+                        (d_origin, s_origin)[g], (d_inv_cell, s_inv_cell)[g],
+                        ti.static((d_buckets, s_buckets)[g]), ti.static((d_entries, s_entries)[g]), g == 1,
+                        lo, hi, faces, edges, n, nf, i, query_counts, found, cap, write, ee_base, pt, ee, rank,
+                    )  # fmt: skip
             if write == 0:
                 query_counts[i, 0] = rank
 
