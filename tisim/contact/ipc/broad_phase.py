@@ -78,7 +78,6 @@ from tisim.backend import download, upload
 log = logging.getLogger(__name__)
 
 CELL_SCALE = 2.0  # cell size / mean box size (the largest side of each inserted box)
-STATIC_CELL_SCALE = 2.0  # the same for the static grid
 MAX_CELLS_PER_AXIS = 16  # the largest box spans at most this many cells per axis
 _SCAN_BLOCK = 256  # buckets summed per thread in the prefix sum's first pass
 # a power of two: block counts are taken with a shift, because an integer floor division
@@ -532,8 +531,7 @@ class _Grid:
     """One hash grid's storage and build (see the module docstring): ``build`` inserts
     the boxes ids[0 .. count - 1] of the shared lo / hi arrays."""
 
-    def __init__(self, n_ins: int, cell_scale: float = 2.0):
-        self.cell_scale = cell_scale
+    def __init__(self, n_ins: int):
         n_ins = max(1, int(n_ins))
         # about 2 buckets per inserted box (collisions only cost time); columns (count,
         # start, fill cursor)
@@ -555,7 +553,7 @@ class _Grid:
         those boxes (the cells' size follows their mean largest side)."""
         mean_ext, max_ext = stats[0] / max(1, count), stats[1]
         domain = float(np.max(stats[5:8] - stats[2:5]))
-        cell = max(self.cell_scale * mean_ext, max_ext / MAX_CELLS_PER_AXIS, domain / _MAX_GRID_CELLS, 1e-12)
+        cell = max(CELL_SCALE * mean_ext, max_ext / MAX_CELLS_PER_AXIS, domain / _MAX_GRID_CELLS, 1e-12)
         self.cell_size = cell
         self.origin = ti.Vector([float(c) for c in stats[2:5]])
         self.inv_cell = 1.0 / cell
@@ -669,8 +667,8 @@ class BroadPhase:
         self._box_blocks = ti.ndarray(real, shape=((m + _SCAN_BLOCK - 1) // _SCAN_BLOCK, 7))
         self._stats = ti.ndarray(real, 8)  # the dynamic boxes' statistics
         self._sstats = ti.ndarray(real, 8)  # the static boxes' statistics at their last build
-        self._dgrid = _Grid(len(dynamic), CELL_SCALE)
-        self._sgrid = _Grid(len(static), STATIC_CELL_SCALE) if len(static) else None
+        self._dgrid = _Grid(len(dynamic))
+        self._sgrid = _Grid(len(static)) if len(static) else None
         self.static_builds = 0
         # per query (points, dynamic edges): (pair count, start, unused)
         n_queries = max(1, self.point_count + self._n_qe)
