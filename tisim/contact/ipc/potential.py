@@ -537,7 +537,7 @@ class _Rows:
 
     def _project(self, rows: int) -> None:
         if self._psd is None:
-            self._psd = PSDProjector(max(rows, 1), 12)
+            self._psd = PSDProjector(12)
         self._psd.project(self.hessians, rows)
 
 
