@@ -38,6 +38,39 @@ def test_projection_equals_eigen_clamp(rng, d):
     assert np.abs(P - A).max() > 0.1
 
 
+def _hard_cases(rng, d):
+    """Spectra that trouble eigensolvers: repeated eigenvalues, a diagonal (already
+    split), a rank-1 negative part, extreme scales, a tridiagonal matrix with an
+    off-diagonal entry far below round-off, zero rows between nonzero ones."""
+    Q, _ = np.linalg.qr(rng.normal(size=(d, d)))
+    signs = np.where(np.arange(d) % 2 == 0, 1.0, -1.0)
+    v = rng.normal(size=d)
+    cases = [
+        Q @ np.diag(signs) @ Q.T,  # two eigenvalues, each repeated d/2 times
+        np.diag(np.linspace(-3.0, 2.0, d)),
+        np.eye(d) - 4.0 * np.outer(v, v) / (v @ v),  # one -3, the rest 1
+        1e-150 * (Q @ np.diag(np.linspace(-1.0, 1.0, d)) @ Q.T),
+        1e150 * (Q @ np.diag(np.linspace(-1.0, 1.0, d)) @ Q.T),
+        np.diag(np.linspace(-1.0, 1.0, d)) + 1e-300 * (np.eye(d, k=1) + np.eye(d, k=-1)),
+    ]
+    gap = np.zeros((d, d))
+    keep = np.arange(0, d, 2)
+    gap[np.ix_(keep, keep)] = _sym(rng, 1, len(keep))[0]
+    cases.append(gap)
+    return np.stack([0.5 * (c + c.T) for c in cases])
+
+
+@pytest.mark.parametrize("d", [1, 2, 6, 12])
+def test_hard_spectra_equal_eigen_clamp(rng, d):
+    A = _hard_cases(rng, d)
+    P = project_psd_numpy(A)
+    R = _clamp(A)
+    for k in range(len(A)):
+        scale = np.abs(A[k]).max()
+        assert np.abs(P[k] - R[k]).max() <= 1e-12 * scale, (d, k)
+        assert np.all(np.isfinite(P[k]))
+
+
 def test_psd_inputs_unchanged(rng):
     d = 12
     B = _sym(rng, 40, d)

@@ -3,25 +3,25 @@
 ``project_psd(A, count)`` replaces each ``A[k]`` (k < count) of a
 ``ti.ndarray(real, (capacity, d, d))`` by ``V diag(max(lambda, 0)) V^T``, its eigenvalues
 clamped at zero (the closest PSD matrix in the Frobenius norm), the projected Newton
-step of notes §2.4. Used for the 12 x 12 contact Hessians and the 12 x 12 bending Hessians (any d <= 12).
+step of notes §2.4. Used for the 12 x 12 contact and bending Hessians (any d <= 12).
 
-Method: cyclic Jacobi eigenvalue sweeps, one thread per matrix, on a copy of the
-matrix's active rows (those with a nonzero entry: a zero row stays zero and changes
-nothing else, so the result is the full matrix's) in the thread's local arrays (d <=
-``MAX_DIM``; GPU-safe: no shared state between matrices, run-time loops, short
-compile). The input is first symmetrised; a matrix whose diagonal dominates its rows
-(Gershgorin: PSD for sure) is skipped, so is one whose Cholesky factorisation with a
-shift of 16 d eps ||A||_F succeeds (PSD to within that shift: a few hundred flops
-instead of the sweeps' tens of thousands; the membrane Hessians, singular along
-translations, pass it), and one whose Jacobi eigenvalues are all >= 0 is left
+Method: one thread per matrix works on a copy of the matrix's active rows (those with a
+nonzero entry: a zero row stays zero and changes nothing else, so the result is the full
+matrix's) in local arrays (d <= ``MAX_DIM``; GPU-safe: no shared state between matrices,
+run-time loops, short compile). The input is first symmetrised; a matrix whose diagonal
+dominates its rows (Gershgorin: PSD for sure) is skipped, so is one whose Cholesky
+factorisation with a shift of 16 d eps ||A||_F succeeds (PSD to within that shift: a few
+hundred flops instead of the eigensolver's thousands; the membrane Hessians, singular
+along translations, pass it). The others go through a Householder reduction to
+tridiagonal form and implicit QL iterations with Wilkinson's shift (the symmetric
+eigensolver of EISPACK's tred2/tql2), which is backward stable: eigenvalues within
+about eps ||A|| of the exact ones. One whose eigenvalues are all >= 0 is left
 bit-for-bit unchanged, so already-PSD inputs never pick up round-off.
 
-Accuracy: the sweeps stop after the one that starts with the off-diagonal Frobenius norm
-below ``tol * ||A||_F`` (default eps^(3/4) of the precision: 1.8e-12 in f64); Jacobi's
-quadratic convergence takes that last sweep to round-off, so the result agrees with a
-LAPACK eigen-clamp to ~1e-14 relative in f64, as with a tolerance of 4 eps, one sweep
-sooner (measured on 3,527 contact Hessians of the drape: 6 -> 5 sweeps median, 4.6e-15
-and 4.8e-15 largest relative difference from LAPACK).
+Accuracy and cost, on 3,527 contact Hessians recorded in the 64 x 64 drape (most with 6
+active rows of 12) and 2,000 random 12 x 12 matrices: the largest difference from a LAPACK
+eigen-clamp is 4.3e-15 and 5.6e-15 of the largest entry. The cyclic Jacobi sweeps used
+before, with the same accuracy, took 1.7x and 2.4x the time.
 
 The kernel takes ndarrays (any dtype, any capacity and d), so it compiles once per
 process (and per precision) whatever the number of projectors and matrix sizes.
@@ -29,8 +29,9 @@ process (and per precision) whatever the number of projectors and matrix sizes.
 This module has no ``from __future__ import annotations``: Taichi reads the kernel's
 type annotations when it is decorated.
 
-References: Golub & Van Loan, Matrix Computations, §8.5 (cyclic Jacobi, the
-symmetric 2 x 2 Schur rotation); Teran et al. 2005 / IPC for per-element PSD projection.
+References: Golub & Van Loan, Matrix Computations, §8.3 (Householder tridiagonalisation,
+the implicit symmetric QR/QL step with Wilkinson's shift); Smith et al., EISPACK (tred2,
+tql2); Teran et al. 2005 / IPC for per-element PSD projection.
 """
 
 import numpy as np
@@ -41,147 +42,213 @@ from tisim.backend import download, upload
 MAX_DIM = 12  # the largest matrix the kernel's local scratch holds
 
 
+@ti.func
+def _hypot(a, b):
+    """sqrt(a^2 + b^2) without overflow or underflow in the squares."""
+    aa = ti.abs(a)
+    bb = ti.abs(b)
+    r = 0.0
+    if aa > bb:
+        r = aa * ti.sqrt(1.0 + (bb / aa) ** 2)
+    elif bb > 0.0:
+        r = bb * ti.sqrt(1.0 + (aa / bb) ** 2)
+    return r
+
+
 @ti.kernel
 def _project_psd_kernel(
     A: ti.types.ndarray(ndim=3),
     count: ti.i32,
     dim: ti.i32,
-    tol: float,
+    eps: float,
     chol_shift: float,
-    max_sweeps: ti.i32,
+    max_iterations: ti.i32,
 ):
     # Few, plain loops on purpose: each loop nest costs LLVM compile time. Each thread
-    # works on its matrix's active block in local arrays (MAX_DIM^2 each, dynamically
-    # indexed): on the CPU they stay in the thread's cache, where the ndarray scratch of
-    # earlier versions cost 1.7x the time (3,527 contact Hessians of the 64 x 64 drape:
-    # 16.1 -> 9.5 ms).
+    # works on its matrix's active block in local arrays (MAX_DIM^2, dynamically
+    # indexed), which stay in the thread's cache on the CPU.
     for m in range(count):
-        # the active rows (idx[:na]): those with a nonzero entry in the symmetric part.
-        # A zero row is an eigenvector of eigenvalue 0, left as it is by every step below
-        # (rotations skip zero entries, a zero Cholesky row gets the shift as its pivot),
-        # so restricting every loop to the active rows gives the full matrix's result,
-        # at the cost of the rows that matter: a contact Hessian whose obstacle vertex
-        # rows were cleared (zero_fixed) or whose distance type involves two or three of
-        # its four vertices has 3 to 9 of its 12
+        # the active rows (idx[:n]): those with a nonzero entry in the symmetric part.
+        # A zero row is an eigenvector of eigenvalue 0, which the clamp keeps, so the
+        # projection of the active block alone, zero elsewhere, is the full matrix's, at
+        # the cost of the rows that matter: a contact Hessian whose obstacle vertex rows
+        # were cleared (zero_fixed) or whose distance type involves two or three of its
+        # four vertices has 3 to 9 of its 12
         act = ti.Vector.zero(ti.i32, MAX_DIM)
         idx = ti.Vector.zero(ti.i32, MAX_DIM)
-        na = 0
+        n = 0
         for i in range(dim):
             for j in range(dim):
                 if A[m, i, j] + A[m, j, i] != 0.0:
                     act[i] = 1
             if act[i] != 0:
-                idx[na] = i
-                na += 1
-        # W: the symmetric part of the active block, V = I; Gershgorin's test (a
-        # symmetric matrix whose diagonal dominates every row is PSD: nothing to do)
-        W = ti.Matrix.zero(float, MAX_DIM, MAX_DIM)
-        V = ti.Matrix.zero(float, MAX_DIM, MAX_DIM)
+                idx[n] = i
+                n += 1
+        # Z: the symmetric part of the active block; Gershgorin's test (a symmetric
+        # matrix whose diagonal dominates every row is PSD: nothing to do)
+        Z = ti.Matrix.zero(float, MAX_DIM, MAX_DIM)
         dominant = True
         frob2 = 0.0
-        for p in range(na):
+        for p in range(n):
             radius = 0.0
-            for q in range(na):
+            for q in range(n):
                 a = 0.5 * (A[m, idx[p], idx[q]] + A[m, idx[q], idx[p]])
-                W[p, q] = a
-                V[p, q] = 1.0 if p == q else 0.0
+                Z[p, q] = a
                 frob2 += a * a
                 if q != p:
                     radius += ti.abs(a)
-            if W[p, p] < radius:
+            if Z[p, p] < radius:
                 dominant = False
         if not dominant:
-            # Cholesky of W + delta I in W's lower triangle: if it succeeds, A is PSD
-            # to within delta (16 d eps ||A||_F, below Jacobi's own round-off on its
-            # eigenvalues) and stays as it is; that skips the sweeps for the elastic
-            # Hessians, which are PSD away from compression but singular (translations),
-            # so Gershgorin's test cannot see it
+            # Cholesky of Z + delta I in Z's lower triangle: if it succeeds, A is PSD
+            # to within delta (16 d eps ||A||_F, below the eigensolver's own round-off)
+            # and stays as it is; that skips the eigensolver for the elastic Hessians,
+            # which are PSD away from compression but singular (translations), so
+            # Gershgorin's test cannot see it
             delta = chol_shift * ti.sqrt(frob2)
             definite = True
-            for j in range(na):
+            for j in range(n):
                 if definite:
-                    s = W[j, j] + delta
+                    s = Z[j, j] + delta
                     for k in range(j):
-                        s -= W[j, k] * W[j, k]
+                        s -= Z[j, k] * Z[j, k]
                     if s <= 0.0:
                         definite = False
                     else:
                         ljj = ti.sqrt(s)
-                        for i in range(j + 1, na):
-                            t = W[i, j]
+                        for i in range(j + 1, n):
+                            t = Z[i, j]
                             for k in range(j):
-                                t -= W[i, k] * W[j, k]
-                            W[i, j] = t / ljj
-                        W[j, j] = ljj
-            if not definite:  # restore the lower triangle for the sweeps
-                for p in range(na):
+                                t -= Z[i, k] * Z[j, k]
+                            Z[i, j] = t / ljj
+                        Z[j, j] = ljj
+            if not definite:  # restore the lower triangle for the eigensolver
+                for p in range(n):
                     for q in range(p + 1):
-                        W[p, q] = 0.5 * (A[m, idx[p], idx[q]] + A[m, idx[q], idx[p]])
+                        Z[p, q] = 0.5 * (A[m, idx[p], idx[q]] + A[m, idx[q], idx[p]])
             dominant = definite
         if not dominant:
-            thresh2 = tol * tol * frob2
-            tiny = tol * ti.sqrt(frob2) * 1e-3
-            for _sweep in range(max_sweeps):
-                off2 = 0.0
-                for p in range(na):
-                    for q in range(p + 1, na):
-                        apq = W[p, q]
-                        off2 += apq * apq
-                        if ti.abs(apq) > tiny:
-                            # symmetric 2x2 Schur rotation zeroing W[p, q] (G&VL 8.5.2)
-                            app = W[p, p]
-                            aqq = W[q, q]
-                            tau = (aqq - app) / (2.0 * apq)
-                            t = 0.5 / tau  # the limit, where sqrt(1 + tau^2) would overflow
-                            if ti.abs(tau) < 1e30:
-                                sgn = 1.0 if tau >= 0.0 else -1.0
-                                t = sgn / (ti.abs(tau) + ti.sqrt(1.0 + tau * tau))
-                            c = 1.0 / ti.sqrt(1.0 + t * t)
-                            s = t * c
-                            for k in range(na):
-                                if k != p and k != q:
-                                    akp = W[k, p]
-                                    akq = W[k, q]
-                                    W[k, p] = c * akp - s * akq
-                                    W[p, k] = c * akp - s * akq
-                                    W[k, q] = s * akp + c * akq
-                                    W[q, k] = s * akp + c * akq
-                                vkp = V[k, p]
-                                vkq = V[k, q]
-                                V[k, p] = c * vkp - s * vkq
-                                V[k, q] = s * vkp + c * vkq
-                            W[p, p] = app - t * apq
-                            W[q, q] = aqq + t * apq
-                            W[p, q] = 0.0
-                            W[q, p] = 0.0
-                # off2: the off-diagonal mass at the start of this sweep (the sweep
-                # that finds it below the threshold still rotates: quadratic convergence
-                # takes it to round-off)
-                if 2.0 * off2 <= thresh2:
-                    break
+            d = ti.Vector.zero(float, MAX_DIM)  # diagonal, then the eigenvalues
+            e = ti.Vector.zero(float, MAX_DIM)  # sub-diagonal
+            # Householder reduction of the lower triangle to tridiagonal form (d, e),
+            # row i annihilated below its sub-diagonal by the reflector stored in it
+            for ii in range(n - 1):
+                i = n - 1 - ii
+                l = i - 1
+                h = 0.0
+                if l > 0:
+                    scale = 0.0
+                    for k in range(l + 1):
+                        scale += ti.abs(Z[i, k])
+                    if scale == 0.0:
+                        e[i] = Z[i, l]
+                    else:
+                        for k in range(l + 1):
+                            Z[i, k] /= scale
+                            h += Z[i, k] * Z[i, k]
+                        f = Z[i, l]
+                        g = -ti.sqrt(h) if f >= 0.0 else ti.sqrt(h)
+                        e[i] = scale * g
+                        h -= f * g
+                        Z[i, l] = f - g
+                        f = 0.0
+                        for j in range(l + 1):
+                            Z[j, i] = Z[i, j] / h
+                            gj = 0.0
+                            for k in range(j + 1):
+                                gj += Z[j, k] * Z[i, k]
+                            for k in range(j + 1, l + 1):
+                                gj += Z[k, j] * Z[i, k]
+                            e[j] = gj / h
+                            f += e[j] * Z[i, j]
+                        hh = f / (h + h)
+                        for j in range(l + 1):
+                            fj = Z[i, j]
+                            gj = e[j] - hh * fj
+                            e[j] = gj
+                            for k in range(j + 1):
+                                Z[j, k] -= fj * e[k] + gj * Z[i, k]
+                else:
+                    e[i] = Z[i, l]
+                d[i] = h
+            # accumulate the reflectors into Z (the tridiagonal's basis)
+            d[0] = 0.0
+            for i in range(n):
+                if d[i] != 0.0:
+                    for j in range(i):
+                        g = 0.0
+                        for k in range(i):
+                            g += Z[i, k] * Z[k, j]
+                        for k in range(i):
+                            Z[k, j] -= g * Z[k, i]
+                d[i] = Z[i, i]
+                Z[i, i] = 1.0
+                for j in range(i):
+                    Z[j, i] = 0.0
+                    Z[i, j] = 0.0
+            # implicit QL iterations with Wilkinson's shift, rotations applied to Z
+            for i in range(1, n):
+                e[i - 1] = e[i]
+            e[n - 1] = 0.0
+            for l in range(n):
+                for _it in range(max_iterations):
+                    # the first negligible sub-diagonal entry at or after l splits off
+                    mm = n - 1
+                    for k in range(l, n - 1):
+                        if mm == n - 1 and ti.abs(e[k]) <= eps * (ti.abs(d[k]) + ti.abs(d[k + 1])):
+                            mm = k
+                    if mm == l:
+                        break
+                    g = (d[l + 1] - d[l]) / (2.0 * e[l])
+                    r = _hypot(g, 1.0)
+                    g = d[mm] - d[l] + e[l] / (g + (r if g >= 0.0 else -r))
+                    s = 1.0
+                    c = 1.0
+                    p = 0.0
+                    split = False
+                    for k2 in range(mm - l):
+                        if not split:
+                            i = mm - 1 - k2
+                            f = s * e[i]
+                            b = c * e[i]
+                            r = _hypot(f, g)
+                            e[i + 1] = r
+                            if r == 0.0:  # underflow: the matrix splits here
+                                d[i + 1] -= p
+                                e[mm] = 0.0
+                                split = True
+                            else:
+                                s = f / r
+                                c = g / r
+                                g = d[i + 1] - p
+                                r = (d[i] - g) * s + 2.0 * c * b
+                                p = s * r
+                                d[i + 1] = g + p
+                                g = c * r - b
+                                for k in range(n):
+                                    zk = Z[k, i + 1]
+                                    Z[k, i + 1] = s * Z[k, i] + c * zk
+                                    Z[k, i] = c * Z[k, i] - s * zk
+                    if not split:
+                        d[l] -= p
+                        e[l] = g
+                        e[mm] = 0.0
             negative = False
-            for p in range(na):
-                if W[p, p] < 0.0:
+            for p in range(n):
+                if d[p] < 0.0:
                     negative = True
-            if negative:
+            if negative:  # Z diag(max(d, 0)) Z^T; PSD inputs keep their bits
                 for i in range(dim):
                     for j in range(dim):
                         if act[i] == 0 or act[j] == 0:
                             A[m, i, j] = 0.0  # the full projection's value there
-                for p in range(na):
-                    for q in range(p, na):
+                for p in range(n):
+                    for q in range(p, n):
                         acc = 0.0
-                        for k in range(na):
-                            acc += ti.max(W[k, k], 0.0) * V[p, k] * V[q, k]
+                        for k in range(n):
+                            acc += ti.max(d[k], 0.0) * Z[p, k] * Z[q, k]
                         A[m, idx[p], idx[q]] = acc
                         A[m, idx[q], idx[p]] = acc
-
-
-def default_tolerance() -> float:
-    """Relative off-diagonal tolerance of the Jacobi sweeps for the current precision."""
-    from tisim import backend
-
-    return float(np.finfo(backend.np_real()).eps) ** 0.75
 
 
 class PSDProjector:
@@ -190,13 +257,13 @@ class PSDProjector:
     Holds the settings only: each matrix's scratch lives in its thread's local memory.
     """
 
-    def __init__(self, dim: int, *, max_sweeps: int = 30) -> None:
+    def __init__(self, dim: int, *, max_iterations: int = 60) -> None:
         if not 1 <= int(dim) <= MAX_DIM:
             raise ValueError(f"PSDProjector: matrices of size 1 to {MAX_DIM}, got {dim}")
         self.dim = int(dim)
-        self.max_sweeps = int(max_sweeps)
+        self.max_iterations = int(max_iterations)  # QL iterations per eigenvalue at most
 
-    def project(self, A, count: int, *, tol: float | None = None) -> None:
+    def project(self, A, count: int) -> None:
         """Project A[k] for k < count in place. A: ti.ndarray(real, (>= count, d, d))."""
         count = int(count)
         if count <= 0:
@@ -208,14 +275,8 @@ class PSDProjector:
             )
         from tisim import backend
 
-        _project_psd_kernel(
-            A,
-            count,
-            self.dim,
-            default_tolerance() if tol is None else float(tol),
-            16.0 * self.dim * float(np.finfo(backend.np_real()).eps),
-            self.max_sweeps,
-        )
+        eps = float(np.finfo(backend.np_real()).eps)
+        _project_psd_kernel(A, count, self.dim, eps, 16.0 * self.dim * eps, self.max_iterations)
 
 
 def project_psd(A, count: int, projector: PSDProjector | None = None) -> PSDProjector:
