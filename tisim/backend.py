@@ -102,7 +102,31 @@ def init(arch: str = "auto", precision: str | None = None, *, debug: bool = Fals
     _current = BackendInfo(arch=actual, precision=precision)
     global SERIAL_SUMS
     SERIAL_SUMS = actual == "cpu"
+    limit_numpy_blas()
     return _current
+
+
+def limit_numpy_blas() -> int | None:
+    """numpy's OpenBLAS on one thread for the rest of the process; returns the number of
+    threads it had (None when it is not loaded or the user chose its thread count).
+
+    OpenBLAS's worker threads spin for about 0.1 s after each call it runs on several
+    threads (a dot product of two 12k vectors is one), holding a core that MKL's PARDISO
+    and Taichi's kernels, which run next, want: on 2 cores the cloth's factorisations and
+    analyses took 1.3-1.6x their time (64 x 64 drape, frames 28-31). numpy's BLAS calls
+    here are vector-sized, where one thread loses nothing. An OPENBLAS_NUM_THREADS set
+    by the user is left as it is."""
+    if "OPENBLAS_NUM_THREADS" in os.environ:
+        return None
+    from threadpoolctl import ThreadpoolController
+
+    pools = ThreadpoolController().select(internal_api="openblas")
+    if not pools.lib_controllers:
+        return None
+    before = max(c.num_threads for c in pools.lib_controllers)
+    pools.limit(limits=1)
+    log.debug("numpy's OpenBLAS: %d -> 1 thread", before)
+    return before
 
 
 def _arch_name(a) -> str:

@@ -1,0 +1,46 @@
+"""Process-level set-up in ``tisim.backend.init`` (run in fresh interpreters: Taichi and
+OpenBLAS are initialised once per process)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+_PROBE = """
+import json, numpy
+from threadpoolctl import threadpool_info
+def openblas():
+    return [i["num_threads"] for i in threadpool_info() if i["internal_api"] == "openblas"]
+before = openblas()
+from tisim import backend
+backend.init("cpu", "f64")
+print(json.dumps({"before": before, "after": openblas()}))
+"""
+
+
+def _probe(env_extra: dict[str, str]) -> dict:
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    env.update(env_extra)
+    out = subprocess.run([sys.executable, "-c", _PROBE], env=env, capture_output=True, text=True,
+                         timeout=300, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_numpy_openblas_runs_on_one_thread_after_init():
+    """OpenBLAS's spinning worker threads took a core from PARDISO and Taichi (backend.init's
+    docstring): init leaves numpy's OpenBLAS on one thread."""
+    r = _probe({})
+    if not r["before"]:
+        pytest.skip("numpy is not linked against OpenBLAS here")
+    assert r["after"] == [1] * len(r["before"])
+
+
+def test_a_users_openblas_thread_count_is_kept():
+    r = _probe({"OPENBLAS_NUM_THREADS": "2"})
+    if not r["before"]:
+        pytest.skip("numpy is not linked against OpenBLAS here")
+    assert r["after"] == r["before"]
