@@ -177,7 +177,7 @@ def test_second_projector_compiles_nothing(rng, taichi_backend):
     t0 = time.perf_counter()
     second = PSDProjector(d2)
     second.project(B, 50)
-    proj = project_psd(B, 50, second)  # the convenience wrapper, reusing the scratch
+    proj = project_psd(B, 50, second)  # the convenience wrapper, reusing the projector
     project_psd_numpy(B_np[:7])
     t_second = time.perf_counter() - t0
     assert proj is second

@@ -23,8 +23,8 @@ active rows of 12) and 2,000 random 12 x 12 matrices: the largest difference fro
 eigen-clamp is 4.3e-15 and 5.6e-15 of the largest entry. The cyclic Jacobi sweeps used
 before, with the same accuracy, took 1.7x and 2.4x the time.
 
-The kernel takes ndarrays (any dtype, any capacity and d), so it compiles once per
-process (and per precision) whatever the number of projectors and matrix sizes.
+The kernel takes ndarrays (any dtype and capacity, any d <= MAX_DIM), so it compiles once
+per process (and per precision) whatever the number of projectors and matrix sizes.
 
 This module has no ``from __future__ import annotations``: Taichi reads the kernel's
 type annotations when it is decorated.
