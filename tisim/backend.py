@@ -114,18 +114,24 @@ def limit_numpy_blas() -> int | None:
     threads (a dot product of two 12k vectors is one), holding a core that MKL's PARDISO
     and Taichi's kernels, which run next, want: on 2 cores the cloth's factorisations and
     analyses took 1.3-1.6x their time (64 x 64 drape, frames 28-31). numpy's BLAS calls
-    here are vector-sized, where one thread loses nothing. An OPENBLAS_NUM_THREADS set
-    by the user is left as it is."""
+    here are vector-sized, where one thread loses nothing. An OPENBLAS_NUM_THREADS set by
+    the user is left as it is, and so is another OpenBLAS in the process (the system one
+    under CHOLMOD, the solvers' fallback without MKL), unless numpy shares it."""
     if "OPENBLAS_NUM_THREADS" in os.environ:
         return None
     from threadpoolctl import ThreadpoolController
 
-    pools = ThreadpoolController().select(internal_api="openblas")
-    if not pools.lib_controllers:
+    libs = ThreadpoolController().select(internal_api="openblas").lib_controllers
+    # the copy numpy's wheels bring (numpy.libs/libscipy_openblas*); else the only one
+    # there is (conda-style builds share one OpenBLAS with everything)
+    paths = [c.filepath for c in libs if "numpy" in c.filepath or "scipy_openblas" in c.filepath]
+    paths = paths or [c.filepath for c in libs]
+    if not paths:
         return None
+    pools = ThreadpoolController().select(filepath=paths)
     before = max(c.num_threads for c in pools.lib_controllers)
     pools.limit(limits=1)
-    log.debug("numpy's OpenBLAS: %d -> 1 thread", before)
+    log.debug("numpy's OpenBLAS (%s): %d -> 1 thread", ", ".join(paths), before)
     return before
 
 

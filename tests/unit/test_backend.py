@@ -12,31 +12,49 @@ import pytest
 
 _PROBE = """
 import json, numpy
+{extra}
 from threadpoolctl import threadpool_info
 def openblas():
-    return [i["num_threads"] for i in threadpool_info() if i["internal_api"] == "openblas"]
+    return {{i["filepath"]: i["num_threads"] for i in threadpool_info() if i["internal_api"] == "openblas"}}
 before = openblas()
 from tisim import backend
 backend.init("cpu", "f64")
-print(json.dumps({"before": before, "after": openblas()}))
+print(json.dumps({{"before": before, "after": openblas()}}))
 """
 
 
-def _probe(env_extra: dict[str, str]) -> dict:
+def _probe(env_extra: dict[str, str], extra: str = "") -> dict:
     env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
     env.update(env_extra)
-    out = subprocess.run([sys.executable, "-c", _PROBE], env=env, capture_output=True, text=True,
-                         timeout=300, check=True)
+    out = subprocess.run([sys.executable, "-c", _PROBE.format(extra=extra)], env=env,
+                         capture_output=True, text=True, timeout=300, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def _numpys(path: str) -> bool:
+    return "numpy" in path or "scipy_openblas" in path
+
+
 def test_numpy_openblas_runs_on_one_thread_after_init():
-    """OpenBLAS's spinning worker threads took a core from PARDISO and Taichi (backend.init's
-    docstring): init leaves numpy's OpenBLAS on one thread."""
+    """OpenBLAS's spinning worker threads took a core from PARDISO and Taichi (the
+    docstring of backend.limit_numpy_blas): init leaves numpy's OpenBLAS on one thread."""
     r = _probe({})
     if not r["before"]:
         pytest.skip("numpy is not linked against OpenBLAS here")
-    assert r["after"] == [1] * len(r["before"])
+    assert set(r["after"].values()) == {1}
+
+
+def test_another_openblas_keeps_its_threads():
+    """The system OpenBLAS under CHOLMOD (the solvers' fallback without MKL) is not
+    numpy's: loaded before init, it keeps its thread count."""
+    pytest.importorskip("sksparse.cholmod")
+    r = _probe({}, extra="import sksparse.cholmod")
+    others = {p: n for p, n in r["before"].items() if not _numpys(p)}
+    mine = [p for p in r["before"] if _numpys(p)]
+    if not others or not mine:
+        pytest.skip("needs numpy's own OpenBLAS and a second one in the process")
+    assert {p: r["after"][p] for p in others} == others
+    assert all(r["after"][p] == 1 for p in mine)
 
 
 def test_a_users_openblas_thread_count_is_kept():
