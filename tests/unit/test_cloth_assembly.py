@@ -241,3 +241,90 @@ def test_newton_solve_of_an_empty_system(backend):
 
     p = SPDSolver(backend).solve(sp.csr_matrix((0, 0)), np.zeros(0))
     assert p.shape == (0,)
+
+
+def _pair_triplets(H, stencils, sysvert):
+    """Reference COO triplets of 12 x 12 pair Hessians over the unknowns (numpy)."""
+    rows, cols, vals = [], [], []
+    for k, st in enumerate(stencils):
+        for a in range(4):
+            for b in range(4):
+                if st[a] < 0 or st[b] < 0 or sysvert[st[a]] < 0 or sysvert[st[b]] < 0:
+                    continue
+                r = 3 * sysvert[st[a]] + np.arange(3)
+                c = 3 * sysvert[st[b]] + np.arange(3)
+                rows.append(np.repeat(r, 3)), cols.append(np.tile(c, 3))
+                vals.append(H[k, 3 * a:3 * a + 3, 3 * b:3 * b + 3].ravel())
+    return np.concatenate(rows), np.concatenate(cols), np.concatenate(vals)
+
+
+@pytest.mark.parametrize("isolated", [False, True])
+def test_system_assembler_equals_the_structural_sum(isolated):
+    """Contact pair Hessians summed on the device into the elastic pattern (a row search
+    per block), entries outside it inserted, plus vertex blocks (repeated vertices) and
+    a diagonal: the same pattern, zeros included, and the same values as numpy's COO
+    sum (structural_sum), with non-unknown vertices and unused stencil slots dropped.
+    ``isolated``: a vertex in no face (its diagonal block is not in the base)."""
+    import taichi as ti
+
+    from tisim import backend
+    from tisim.solvers.cloth.assembly import SystemAssembler, structural_sum
+
+    mesh = cloth_grid((0.3, 0.3), (4, 4), normal="z")
+    X, F = np.asarray(mesh.vertices, dtype=np.float64), np.asarray(mesh.faces, dtype=np.int32)
+    n = len(X) + (1 if isolated else 0)
+    rng = np.random.default_rng(11)
+    sysvert = np.arange(n, dtype=np.int32)
+    sysvert[[3, 7]] = -1  # two vertices are not unknowns (held)
+    sysvert[sysvert >= 0] = np.arange(int((sysvert >= 0).sum()))
+    m = int((sysvert >= 0).sum())
+    # base: a random symmetric matrix on the faces' pattern, restricted to the unknowns
+    r0, c0, v0 = [], [], []
+    for f in F:
+        for a in f:
+            for b in f:
+                if sysvert[a] >= 0 and sysvert[b] >= 0:
+                    r0.append(np.repeat(3 * sysvert[a] + np.arange(3), 3))
+                    c0.append(np.tile(3 * sysvert[b] + np.arange(3), 3))
+                    v0.append(rng.standard_normal(9))
+    A = sp.csr_matrix((np.concatenate(v0), (np.concatenate(r0), np.concatenate(c0))), shape=(3 * m, 3 * m))
+    A.sum_duplicates()
+    A.data[::17] = 0.0  # explicit zeros stay entries
+    # pairs: neighbours (inside the pattern), far apart vertices (outside), unused slots
+    k = 40
+    st = rng.integers(0, n, size=(k, 4)).astype(np.int32)
+    st[:10] = F[rng.integers(0, len(F), 10)][:, [0, 1, 2, 0]]
+    st[10:15, 3] = -1
+    st[15, :] = [0, 3, -1, 7]  # one unknown
+    if isolated:
+        st[16] = [n - 1, 0, 1, 2]
+    H = rng.standard_normal((k, 12, 12))
+    Hd = ti.ndarray(backend.real(), shape=(k, 12, 12))
+    Hd.from_numpy(H)
+    Sd = ti.Vector.ndarray(4, ti.i32, shape=k)
+    Sd.from_numpy(st)
+    verts = np.array([0, 5, 5, 9, n - 1] if isolated else [0, 5, 5, 9])
+    blocks = rng.standard_normal((len(verts), 3, 3))
+    diag = rng.standard_normal(3 * m)
+
+    asm = SystemAssembler(n)
+    asm.set_unknowns(sysvert)
+    for _ in range(2):  # the second round reuses the cached pattern
+        asm.begin(A)
+        sv = sysvert[verts]
+        asm.add_vertex_blocks(sv[sv >= 0], blocks[sv >= 0])
+        asm.add_pairs(Hd, Sd, k)
+        asm.add_diagonal(diag)
+        S = asm.matrix()
+    r, c, v = _pair_triplets(H, st, sysvert)
+    bv = 3 * sysvert[verts][sysvert[verts] >= 0]
+    br = (bv[:, None, None] + np.arange(3)[None, :, None] + np.zeros((1, 1, 3), int)).ravel()
+    bc = (bv[:, None, None] + np.arange(3)[None, None, :] + np.zeros((1, 3, 1), int)).ravel()
+    ii = np.arange(3 * m)
+    R = structural_sum(A, np.concatenate([r, br, ii]), np.concatenate([c, bc, ii]),
+                       np.concatenate([v, blocks[sysvert[verts] >= 0].ravel(), diag]))
+    assert S.has_sorted_indices
+    np.testing.assert_array_equal(S.indptr, R.indptr)
+    np.testing.assert_array_equal(S.indices, R.indices)
+    np.testing.assert_allclose(S.data, R.data, rtol=0, atol=1e-14 * np.abs(R.data).max())
+    assert S.nnz > A.nnz  # some entries came from outside the base pattern

@@ -193,13 +193,3 @@ class HalfSpaces:
         if not rows:
             return g, (np.zeros(0, np.int64), np.zeros((0, 3, 3)))
         return g, (np.concatenate(rows), np.concatenate(blocks))
-
-
-def vertex_blocks_to_coo(vertices: np.ndarray, blocks: np.ndarray):
-    """COO triplets of per-vertex 3x3 blocks on the diagonal (scalar dofs 3 v + axis)."""
-    if not len(vertices):
-        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0)
-    base = 3 * np.asarray(vertices, dtype=np.int64)
-    r = (base[:, None, None] + np.arange(3)[None, :, None]) + np.zeros((1, 1, 3), np.int64)
-    c = (base[:, None, None] + np.arange(3)[None, None, :]) + np.zeros((1, 3, 1), np.int64)
-    return r.ravel(), c.ravel(), blocks.ravel()

@@ -1,5 +1,5 @@
-"""Taichi kernels that turn batches of local contact Hessians into compact COO triplets
-over the system's unknowns, on the device.
+"""Taichi kernels that sum batches of local contact Hessians into the Newton system's CSR
+values over the system's unknowns, on the device.
 
 Local Hessians: ``H`` (k, 12, 12) on ``stencils`` (k,) Vector(4, i32) (-1 for an unused
 slot), rows ordered (local vertex, coordinate). ``sysvert`` (n,) i32 maps a vertex to its
@@ -8,18 +8,31 @@ obstacle, a handle that has reached its target).
 
 ``zero_fixed`` clears the rows and columns of non-unknowns, so that a PSD projection that
 follows projects the Hessian restricted to the unknowns (what Newton uses), which is both
-cheaper (the Jacobi sweeps skip zero rows) and closer to it than a projection of the full
-12 x 12 block followed by dropping rows. ``count_entries`` and ``emit_coo`` write the
-entries over unknowns as (row, column, value) at per-pair offsets from a prefix sum:
-deterministic order, no atomics, and only what the host needs crosses to it. Every entry
-of a block between two unknowns is written, zeros included, so that the system's pattern
-depends on the pairs, not on their values (the linear solver's analysis is reused).
+cheaper and closer to it than a projection of the full 12 x 12 block followed by dropping
+rows.
+
+``scatter_pairs`` adds every entry between two unknowns into the value array of a CSR
+pattern (canonical: sorted, unique column indices per row), found by a binary search in
+its row; entries the pattern lacks are only counted per pair, and ``emit_outside`` writes
+those as (row, column, value) triplets at per-pair offsets, for the host to merge into the
+pattern. Every entry of a block between two unknowns counts, zeros included, so the
+system's pattern depends on the pairs, not on their values (the linear solver's analysis
+is reused). The sums run on one thread on the CPU backend (``backend.SERIAL_SUMS``: a
+fixed order, the same bits in every run), with atomics elsewhere.
+
+Every search is unrolled to a fixed number of halvings: no loop whose trip count differs
+between threads encloses or precedes an atomic (Taichi 1.7.4's SPIR-V code loses updates
+there, ``tools/spirv_loop_atomics.py``).
 
 This module has no ``from __future__ import annotations``: Taichi reads the kernels' type
 annotations when they are decorated.
 """
 
 import taichi as ti
+
+from tisim import backend
+
+SEARCH_STEPS = 16  # halvings of a row search: rows of up to 2**16 entries
 
 
 @ti.kernel
@@ -35,39 +48,92 @@ def zero_fixed(H: ti.types.ndarray(), stencils: ti.types.ndarray(), rows: ti.i32
                             H[k, j, 3 * a + i] = 0.0
 
 
-@ti.kernel
-def count_entries(stencils: ti.types.ndarray(), rows: ti.i32, sysvert: ti.types.ndarray(), counts: ti.types.ndarray()):
-    """counts[k] = entries emit_coo writes for pair k: 9 per block between two unknowns."""
-    for k in range(rows):
-        u = 0
-        for a in range(4):
-            va = stencils[k][a]
-            if va >= 0:
-                if sysvert[va] >= 0:
-                    u += 1
-        counts[k] = 9 * u * u
+@ti.func
+def _block_slots(indptr: ti.template(), indices: ti.template(), r, col):
+    """Slots of columns col, col + 1, col + 2 in CSR row r (-1 where the row lacks one)."""
+    lo = indptr[r]
+    end = indptr[r + 1]
+    n = end - lo
+    # lo = the last position in the row whose column is <= col (or the row's start)
+    for _ in ti.static(range(SEARCH_STEPS)):
+        if n > 1:
+            half = n >> 1
+            if indices[lo + half] <= col:
+                lo += half
+            n -= half
+    s = ti.Vector([-1, -1, -1])
+    # col + j, when present, sits at most j + 1 places after lo
+    for j in ti.static(range(3)):
+        for t in ti.static(range(j + 2)):
+            q = lo + t
+            if q < end:
+                if indices[q] == col + j:
+                    s[j] = q
+    return s
 
 
 @ti.kernel
-def emit_coo(
+def scatter_pairs(
     H: ti.types.ndarray(), stencils: ti.types.ndarray(), rows: ti.i32, sysvert: ti.types.ndarray(),
-    offsets: ti.types.ndarray(), r: ti.types.ndarray(), c: ti.types.ndarray(), v: ti.types.ndarray(),
+    indptr: ti.types.ndarray(), indices: ti.types.ndarray(), csr: ti.types.ndarray(),
+    outside: ti.types.ndarray(),
 ):
+    """csr[slot(3 sa + i, 3 sb + j)] += H[k, 3 a + i, 3 b + j] over the pairs' blocks between
+    unknowns sa = sysvert[stencils[k][a]], sb = ...; outside[k] = entries of pair k that
+    the pattern lacks (not added)."""
+    ti.loop_config(serialize=backend.SERIAL_SUMS)
     for k in range(rows):
-        o = offsets[k]
+        n_out = 0
         for a in range(4):
+            sa = -1
             va = stencils[k][a]
             if va >= 0:
                 sa = sysvert[va]
-                if sa >= 0:
-                    for b in range(4):
-                        vb = stencils[k][b]
-                        if vb >= 0:
-                            sb = sysvert[vb]
-                            if sb >= 0:
-                                for i in range(3):
-                                    for j in range(3):
-                                        r[o] = 3 * sa + i
-                                        c[o] = 3 * sb + j
-                                        v[o] = H[k, 3 * a + i, 3 * b + j]
-                                        o += 1
+            if sa >= 0:
+                for b in range(4):
+                    sb = -1
+                    vb = stencils[k][b]
+                    if vb >= 0:
+                        sb = sysvert[vb]
+                    if sb >= 0:
+                        for i in range(3):
+                            s = _block_slots(indptr, indices, 3 * sa + i, 3 * sb)
+                            for j in ti.static(range(3)):
+                                if s[j] >= 0:
+                                    csr[s[j]] += H[k, 3 * a + i, 3 * b + j]
+                                else:
+                                    n_out += 1
+        outside[k] = n_out
+
+
+@ti.kernel
+def emit_outside(
+    H: ti.types.ndarray(), stencils: ti.types.ndarray(), pairs: ti.types.ndarray(), count: ti.i32,
+    sysvert: ti.types.ndarray(), indptr: ti.types.ndarray(), indices: ti.types.ndarray(),
+    offsets: ti.types.ndarray(), r: ti.types.ndarray(), c: ti.types.ndarray(), v: ti.types.ndarray(),
+):
+    """The entries ``scatter_pairs`` counted as outside the pattern, of the pairs listed in
+    ``pairs[:count]``, as triplets at ``offsets[q]`` (pair order, then block order)."""
+    for q in range(count):
+        k = pairs[q]
+        o = offsets[q]
+        for a in range(4):
+            sa = -1
+            va = stencils[k][a]
+            if va >= 0:
+                sa = sysvert[va]
+            if sa >= 0:
+                for b in range(4):
+                    sb = -1
+                    vb = stencils[k][b]
+                    if vb >= 0:
+                        sb = sysvert[vb]
+                    if sb >= 0:
+                        for i in range(3):
+                            s = _block_slots(indptr, indices, 3 * sa + i, 3 * sb)
+                            for j in ti.static(range(3)):
+                                if s[j] < 0:
+                                    r[o] = 3 * sa + i
+                                    c[o] = 3 * sb + j
+                                    v[o] = H[k, 3 * a + i, 3 * b + j]
+                                    o += 1

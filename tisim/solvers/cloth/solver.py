@@ -42,8 +42,7 @@ import scipy.sparse as sp
 from tisim.backend import download, upload
 from tisim.config import ConfigError
 from tisim.solvers.base import Solver, StepStats, Tunable
-from tisim.solvers.cloth.assembly import ContactTriplets, DeviceAssembler, structural_sum
-from tisim.contact.ipc.halfspace import vertex_blocks_to_coo
+from tisim.solvers.cloth.assembly import DeviceAssembler, SystemAssembler, structural_sum
 from tisim.solvers.cloth.wind import Wind
 
 log = logging.getLogger(__name__)
@@ -407,7 +406,7 @@ class SolverCloth(Solver):
         if config.linear_precision == "mixed" and self.linear.backend != "pardiso":
             log.warning("solver.linear_precision = 'mixed' needs MKL PARDISO (pip install mkl); "
                         "the Newton systems are solved in double precision by %s", self.linear.backend)
-        self.coo = ContactTriplets(self.n)
+        self.system = SystemAssembler(self.n)
         # the scene's scale for tolerances: the cloth's size (a large ground plane or
         # obstacle must not loosen the Newton tolerance)
         self.bbox_diag = max(_diag(cp.rest), 1e-6)
@@ -688,15 +687,16 @@ class SolverCloth(Solver):
                         g[:nc] += gs
                         Hs = Hs.tocoo()
                         Hc = structural_sum(sp.csr_matrix(Hc), Hs.row, Hs.col, Hs.data)
-                rows, cols, vals = [], [], []  # COO triplets over all vertices' dofs
-                sys_parts = []  # COO triplets already over the system's unknowns
+                pair_parts = []  # (local Hessians, stencils, rows) of the contact pairs
+                block_parts = []  # (cloth vertices, 3 x 3 blocks) of the analytic planes
                 T["elastic"] += time.perf_counter() - t_
                 t_ = time.perf_counter()
                 # the unknowns: free vertices (static obstacles, fixed handles are not), cloth first
                 free = ~fixed
                 sysvert = np.full(n, -1, dtype=np.int32)
                 sysvert[free] = np.arange(int(free.sum()), dtype=np.int32)
-                self.coo.set_unknowns(sysvert)
+                system = self.system
+                system.set_unknowns(sysvert)
                 upload(self.x, x)
                 if sum(pairs) and self.kappa > 0:
                     _zero(self.g)
@@ -707,21 +707,19 @@ class SolverCloth(Solver):
                         self.friction.add_gradient(self.x, self.x_ref, eps_v, h, self.g)
                     g += download(self.g)
                     k = self.barrier.local_hessians(self.x, apt, na_pt, aee, na_ee, dhat, xi, self.kappa, True,
-                                                    unknowns=self.coo.unknowns)
-                    sys_parts.append(self.coo.triplets(self.barrier.hessians, self.barrier.stencils, k))
+                                                    unknowns=system.unknowns)
+                    pair_parts.append((self.barrier.hessians, self.barrier.stencils, k))
                     if friction_on:
                         k = self.friction.local_hessians(self.x, self.x_ref, eps_v, h, True)
-                        sys_parts.append(self.coo.triplets(self.friction.hessians, self.friction.stencils, k))
+                        pair_parts.append((self.friction.hessians, self.friction.stencils, k))
                 if planes and self.kappa > 0:
-                    gp, (vp, Bp) = planes.gradient_hessian(x[:nc], dhat, xi, self.kappa)
+                    gp, blocks = planes.gradient_hessian(x[:nc], dhat, xi, self.kappa)
                     g[:nc] += gp
-                    r, c, v = vertex_blocks_to_coo(vp, Bp)
-                    rows.append(r), cols.append(c), vals.append(v)
+                    block_parts.append(blocks)
                     if plane_friction:
-                        gf, (vf, Bf) = planes.friction_gradient_hessian(x[:nc], eps_v, h)
+                        gf, blocks = planes.friction_gradient_hessian(x[:nc], eps_v, h)
                         g[:nc] += gf
-                        r, c, v = vertex_blocks_to_coo(vf, Bf)
-                        rows.append(r), cols.append(c), vals.append(v)
+                        block_parts.append(blocks)
                 T["contact"] += time.perf_counter() - t_
                 t_ = time.perf_counter()
                 diag = np.zeros((n, 3))
@@ -729,37 +727,29 @@ class SolverCloth(Solver):
                 # the system is assembled on the unknowns' dofs directly
                 dofs = np.flatnonzero(np.repeat(free, 3))
                 m_sys = len(dofs)
-                sysmap = np.full(3 * n, -1, dtype=np.int64)
-                sysmap[dofs] = np.arange(m_sys)
                 Hc = sp.csr_matrix(Hc)
                 if free[:nc].all():
                     A = _pad(Hc, m_sys)
                 else:
                     cd = dofs[dofs < 3 * nc]
                     A = _pad(Hc[cd][:, cd], m_sys)
-                if rows:
-                    r, c, v = np.concatenate(rows), np.concatenate(cols), np.concatenate(vals)
-                    r, c = sysmap[r], sysmap[c]
-                    keep = (r >= 0) & (c >= 0)
-                    sys_parts.append((r[keep], c[keep], v[keep]))
-                sys_parts = [t for t in sys_parts if t is not None]
-                if sys_parts:
-                    r, c, v = (np.concatenate([t[i] for t in sys_parts]) for i in range(3))
-                else:
-                    r, c, v = np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0)
+                # every structural entry stays (zeros too): the pattern, and with it the
+                # linear solver's analysis, changes only with the pairs
+                system.begin(A)
+                for vb, B in block_parts:
+                    sv = sysvert[vb]
+                    system.add_vertex_blocks(sv[sv >= 0], B[sv >= 0])
+                for H, st, k in pair_parts:
+                    system.add_pairs(H, st, k)
                 if pulled.any():
                     if w_al == 0.0:
                         # stiff enough to dominate every other term acting on those vertices
-                        on = r == c
-                        dA = A.diagonal() + np.bincount(r[on], weights=v[on], minlength=m_sys)
-                        w_al = 1e4 * max(float(np.abs(dA).max(initial=0.0)), float(inv_h2 * mass.max()), 1.0)
+                        w_al = 1e4 * max(float(np.abs(system.diagonal()).max(initial=0.0)),
+                                         float(inv_h2 * mass.max()), 1.0)
                     diag[pulled] += w_al
                     g[pulled] += w_al * (x[pulled] - target[pulled])
-                # one sum that keeps every structural entry (zeros too): the pattern, and
-                # with it the linear solver's analysis, changes only with the pairs
-                ii = np.arange(m_sys)
-                A = structural_sum(A, np.concatenate([r, ii]), np.concatenate([c, ii]),
-                                   np.concatenate([v.astype(np.float64, copy=False), diag.ravel()[dofs]]))
+                system.add_diagonal(diag.ravel()[dofs])
+                A = system.matrix()
                 b = -g.ravel()[dofs]
                 T["assemble"] += time.perf_counter() - t_
                 t_ = time.perf_counter()
