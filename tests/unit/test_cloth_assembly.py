@@ -290,12 +290,16 @@ def test_system_assembler_equals_the_structural_sum(isolated):
     A = sp.csr_matrix((np.concatenate(v0), (np.concatenate(r0), np.concatenate(c0))), shape=(3 * m, 3 * m))
     A.sum_duplicates()
     A.data[::17] = 0.0  # explicit zeros stay entries
+    # single entries that make a vertex's three rows differ (the row search's shortcut misses)
+    A = structural_sum(A, np.array([1, 1, 4, 4, 16, 31]), np.array([6, 7, 9, 10, 2, 32]),
+                       np.array([0.5, 0.0, 1.0, 2.0, 3.0, 4.0]))
     # pairs: neighbours (inside the pattern), far apart vertices (outside), unused slots
     k = 40
     st = rng.integers(0, n, size=(k, 4)).astype(np.int32)
     st[:10] = F[rng.integers(0, len(F), 10)][:, [0, 1, 2, 0]]
     st[10:15, 3] = -1
     st[15, :] = [0, 3, -1, 7]  # one unknown
+    st[17, :] = [0, 1, 5, 6]  # neighbours' blocks right of the ragged rows' extra entries
     if isolated:
         st[16] = [n - 1, 0, 1, 2]
     H = rng.standard_normal((k, 12, 12))

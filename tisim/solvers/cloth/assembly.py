@@ -191,6 +191,12 @@ class SystemAssembler:
         self.indptr = indptr.astype(np.int32)
         self.indices = indices.astype(np.int32)
         self._keys = keys
+        from tisim.solvers.cloth.assembly_kernels import SEARCH_STEPS
+
+        longest = int(np.diff(indptr).max(initial=0))
+        if longest > 1 << SEARCH_STEPS:
+            raise ValueError(f"a Newton system row has {longest} entries, more than the {1 << SEARCH_STEPS} "
+                             "the device assembly searches")
         self._block_slots = np.searchsorted(keys, want).reshape(-1, 3, 3)
         self.diag_slots = self._block_slots[:, [0, 1, 2], [0, 1, 2]].ravel()
         self._d_indptr = ti.ndarray(ti.i32, shape=max(size + 1, 1))

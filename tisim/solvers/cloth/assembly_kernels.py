@@ -32,7 +32,8 @@ import taichi as ti
 
 from tisim import backend
 
-SEARCH_STEPS = 16  # halvings of a row search: rows of up to 2**16 entries
+SEARCH_STEPS = 16  # halvings of a row search, unrolled: rows of up to 2**16 entries
+
 
 
 @ti.kernel
@@ -49,26 +50,49 @@ def zero_fixed(H: ti.types.ndarray(), stencils: ti.types.ndarray(), rows: ti.i32
 
 
 @ti.func
-def _block_slots(indptr: ti.template(), indices: ti.template(), r, col):
-    """Slots of columns col, col + 1, col + 2 in CSR row r (-1 where the row lacks one)."""
+def _row_position(indptr: ti.template(), indices: ti.template(), r, col):
+    """The last position in CSR row r whose column is <= col (the row's start if none),
+    by SEARCH_STEPS halvings, unrolled (rows of up to 2**SEARCH_STEPS entries)."""
     lo = indptr[r]
-    end = indptr[r + 1]
-    n = end - lo
-    # lo = the last position in the row whose column is <= col (or the row's start)
+    n = indptr[r + 1] - lo
     for _ in ti.static(range(SEARCH_STEPS)):
         if n > 1:
             half = n >> 1
             if indices[lo + half] <= col:
                 lo += half
             n -= half
+    return lo
+
+
+@ti.func
+def _block_slots(indptr: ti.template(), indices: ti.template(), r, lo, col):
+    """Slots of columns col, col + 1, col + 2 in CSR row r, -1 for those not found
+    within j + 1 places after position lo (where col + j sits, when present, if lo is
+    _row_position's answer; any lo in the row gives no false slot)."""
+    end = indptr[r + 1]
     s = ti.Vector([-1, -1, -1])
-    # col + j, when present, sits at most j + 1 places after lo
     for j in ti.static(range(3)):
         for t in ti.static(range(j + 2)):
             q = lo + t
             if q < end:
                 if indices[q] == col + j:
                     s[j] = q
+    return s
+
+
+@ti.func
+def _block_row(indptr: ti.template(), indices: ti.template(), sa, i: ti.template(), lo0, col):
+    """Slots of row 3 sa + i, columns col .. col + 2, from lo0 = the search's answer in
+    row 3 sa: rows of one vertex share their columns in the elastic pattern (full 3 x 3
+    blocks), so row i is first tried at lo0's offset, and searched when that misses."""
+    r = 3 * sa + i
+    s = ti.Vector([-1, -1, -1])
+    if ti.static(i == 0):
+        s = _block_slots(indptr, indices, r, lo0, col)
+    else:
+        s = _block_slots(indptr, indices, r, indptr[r] + lo0 - indptr[3 * sa], col)
+        if s[0] < 0 or s[1] < 0 or s[2] < 0:
+            s = _block_slots(indptr, indices, r, _row_position(indptr, indices, r, col), col)
     return s
 
 
@@ -96,8 +120,9 @@ def scatter_pairs(
                     if vb >= 0:
                         sb = sysvert[vb]
                     if sb >= 0:
-                        for i in range(3):
-                            s = _block_slots(indptr, indices, 3 * sa + i, 3 * sb)
+                        lo0 = _row_position(indptr, indices, 3 * sa, 3 * sb)
+                        for i in ti.static(range(3)):
+                            s = _block_row(indptr, indices, sa, i, lo0, 3 * sb)
                             for j in ti.static(range(3)):
                                 if s[j] >= 0:
                                     csr[s[j]] += H[k, 3 * a + i, 3 * b + j]
@@ -129,8 +154,9 @@ def emit_outside(
                     if vb >= 0:
                         sb = sysvert[vb]
                     if sb >= 0:
-                        for i in range(3):
-                            s = _block_slots(indptr, indices, 3 * sa + i, 3 * sb)
+                        lo0 = _row_position(indptr, indices, 3 * sa, 3 * sb)
+                        for i in ti.static(range(3)):
+                            s = _block_row(indptr, indices, sa, i, lo0, 3 * sb)
                             for j in ti.static(range(3)):
                                 if s[j] < 0:
                                     r[o] = 3 * sa + i
