@@ -130,13 +130,18 @@ def _barrier_energy(
     xi: float,
     out: ti.types.ndarray(),
 ):
+    """out[0] = sum of the pairs' barriers (unscaled by kappa), out[1] = their smallest
+    squared distance (the same values as _pair_stats', at no extra pass)."""
     out[0] = 0.0
+    out[1] = ti.math.inf
     ti.loop_config(serialize=backend.SERIAL_SUMS)
     for k in range(n_pt + n_ee):
         is_ee, idx, x0, x1, x2, x3 = _load_pair(k, x, pt, n_pt, ee)
         _dtype, kind, blk = _pair_type(is_ee, x0, x1, x2, x3)
         w, u, v = dist._gather(x0, x1, x2, x3, blk)
-        s, sh = bar.shell_barrier_arguments(dist._reduced_value(kind, w, u, v), dhat, xi)
+        d = dist._reduced_value(kind, w, u, v)
+        ti.atomic_min(out[1], d)
+        s, sh = bar.shell_barrier_arguments(d, dhat, xi)
         if s < sh:
             b = bar.barrier(s, sh)
             if is_ee and s > 0.0:
@@ -568,8 +573,9 @@ class BarrierPotential(_Rows):
         self.vertex_count = int(vertex_count)
         real = backend.real()
         self.rest = _rest_array(rest, self.vertex_count)
-        self._sum = ti.ndarray(real, 1)
+        self._sum = ti.ndarray(real, 2)
         self._count = ti.ndarray(ti.i32, 1)
+        self.last_min_distance = math.inf  # over the pairs of the last energy call, m
         super().__init__(max(int(capacity), 1))
 
     def _on_grow(self, cap: int) -> None:
@@ -600,13 +606,18 @@ class BarrierPotential(_Rows):
     def energy(
         self, x, pt, n_pt: int, ee, n_ee: int, dhat: float, thickness: float, kappa: float
     ) -> float:
-        """kappa sum_k m_k b(s_k, s_hat) (J); +inf if a pair overlaps (d <= thickness)."""
+        """kappa sum_k m_k b(s_k, s_hat) (J); +inf if a pair overlaps (d <= thickness).
+        Keeps the pairs' smallest distance at x in ``last_min_distance`` (as
+        :meth:`min_distance` gives it)."""
         if n_pt + n_ee == 0:
+            self.last_min_distance = math.inf
             return 0.0
         _barrier_energy(
             x, self.rest, pt, int(n_pt), ee, int(n_ee), float(dhat), float(thickness), self._sum
         )
-        return float(kappa) * float(self._sum[0])
+        e, dsq = download(self._sum)[:2]
+        self.last_min_distance = math.sqrt(max(float(dsq), 0.0))
+        return float(kappa) * float(e)
 
     def add_gradient(
         self, x, pt, n_pt: int, ee, n_ee: int, dhat: float, thickness: float, kappa: float, g

@@ -815,8 +815,8 @@ class SolverCloth(Solver):
                 x = xt
                 # adapt the barrier stiffness when a pair keeps closing in (IPC)
                 if sum(pairs) and self.kappa > 0:
-                    upload(self.x, x)
-                    dmin = self.barrier.min_distance(self.x, self.broad.pt, pairs[0], self.broad.ee, pairs[1])
+                    # the line search's last energy was evaluated at this x over these pairs
+                    dmin = self.barrier.last_min_distance
                     s = dmin * dmin - xi * xi
                     if s < 1e-9 * self.bbox_diag**2 and s < prev_min_s:
                         self.kappa = min(self.kappa_max, 2 * self.kappa)
