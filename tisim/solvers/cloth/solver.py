@@ -645,10 +645,16 @@ class SolverCloth(Solver):
             return E
 
         iterations, residual, converged, clamps = 0, math.inf, False, 0
+        # the potential at the current x, when known: (value, kappa, w_al) of the line
+        # search that accepted x, so the next line search starts from it instead of a
+        # second evaluation at the same point (a term or a held vertex that changes since
+        # then invalidates it)
+        E_known = None
         prev_min_s = math.inf
         pairs = (n_pt, n_ee)
         n_lag = max(1, self.contact.friction_iterations)
         for lag in range(n_lag):
+            E_known = None  # the friction term changes with each lag
             if lag > 0:
                 # C-IPC friction lagging: normal forces and tangents from the last solve,
                 # displacement still measured from the start of the step
@@ -790,7 +796,10 @@ class SolverCloth(Solver):
                 T["ccd"] += time.perf_counter() - t_
                 t_ = time.perf_counter()
                 # the elastic energy at x came with its gradient (the same evaluation)
-                E0 = energy(x, pairs, elastic=Ee)
+                if E_known is not None and E_known[1:] == (self.kappa, w_al):
+                    E0 = E_known[0]
+                else:
+                    E0 = energy(x, pairs, elastic=Ee)
                 slope = float((g * p).sum())
                 accepted = False
                 for _ in range(cfg.line_search_steps):
@@ -813,6 +822,8 @@ class SolverCloth(Solver):
                         continue
                     break
                 x = xt
+                # (held vertices being pulled may still be moved below: no reuse then)
+                E_known = None if pulled.any() else (Et, self.kappa, w_al)
                 # adapt the barrier stiffness when a pair keeps closing in (IPC)
                 if sum(pairs) and self.kappa > 0:
                     # the line search's last energy was evaluated at this x over these pairs
