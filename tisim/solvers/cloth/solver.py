@@ -407,6 +407,7 @@ class SolverCloth(Solver):
             log.warning("solver.linear_precision = 'mixed' needs MKL PARDISO (pip install mkl); "
                         "the Newton systems are solved in double precision by %s", self.linear.backend)
         self.system = SystemAssembler(self.n)
+        self.reuse_start_energy = True  # False: every line search evaluates its start (tests)
         # the scene's scale for tolerances: the cloth's size (a large ground plane or
         # obstacle must not loosen the Newton tolerance)
         self.bbox_diag = max(_diag(cp.rest), 1e-6)
@@ -622,12 +623,15 @@ class SolverCloth(Solver):
         plane_friction = use_friction and bool(planes) and self.kappa > 0
         eps_v = self.contact.eps_v
 
+        last_elastic = [math.nan]  # the elastic term's value in the last energy() call
+
         def energy(xx, pairs, elastic=None):
             """Total incremental potential at xx (n, 3); pairs = (n_pt, n_ee) candidates;
             elastic: the elastic term's energy at xx when already known."""
             xcc = xx[:nc]
             E = 0.5 * inv_h2 * float((mass[:, None] * (xcc - x_hat) ** 2).sum()) - float((xcc * f_ext).sum())
-            E += self.elastic.evaluate(xcc, energy_only=True)[0] if elastic is None else elastic
+            last_elastic[0] = self.elastic.evaluate(xcc, energy_only=True)[0] if elastic is None else elastic
+            E += last_elastic[0]
             if self.strain is not None:
                 E += self.strain.energy(xcc)
             upload(self.x, xx)
@@ -645,10 +649,12 @@ class SolverCloth(Solver):
             return E
 
         iterations, residual, converged, clamps = 0, math.inf, False, 0
-        # the potential at the current x, when known: (value, kappa, w_al) of the line
-        # search that accepted x, so the next line search starts from it instead of a
-        # second evaluation at the same point (a term or a held vertex that changes since
-        # then invalidates it)
+        # the potential at the current x, when known: (value, kappa, w_al, elastic term) of
+        # the line search that accepted x, so the next line search starts from it instead of
+        # a second evaluation at the same point. A change since then invalidates it: the
+        # barrier stiffness, the held vertices' penalty, the friction lag, or the elastic
+        # term's value at x (the progressive levels' prolongation refreshes its offsets
+        # with the gradient, which changes the function)
         E_known = None
         prev_min_s = math.inf
         pairs = (n_pt, n_ee)
@@ -796,7 +802,7 @@ class SolverCloth(Solver):
                 T["ccd"] += time.perf_counter() - t_
                 t_ = time.perf_counter()
                 # the elastic energy at x came with its gradient (the same evaluation)
-                if E_known is not None and E_known[1:] == (self.kappa, w_al):
+                if E_known is not None and E_known[1:] == (self.kappa, w_al, Ee) and self.reuse_start_energy:
                     E0 = E_known[0]
                 else:
                     E0 = energy(x, pairs, elastic=Ee)
@@ -823,7 +829,7 @@ class SolverCloth(Solver):
                     break
                 x = xt
                 # (held vertices being pulled may still be moved below: no reuse then)
-                E_known = None if pulled.any() else (Et, self.kappa, w_al)
+                E_known = None if pulled.any() else (Et, self.kappa, w_al, last_elastic[0])
                 # adapt the barrier stiffness when a pair keeps closing in (IPC)
                 if sum(pairs) and self.kappa > 0:
                     # the line search's last energy was evaluated at this x over these pairs
