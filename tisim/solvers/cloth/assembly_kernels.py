@@ -96,6 +96,46 @@ def _block_row(indptr: ti.template(), indices: ti.template(), sa, i: ti.template
     return s
 
 
+@ti.func
+def _unknown(stencils: ti.template(), sysvert: ti.template(), k, a):
+    """The unknown (system vertex) of pair k's slot a, -1 for none."""
+    u = -1
+    va = stencils[k][a]
+    if va >= 0:
+        u = sysvert[va]
+    return u
+
+
+@ti.func
+def _pair_entries(H: ti.template(), stencils: ti.template(), sysvert: ti.template(), indptr: ti.template(),
+                  indices: ti.template(), k, csr: ti.template(), r: ti.template(), c: ti.template(),
+                  v: ti.template(), o, emit: ti.template()):
+    """Pair k's entries between unknowns: emit = False adds those the pattern holds into
+    csr and returns how many it lacks; emit = True writes those it lacks as triplets at
+    r, c, v[o], o + 1, ... and returns the next free position."""
+    n = o
+    for a in range(4):
+        sa = _unknown(stencils, sysvert, k, a)
+        if sa >= 0:
+            for b in range(4):
+                sb = _unknown(stencils, sysvert, k, b)
+                if sb >= 0:
+                    lo0 = _row_position(indptr, indices, 3 * sa, 3 * sb)
+                    for i in ti.static(range(3)):
+                        s = _block_row(indptr, indices, sa, i, lo0, 3 * sb)
+                        for j in ti.static(range(3)):
+                            if s[j] >= 0:
+                                if ti.static(not emit):
+                                    csr[s[j]] += H[k, 3 * a + i, 3 * b + j]
+                            else:
+                                if ti.static(emit):
+                                    r[n] = 3 * sa + i
+                                    c[n] = 3 * sb + j
+                                    v[n] = H[k, 3 * a + i, 3 * b + j]
+                                n += 1
+    return n
+
+
 @ti.kernel
 def scatter_pairs(
     H: ti.types.ndarray(), stencils: ti.types.ndarray(), rows: ti.i32, sysvert: ti.types.ndarray(),
@@ -107,28 +147,7 @@ def scatter_pairs(
     the pattern lacks (not added)."""
     ti.loop_config(serialize=backend.SERIAL_SUMS)
     for k in range(rows):
-        n_out = 0
-        for a in range(4):
-            sa = -1
-            va = stencils[k][a]
-            if va >= 0:
-                sa = sysvert[va]
-            if sa >= 0:
-                for b in range(4):
-                    sb = -1
-                    vb = stencils[k][b]
-                    if vb >= 0:
-                        sb = sysvert[vb]
-                    if sb >= 0:
-                        lo0 = _row_position(indptr, indices, 3 * sa, 3 * sb)
-                        for i in ti.static(range(3)):
-                            s = _block_row(indptr, indices, sa, i, lo0, 3 * sb)
-                            for j in ti.static(range(3)):
-                                if s[j] >= 0:
-                                    csr[s[j]] += H[k, 3 * a + i, 3 * b + j]
-                                else:
-                                    n_out += 1
-        outside[k] = n_out
+        outside[k] = _pair_entries(H, stencils, sysvert, indptr, indices, k, csr, csr, csr, csr, 0, False)
 
 
 @ti.kernel
@@ -140,26 +159,4 @@ def emit_outside(
     """The entries ``scatter_pairs`` counted as outside the pattern, of the pairs listed in
     ``pairs[:count]``, as triplets at ``offsets[q]`` (pair order, then block order)."""
     for q in range(count):
-        k = pairs[q]
-        o = offsets[q]
-        for a in range(4):
-            sa = -1
-            va = stencils[k][a]
-            if va >= 0:
-                sa = sysvert[va]
-            if sa >= 0:
-                for b in range(4):
-                    sb = -1
-                    vb = stencils[k][b]
-                    if vb >= 0:
-                        sb = sysvert[vb]
-                    if sb >= 0:
-                        lo0 = _row_position(indptr, indices, 3 * sa, 3 * sb)
-                        for i in ti.static(range(3)):
-                            s = _block_row(indptr, indices, sa, i, lo0, 3 * sb)
-                            for j in ti.static(range(3)):
-                                if s[j] < 0:
-                                    r[o] = 3 * sa + i
-                                    c[o] = 3 * sb + j
-                                    v[o] = H[k, 3 * a + i, 3 * b + j]
-                                    o += 1
+        _pair_entries(H, stencils, sysvert, indptr, indices, pairs[q], v, r, c, v, offsets[q], True)
