@@ -155,6 +155,7 @@ class SystemAssembler:
         self.unknowns = ti.ndarray(ti.i32, shape=max(n, 1))
         self._key = None
         self._pattern = None  # (indptr, indices) of the base
+        self._grow = None  # where the base lacked diagonal-block entries (inserted as zeros)
         self._outside = np.zeros(0, dtype=np.int32)
 
     def set_unknowns(self, sysvert: np.ndarray) -> None:
@@ -169,6 +170,8 @@ class SystemAssembler:
         of every vertex's diagonal 3 x 3 block (inserting the entries of a block the base
         lacks, a vertex in no element, as zeros) and the pattern's device copies."""
         import taichi as ti
+
+        from tisim.solvers.cloth.assembly_kernels import SEARCH_STEPS
 
         size = A.shape[0]
         indptr = A.indptr.astype(np.int64)
@@ -191,8 +194,6 @@ class SystemAssembler:
         self.indptr = indptr.astype(np.int32)
         self.indices = indices.astype(np.int32)
         self._keys = keys
-        from tisim.solvers.cloth.assembly_kernels import SEARCH_STEPS
-
         longest = int(np.diff(indptr).max(initial=0))
         if longest > 1 << SEARCH_STEPS:
             raise ValueError(f"a Newton system row has {longest} entries, more than the {1 << SEARCH_STEPS} "

@@ -35,7 +35,6 @@ from tisim import backend
 SEARCH_STEPS = 16  # halvings of a row search, unrolled: rows of up to 2**16 entries
 
 
-
 @ti.kernel
 def zero_fixed(H: ti.types.ndarray(), stencils: ti.types.ndarray(), rows: ti.i32, sysvert: ti.types.ndarray()):
     for k in range(rows):

@@ -649,18 +649,17 @@ class SolverCloth(Solver):
             return E
 
         iterations, residual, converged, clamps = 0, math.inf, False, 0
-        # the potential at the current x, when known: (value, kappa, w_al, elastic term) of
-        # the line search that accepted x, so the next line search starts from it instead of
-        # a second evaluation at the same point. A change since then invalidates it: the
-        # barrier stiffness, the held vertices' penalty, the friction lag, or the elastic
-        # term's value at x (the progressive levels' prolongation refreshes its offsets
-        # with the gradient, which changes the function)
-        E_known = None
         prev_min_s = math.inf
         pairs = (n_pt, n_ee)
         n_lag = max(1, self.contact.friction_iterations)
         for lag in range(n_lag):
-            E_known = None  # the friction term changes with each lag
+            # the potential at the current x, when known: (value, kappa, w_al, elastic term)
+            # of the line search that accepted x, so the next line search starts from it
+            # instead of a second evaluation at the same point. A change since then
+            # invalidates it: the barrier stiffness, the held vertices' penalty, the elastic
+            # term's value at x (the progressive levels' prolongation refreshes its offsets
+            # with the gradient, which changes the function), or the friction lag (here)
+            E_known = None
             if lag > 0:
                 # C-IPC friction lagging: normal forces and tangents from the last solve,
                 # displacement still measured from the start of the step
