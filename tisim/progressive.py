@@ -65,6 +65,7 @@ class ProlongedShell:
         self._a: np.ndarray | None = None
         self.n = P.coarse_count
         self._restrict = None  # (H's indptr, indices, apply, C's indptr, indices): see _restriction_map
+        self._last = None  # the last full evaluation and its offsets (see ShellTerm.evaluate)
 
     def restrict_hessian(self, Hf: sp.csr_matrix) -> sp.csr_matrix:
         """U3^T Hf U3. The fine Hessian's pattern is fixed (the assembler's), so the
@@ -90,12 +91,22 @@ class ProlongedShell:
     def evaluate(self, x: np.ndarray, hessian: bool = True, energy_only: bool = False):
         if energy_only:
             return self.fine.evaluate(self._prolong(x, False), energy_only=True)[0], None, None
+        last = self._last
+        if last is not None and np.array_equal(last[0], x):
+            # the same iterate as the last full evaluation: its offsets, energy and
+            # derivatives, without prolonging, evaluating and restricting again
+            self._a = last[4]
+            return last[1], last[2], (last[3] if hessian else None)
         y = self._prolong(x, True)
         E, gf, Hf = self.fine.evaluate(y, hessian=hessian)
         g = self.P.U.T @ gf
         if not hessian:
             return E, g, None
-        return E, g, self.restrict_hessian(Hf)
+        H = self.restrict_hessian(Hf)
+        from tisim.solvers.cloth.solver import remember
+
+        self._last = remember(x, E, g, H, self._a)
+        return E, g, H
 
 
 def _times_u3(rows: np.ndarray, cols: np.ndarray, U: sp.csr_matrix):

@@ -235,6 +235,7 @@ class ShellTerm:
         # a strain limit on the same faces whose gradient and F-space Hessian are added
         # here (one projection of the sum); set by the solver, see fold_strain
         self.strain = None
+        self._last = None  # the last full evaluation, see remember()
 
     def fold_strain(self, strain) -> bool:
         """Take over the gradient and Hessian of ``strain`` (a _StrainTerm on this very
@@ -246,6 +247,17 @@ class ShellTerm:
         return True
 
     def evaluate(self, x: np.ndarray, hessian: bool = True, energy_only: bool = False):
+        # A Newton step starts where the previous one converged, and the previous one's
+        # last (confirming) iteration evaluated the Hessian right there: give it back.
+        last = self._last
+        if last is not None and last[4] == (self.gauss_newton_bending, self.strain) and np.array_equal(last[0], x):
+            return last[1], (None if energy_only else last[2]), (last[3] if hessian and not energy_only else None)
+        E, g, H = self._evaluate(x, hessian, energy_only)
+        if H is not None:
+            self._last = remember(x, E, g, H, (self.gauss_newton_bending, self.strain))
+        return E, g, H
+
+    def _evaluate(self, x: np.ndarray, hessian: bool, energy_only: bool):
         from tisim.linalg.psd import project_psd
 
         upload(self.x, x)
@@ -279,6 +291,17 @@ class ShellTerm:
             self._psd_b = project_psd(e.bending_hessians, len(self.hinges), self._psd_b)
             K.scatter_blocks(e.bending_hessians, len(self.hinges), asm.slots[1], asm.data)
         return E, g, asm.matrix()
+
+
+def remember(x: np.ndarray, E: float, g: np.ndarray, H: sp.csr_matrix, *extra) -> tuple:
+    """(x, E, g, H, *extra) for an elastic term's memo of its last full evaluation: a
+    copy of x, and g and H's values made read-only (they are the very arrays handed to
+    the caller), so that a caller writing into them fails loudly instead of corrupting
+    the memo."""
+    x = np.array(x, dtype=np.float64)
+    for a in (x, g, H.data):
+        a.flags.writeable = False
+    return (x, E, g, H, *extra)
 
 
 def _pad(A: sp.csr_matrix, size: int) -> sp.csr_matrix:
