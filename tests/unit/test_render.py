@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import logging
 import math
+import os
+import subprocess
+import sys
 from types import SimpleNamespace
 
 import numpy as np
@@ -714,3 +717,34 @@ def test_size_option_sets_the_render_size_and_rejects_bad_input(tmp_path):
         assert r.exit_code == 2, (bad, r.output)
         lines = [ln for ln in r.output.splitlines() if ln.strip()]
         assert len(lines) == 1 and "--size" in lines[0] and "WIDTHxHEIGHT" in lines[0], r.output
+
+
+_FIRST_RENDER = r"""
+from tisim import backend
+backend.init("cpu", "f64")
+from tisim.geometry.generate import box
+from tisim.geometry.topology import surface_triangles
+from tisim.render import ViewInfo
+from tisim.render.offscreen import OffscreenRenderer
+from tisim.scene import CameraConfig, RenderConfig
+mesh = box((0.5, 0.5, 0.5), (2, 2, 2))
+r = OffscreenRenderer()
+r.open(ViewInfo(faces=surface_triangles(mesh.tets), vertex_count=len(mesh.vertices),
+                camera=CameraConfig(position=(0.0, 0.0, 3.0), lookat=(0.0, 0.0, 0.0), fov=45.0),
+                render=RenderConfig(width=64, height=48)))
+r.draw(0, 0.0, mesh.vertices)
+assert r.image().any()
+r.close()
+"""
+
+
+@needs_vulkan
+def test_first_render_on_a_fresh_machine_prints_no_taichi_warning(tmp_path):
+    """With an empty kernel cache (a fresh machine's `make demo`), GGUI's copy kernels
+    compile in the f64 process; given RGB vertex colours, Taichi's own kernel assigned an
+    f64 literal alpha to its f32 buffer and warned "Assign may lose precision"."""
+    env = dict(os.environ, TI_OFFLINE_CACHE_FILE_PATH=str(tmp_path))
+    r = subprocess.run([sys.executable, "-c", _FIRST_RENDER], capture_output=True, text=True, env=env, check=False,
+                       cwd=tmp_path, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "TaichiWarning" not in r.stderr + r.stdout, r.stderr[-3000:]

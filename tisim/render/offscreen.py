@@ -132,15 +132,22 @@ class _MeshFields:
         self.x = ti.Vector.field(3, ti.f32, shape=n)
         self.n = ti.Vector.field(3, ti.f32, shape=n)
         self.idx = ti.field(ti.i32, shape=max(3 * len(self.faces), 3))
-        # per-vertex colours on every mesh (uniform when none are given): one draw path
-        self.colors = ti.Vector.field(3, ti.f32, shape=n)
+        # per-vertex colours on every mesh (uniform when none are given): one draw path.
+        # RGBA: with RGB, GGUI's own copy kernel writes the alpha as a float literal of the
+        # default (f64) precision into its f32 buffer and warns "Assign may lose precision"
+        # at every start (seen in `make demo`)
+        self.colors = ti.Vector.field(4, ti.f32, shape=n)
         self.model = ti.Matrix.field(4, 4, ti.f32, shape=1)  # identity: see ``draw``
         if len(self.faces):
             self.idx.from_numpy(self.faces.reshape(-1))
-        c = np.asarray(colors if colors is not None else color, dtype=np.float32)
-        c = np.broadcast_to(c, (n, 3))
-        self.colors.from_numpy(np.ascontiguousarray(c))
+        self.set_colors(np.broadcast_to(np.asarray(colors if colors is not None else color, dtype=np.float32), (n, 3)))
         self.model.from_numpy(np.eye(4, dtype=np.float32)[None])
+
+    def set_colors(self, rgb: np.ndarray) -> None:
+        """Per-vertex colours (n, 3), opaque."""
+        c = np.ones((len(rgb), 4), dtype=np.float32)
+        c[:, :3] = rgb
+        self.colors.from_numpy(c)
 
     def update(self, positions: np.ndarray, normals: np.ndarray | None = None) -> None:
         """New positions (n, 3); normals (n, 3), or (3,) for all, default: from the faces."""
@@ -433,7 +440,7 @@ class SceneDrawer:
                     # shadows lie near the target, where the fog colour hardly matters
                     pos.append(S)
                     col.append((1 - fog) * dark + fog * g.fog_color.mean(0))
-                fields.colors.from_numpy(np.concatenate(col).astype(np.float32))
+                fields.set_colors(np.concatenate(col))
                 fields.update(np.concatenate(pos), n)
         self._shadow_on = True
 
