@@ -222,12 +222,16 @@ def _host_view(nd):
 def upload(nd, arr) -> None:
     """``nd.from_numpy(arr)``: the same checks (shape equal to the ndarray's), without a
     kernel launch on the CPU backend."""
-    v = _host_view(nd)
-    if v is None:
-        nd.from_numpy(arr)
-        return
     import numpy as np
 
+    v = _host_view(nd)
+    if v is None:
+        # in the ndarray's own dtype: Taichi's copy kernel is compiled for the array's, and
+        # an f64 array into an f32 ndarray warns "Assign may lose precision" (Vulkan, f32)
+        from taichi.lang.util import to_numpy_type
+
+        nd.from_numpy(np.ascontiguousarray(arr, dtype=to_numpy_type(nd.dtype)))
+        return
     arr = np.asarray(arr)
     if arr.shape != v.shape:
         raise ValueError(f"upload: array of shape {arr.shape} into an ndarray of shape {v.shape}")

@@ -6,6 +6,10 @@ backend_compare.py for the tolerances."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -112,3 +116,29 @@ def test_admm_spinning_bar_matches_cpu(arch, reference):
     L0 = np.abs(ref["angular_momentum"][0]).max()
     assert np.abs(got["angular_momentum"] - ref["angular_momentum"][0]).max() < 1e-6 * L0
     assert np.abs(got["momentum"]).max() < 1e-9
+
+
+_UPLOAD_F32 = r"""
+import sys
+import numpy as np
+import taichi as ti
+from tisim import backend
+info = backend.init(sys.argv[1], "f32")
+assert info.arch == sys.argv[1], info.arch
+nd = ti.Vector.ndarray(3, backend.real(), shape=5)
+x = np.linspace(0.0, 1.0, 15).reshape(5, 3)  # float64, as the solvers hold positions
+backend.upload(nd, x)
+np.testing.assert_array_equal(backend.download(nd), x.astype(np.float32))
+"""
+
+
+def test_f32_uploads_of_f64_arrays_compile_without_warning(arch, tmp_path):
+    """The solvers keep positions in float64 numpy arrays; on a GPU backend in f32,
+    ``backend.upload`` gave them to ``from_numpy`` as they were, whose copy kernel then
+    compiled for f64 and warned "Assign may lose precision: f32 <- f64" on every fresh
+    machine's first cloth run (kernel cache empty, as here)."""
+    env = dict(os.environ, TI_OFFLINE_CACHE_FILE_PATH=str(tmp_path))
+    r = subprocess.run([sys.executable, "-c", _UPLOAD_F32, arch], capture_output=True, text=True, env=env,
+                       check=False, cwd=tmp_path, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "TaichiWarning" not in r.stderr + r.stdout, r.stderr[-3000:]
