@@ -112,3 +112,38 @@ def test_pipelined_processes_share_the_cores(monkeypatch):
     with _environment(pipeline_threads(3, cores=2)):
         assert os.environ["TI_CPU_MAX_NUM_THREADS"] == "2" and os.environ["OPENBLAS_NUM_THREADS"] == "1"
     assert os.environ["TI_CPU_MAX_NUM_THREADS"] == "2" and "OPENBLAS_NUM_THREADS" not in os.environ
+
+
+def _disc(path):
+    from tisim.geometry.generate import cloth_disc
+
+    m = cloth_disc(0.5, 0.025, seed=3)  # 1,513 vertices; its decimation to 380 made slivers
+    save_cloth_obj(path, m.vertices, ClothMesh(m.vertices, m.faces))
+    return path
+
+
+@pytest.mark.slow
+def test_decimated_preview_of_a_disc_falls(tmp_path):
+    """A user's disc refined with two levels: the decimated preview had slivers whose
+    vertices started within the contact thickness of their neighbours; every Newton step
+    was then cut to nothing, and both levels hung in the air for the whole take."""
+    import csv
+
+    out = tmp_path / "out"
+    r = _refine(str(_disc(tmp_path / "disc.obj")), "--drape-on", "sphere", "--frames", "6", "--levels", "2",
+                "--out", str(out))
+    assert r.exit_code == 0, r.output
+    for level in (0, 1):
+        rows = list(csv.DictReader((out / f"level_{level}" / "stats.csv").open()))
+        drop = float(rows[0]["com_y"]) - float(rows[-1]["com_y"])
+        assert drop > 0.01, (level, drop)  # free fall for 0.06 s: 0.0177 m
+        assert all(row["converged"] == "1" for row in rows), level
+
+
+def test_coarse_level_within_the_thickness_is_refused(tmp_path):
+    """A contact thickness above the decimated level's smallest triangle height: the
+    preview cannot start; one line names the level and what to change."""
+    mesh = _disc(tmp_path / "disc.obj")
+    p = _scene(tmp_path, mesh, '[contact]\nthickness = 0.0075\n[refine]\nlevels = 2\nmethod = "decimate"\n')
+    r = _refine(str(p), "--frames", "1", "--out", str(tmp_path / "o"))
+    _assert_one_line_error(r, "s.toml", "hierarchy level 0 of 1", "contact thickness", "refine.coarse_vertices")
