@@ -342,7 +342,7 @@ class ProgressiveRefiner:
             msg = str(err)
             if err.path and msg.startswith(f"{err.path}: "):
                 msg = msg[len(err.path) + 2:]
-            if level < self.L:  # a mesh the hierarchy made, not the user's
+            if level < self.L and self.hierarchy.method == "decimate":  # a mesh the hierarchy made
                 msg = msg.replace(": separate them", "") + (
                     ": lower contact.thickness, or give the preview more vertices (refine.coarse_vertices)")
             raise MeshError(f"hierarchy level {level} of {self.L} ({lv.vertex_count} vertices, "

@@ -834,6 +834,7 @@ def decimate(
         v, t = run(round(target * ratio * target / max(len(v), 1)))
     if len(t) == 0 or len(v) >= n:
         raise MeshError(f"decimating {n} vertices to {target} failed (got {len(v)} vertices)")
+    v, t = collapse_needles(v, t)
     t = flip_slivers(v, t)
     uv = None
     if level.uv is not None and level.face_uv is None:
@@ -855,68 +856,136 @@ def _min_angles(x: np.ndarray, tris: np.ndarray) -> np.ndarray:
     return out
 
 
+def collapse_needles(x: np.ndarray, faces: np.ndarray, ratio: float = 0.2) -> tuple[np.ndarray, np.ndarray]:
+    """(vertices, faces) with every edge shorter than ``ratio`` times the median edge
+    collapsed where that is safe: the needles quadric decimation leaves in flat regions,
+    two vertices a millimetre apart whose triangles put a third vertex that close to a
+    triangle it does not share (edge flips cannot help there). An edge (a, b) goes when
+    a and b share no neighbour but the edge's own opposite vertices (the surface stays a
+    manifold), b is not on the border unless a is and (a, b) is a border edge, and no
+    remaining triangle of b turns over or degenerates; b then merges into a, at the
+    midpoint when both are interior or both on the border, at a's place otherwise.
+    Vertices are renumbered; unused ones dropped."""
+    x = np.array(x, dtype=np.float64)
+    faces = np.array(faces, dtype=np.int64)
+    alive = np.ones(len(faces), dtype=bool)
+
+    def edge_lengths(t):
+        return np.linalg.norm(x[t[:, [1, 2, 0]]] - x[t], axis=2)
+
+    median = float(np.median(edge_lengths(faces)))
+    border = np.zeros(len(x), dtype=bool)
+    from tisim.geometry.topology import boundary_edges
+
+    be = boundary_edges(faces)
+    border[be.ravel()] = True
+    border_keys = set(map(tuple, np.sort(be, axis=1).tolist()))
+    lengths = edge_lengths(faces)
+    short = np.argwhere(lengths < ratio * median)
+    for f, j in short[np.argsort(lengths[short[:, 0], short[:, 1]], kind="stable")].tolist():
+        if not alive[f]:
+            continue
+        a, b = int(faces[f, j]), int(faces[f, (j + 1) % 3])
+        if border[b] and not border[a]:
+            a, b = b, a
+        if border[b] and tuple(sorted((a, b))) not in border_keys:
+            continue  # two border vertices across the interior: would pinch the sheet
+        live = np.flatnonzero(alive)
+        has_a = np.any(faces[live] == a, axis=1)
+        has_b = np.any(faces[live] == b, axis=1)
+        shared = live[has_a & has_b]  # the edge's own triangles
+        opposite = set(faces[shared].ravel().tolist()) - {a, b}
+        nb_a = set(faces[live[has_a]].ravel().tolist()) - {a, b}
+        nb_b = set(faces[live[has_b]].ravel().tolist()) - {a, b}
+        if nb_a & nb_b != opposite:
+            continue  # the link condition: the merge would glue the surface to itself
+        target = 0.5 * (x[a] + x[b]) if border[a] == border[b] else x[a].copy()
+        moved = live[(has_a | has_b) & ~(has_a & has_b)]
+        old = faces[moved]
+        new = np.where(old == b, a, old)
+        p0 = x.copy()
+        p0[a] = target
+        n_old = np.cross(x[old[:, 1]] - x[old[:, 0]], x[old[:, 2]] - x[old[:, 0]])
+        n_new = np.cross(p0[new[:, 1]] - p0[new[:, 0]], p0[new[:, 2]] - p0[new[:, 0]])
+        if np.any(np.einsum("ij,ij->i", n_old, n_new) <= 0.05 * np.linalg.norm(n_old, axis=1) ** 2):
+            continue  # a triangle would turn over or nearly vanish
+        x[a] = target
+        faces[moved] = new
+        alive[shared] = False
+    faces = faces[alive]
+    used = np.unique(faces)
+    remap = np.full(len(x), -1, dtype=np.int64)
+    remap[used] = np.arange(len(used))
+    return x[used], remap[faces]
+
+
 def flip_slivers(
-    x: np.ndarray, faces: np.ndarray, *, min_angle_deg: float = 15.0, max_dihedral_deg: float = 10.0,
-    passes: int = 8,
+    x: np.ndarray, faces: np.ndarray, *, max_dihedral_deg: float = 10.0, passes: int = 50,
 ) -> np.ndarray:
-    """Faces with sliver triangles improved by edge flips (vertices unchanged).
+    """Faces improved by Lawson edge flips where the surface is nearly flat (vertices
+    unchanged).
 
     Quadric decimation of a flat region has no error to guide it (every quadric is
     zero there), so it leaves slivers: on a decimated disc, interior triangles 70 mm long
     and 1.2 mm high, whose third vertex then starts within a cloth's contact thickness
-    of the neighbouring triangle, an invalid start for the barrier. An interior edge of
-    a triangle with an angle below ``min_angle_deg`` is flipped when its two triangles
-    are nearly coplanar (normals within ``max_dihedral_deg``, so the surface barely
-    changes), the flipped pair keeps their orientation and the flip raises the pair's
-    smallest angle (Lawson's criterion). Slivers along the border stay (no edge to flip).
+    of the neighbouring triangle, an invalid start for the barrier. An interior edge is
+    flipped when its two triangles are nearly coplanar (normals within
+    ``max_dihedral_deg``, so the surface barely changes), the flipped pair keeps their
+    orientation and the flip raises the pair's smallest angle (Lawson's criterion); each
+    pass flips a set of edges with no triangle in common, worst pairs first, until none
+    is left. In a flat region the result is a Delaunay triangulation of the same points,
+    the one with the largest smallest angle. Slivers along the border stay (no edge to
+    flip).
     """
     faces = np.array(faces, dtype=np.int64)
-    limit = np.radians(min_angle_deg)
+    n = len(x)
     cos_dihedral = np.cos(np.radians(max_dihedral_deg))
 
-    def normal(tri):
-        n = np.cross(x[tri[1]] - x[tri[0]], x[tri[2]] - x[tri[0]])
-        return n / max(float(np.linalg.norm(n)), 1e-300)
+    def unit_normals(t):
+        nrm = np.cross(x[t[:, 1]] - x[t[:, 0]], x[t[:, 2]] - x[t[:, 0]])
+        return nrm / np.maximum(np.linalg.norm(nrm, axis=1), 1e-300)[:, None]
 
     for _ in range(passes):
-        thin = np.flatnonzero(_min_angles(x, faces) < limit)
-        if not len(thin):
+        m = len(faces)
+        side_a = faces.ravel()  # side k = 3 f + j runs from corner j to corner j + 1
+        side_b = faces[:, [1, 2, 0]].ravel()
+        key = np.minimum(side_a, side_b) * n + np.maximum(side_a, side_b)
+        order = np.argsort(key, kind="stable")
+        ks = key[order]
+        twin = np.flatnonzero(ks[1:] == ks[:-1])  # interior edges: two sides with one key
+        s1, s2 = order[twin], order[twin + 1]
+        f1, j1, f2, j2 = s1 // 3, s1 % 3, s2 // 3, s2 % 3
+        p, q = side_a[s1], side_b[s1]
+        ok = (side_a[s2] == q) & (side_b[s2] == p)  # oriented alike
+        r = faces[f1, (j1 + 2) % 3]
+        s_ = faces[f2, (j2 + 2) % 3]
+        old_1 = np.stack([p, q, r], 1)
+        old_2 = np.stack([q, p, s_], 1)
+        new_1 = np.stack([p, s_, r], 1)
+        new_2 = np.stack([s_, q, r], 1)
+        n1, n2 = unit_normals(old_1), unit_normals(old_2)
+        ok &= np.einsum("ij,ij->i", n1, n2) >= cos_dihedral
+        mid = n1 + n2
+        ok &= (np.einsum("ij,ij->i", unit_normals(new_1), mid) > 0) & (np.einsum("ij,ij->i", unit_normals(new_2), mid) > 0)
+        old_min = np.minimum(_min_angles(x, old_1), _min_angles(x, old_2))
+        ok &= np.minimum(_min_angles(x, new_1), _min_angles(x, new_2)) > old_min + 1e-12
+        new_key = np.minimum(r, s_) * n + np.maximum(r, s_)
+        at = np.searchsorted(ks, new_key)
+        ok &= ks[np.minimum(at, len(ks) - 1)] != new_key  # the new edge must not exist yet
+        cand = np.flatnonzero(ok)
+        if not len(cand):
             break
-        sides = faces[:, [0, 1, 1, 2, 2, 0]].reshape(-1, 2)
-        owner: dict[tuple[int, int], list[int]] = {}
-        for k, (a, b) in enumerate(np.sort(sides, axis=1).tolist()):
-            owner.setdefault((a, b), []).append(k // 3)
-        touched: set[int] = set()
+        used = np.zeros(m, dtype=bool)
+        made: set[int] = set()
         flipped = 0
-        for f in thin.tolist():
-            for j in range(3):
-                if f in touched:
-                    break
-                p, q = int(faces[f, j]), int(faces[f, (j + 1) % 3])
-                pair = owner.get((min(p, q), max(p, q)), [])
-                if len(pair) != 2:
-                    continue
-                g = pair[0] if pair[1] == f else pair[1]
-                if g in touched:
-                    continue
-                r = int(faces[f, (j + 2) % 3])  # f = (p, q, r); g = (q, p, s) when oriented alike
-                k = [int(i) for i in faces[g]].index(q)
-                if int(faces[g, (k + 1) % 3]) != p:
-                    continue  # inconsistent orientation: leave it
-                s_ = int(faces[g, (k + 2) % 3])
-                if (min(r, s_), max(r, s_)) in owner or float(normal(faces[f]) @ normal(faces[g])) < cos_dihedral:
-                    continue
-                new = np.array([[p, s_, r], [s_, q, r]])
-                n_old = normal(faces[f]) + normal(faces[g])
-                if min(float(normal(t) @ n_old) for t in new) <= 0.0:
-                    continue  # the quad is not convex there: the flip would fold it
-                if _min_angles(x, new).min() <= _min_angles(x, faces[[f, g]]).min():
-                    continue
-                faces[f], faces[g] = new
-                touched.update((f, g))  # their other edges' owners are stale: no more flips of f, g
-                del owner[(min(p, q), max(p, q))]
-                owner[(min(r, s_), max(r, s_))] = [f, g]
-                flipped += 1
+        for c in cand[np.argsort(old_min[cand], kind="stable")].tolist():
+            a, b, k = int(f1[c]), int(f2[c]), int(new_key[c])
+            if used[a] or used[b] or k in made:
+                continue
+            faces[a], faces[b] = new_1[c], new_2[c]
+            used[a] = used[b] = True
+            made.add(k)
+            flipped += 1
         if not flipped:
             break
     return faces
