@@ -142,14 +142,14 @@ def test_decimated_preview_of_a_disc_falls(tmp_path):
 
 @pytest.mark.slow
 def test_coarse_level_within_the_thickness_is_refused(tmp_path):
-    """A contact thickness above a decimated level's smallest triangle height (3.6 mm on
-    the middle level of this disc, 5.8 and 4.1 mm on the others): that level cannot
+    """A contact thickness above a decimated level's smallest triangle height (2.6 mm on
+    the middle level of this disc, 3.2 and 4.1 mm on the others): that level cannot
     start; one line names it and what to change."""
     from tisim.geometry.generate import cloth_disc
 
     m = cloth_disc(0.5, 0.0125, seed=5)
     mesh = tmp_path / "disc.obj"
     save_cloth_obj(mesh, m.vertices, ClothMesh(m.vertices, m.faces))
-    p = _scene(tmp_path, mesh, '[contact]\nthickness = 0.0038\n[refine]\nlevels = 3\nmethod = "decimate"\n')
+    p = _scene(tmp_path, mesh, '[contact]\nthickness = 0.0029\n[refine]\nlevels = 3\nmethod = "decimate"\n')
     r = _refine(str(p), "--frames", "1", "--out", str(tmp_path / "o"))
     _assert_one_line_error(r, "s.toml", "hierarchy level 1 of 2", "contact thickness", "refine.coarse_vertices")

@@ -856,19 +856,24 @@ def _min_angles(x: np.ndarray, tris: np.ndarray) -> np.ndarray:
     return out
 
 
-def collapse_needles(x: np.ndarray, faces: np.ndarray, ratio: float = 0.2) -> tuple[np.ndarray, np.ndarray]:
+def collapse_needles(
+    x: np.ndarray, faces: np.ndarray, ratio: float = 0.2, max_dihedral_deg: float = 1.0,
+) -> tuple[np.ndarray, np.ndarray]:
     """(vertices, faces) with every edge shorter than ``ratio`` times the median edge
     collapsed where that is safe: the needles quadric decimation leaves in flat regions,
     two vertices a millimetre apart whose triangles put a third vertex that close to a
     triangle it does not share (edge flips cannot help there). An edge (a, b) goes when
     a and b share no neighbour but the edge's own opposite vertices (the surface stays a
-    manifold), b is not on the border unless a is and (a, b) is a border edge, and no
-    remaining triangle of b turns over or degenerates; b then merges into a, at the
-    midpoint when both are interior or both on the border, at a's place otherwise.
-    Vertices are renumbered; unused ones dropped."""
+    manifold), b is not on the border unless a is and (a, b) is a border edge, the
+    triangles around a and b lie within ``max_dihedral_deg`` of one plane (where
+    decimation has no curvature to guide it; elsewhere its quadrics placed the vertices
+    and a merge would change the surface), and no remaining triangle of b turns over or
+    degenerates; b then merges into a, at the midpoint when both are interior or both on
+    the border, at a's place otherwise. Vertices are renumbered; unused ones dropped."""
     x = np.array(x, dtype=np.float64)
     faces = np.array(faces, dtype=np.int64)
     alive = np.ones(len(faces), dtype=bool)
+    cos_flat = np.cos(np.radians(max_dihedral_deg))
 
     def edge_lengths(t):
         return np.linalg.norm(x[t[:, [1, 2, 0]]] - x[t], axis=2)
@@ -899,6 +904,11 @@ def collapse_needles(x: np.ndarray, faces: np.ndarray, ratio: float = 0.2) -> tu
         nb_b = set(faces[live[has_b]].ravel().tolist()) - {a, b}
         if nb_a & nb_b != opposite:
             continue  # the link condition: the merge would glue the surface to itself
+        around = faces[live[has_a | has_b]]
+        nrm = np.cross(x[around[:, 1]] - x[around[:, 0]], x[around[:, 2]] - x[around[:, 0]])
+        nrm /= np.maximum(np.linalg.norm(nrm, axis=1), 1e-300)[:, None]
+        if float((nrm @ nrm[0]).min()) < cos_flat:
+            continue  # curved there
         target = 0.5 * (x[a] + x[b]) if border[a] == border[b] else x[a].copy()
         moved = live[(has_a | has_b) & ~(has_a & has_b)]
         old = faces[moved]
@@ -920,25 +930,26 @@ def collapse_needles(x: np.ndarray, faces: np.ndarray, ratio: float = 0.2) -> tu
 
 
 def flip_slivers(
-    x: np.ndarray, faces: np.ndarray, *, max_dihedral_deg: float = 10.0, passes: int = 50,
+    x: np.ndarray, faces: np.ndarray, *, min_angle_deg: float = 15.0, max_dihedral_deg: float = 1.0,
+    passes: int = 50,
 ) -> np.ndarray:
-    """Faces improved by Lawson edge flips where the surface is nearly flat (vertices
-    unchanged).
+    """Faces improved by Lawson edge flips at thin triangles where the surface is nearly
+    flat (vertices unchanged).
 
     Quadric decimation of a flat region has no error to guide it (every quadric is
     zero there), so it leaves slivers: on a decimated disc, interior triangles 70 mm long
     and 1.2 mm high, whose third vertex then starts within a cloth's contact thickness
-    of the neighbouring triangle, an invalid start for the barrier. An interior edge is
-    flipped when its two triangles are nearly coplanar (normals within
-    ``max_dihedral_deg``, so the surface barely changes), the flipped pair keeps their
-    orientation and the flip raises the pair's smallest angle (Lawson's criterion); each
-    pass flips a set of edges with no triangle in common, worst pairs first, until none
-    is left. In a flat region the result is a Delaunay triangulation of the same points,
-    the one with the largest smallest angle. Slivers along the border stay (no edge to
-    flip).
+    of the neighbouring triangle, an invalid start for the barrier. An interior edge of
+    a triangle with an angle below ``min_angle_deg`` is flipped when its two triangles
+    are nearly coplanar (normals within ``max_dihedral_deg``, so the surface barely
+    changes), the flipped pair keeps their orientation and the flip raises the pair's
+    smallest angle (Lawson's criterion); each pass flips a set of edges with no triangle
+    in common, worst pairs first, until none is left. Triangles that are not thin stay as
+    the decimation made them, and so do slivers along the border (no edge to flip).
     """
     faces = np.array(faces, dtype=np.int64)
     n = len(x)
+    limit = np.radians(min_angle_deg)
     cos_dihedral = np.cos(np.radians(max_dihedral_deg))
 
     def unit_normals(t):
@@ -968,6 +979,7 @@ def flip_slivers(
         mid = n1 + n2
         ok &= (np.einsum("ij,ij->i", unit_normals(new_1), mid) > 0) & (np.einsum("ij,ij->i", unit_normals(new_2), mid) > 0)
         old_min = np.minimum(_min_angles(x, old_1), _min_angles(x, old_2))
+        ok &= old_min < limit
         ok &= np.minimum(_min_angles(x, new_1), _min_angles(x, new_2)) > old_min + 1e-12
         new_key = np.minimum(r, s_) * n + np.maximum(r, s_)
         at = np.searchsorted(ks, new_key)
