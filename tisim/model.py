@@ -189,7 +189,19 @@ class Model:
 
     @classmethod
     def from_scene(cls, scene: Scene) -> Model:
-        """Build the model: load or generate each object's mesh, transform it, merge."""
+        """Build the model: load or generate each object's mesh, transform it, merge.
+        A ConfigError found here (a pin preset, a handle region) names the scene file."""
+        from tisim.config import ConfigError
+
+        try:
+            return cls._from_scene(scene)
+        except ConfigError as err:
+            if err.source is None and scene.path:
+                raise err.with_source(str(scene.path)) from None
+            raise
+
+    @classmethod
+    def _from_scene(cls, scene: Scene) -> Model:
         verts, tets, mus, lams, mats, names, vsl, tsl = [], [], [], [], [], [], [], []
         vels, densities, handles = [], [], []
         offset = toffset = 0
@@ -325,9 +337,18 @@ def _pin_vertices(x: np.ndarray, mesh, pin: str) -> np.ndarray:
     if pin == "corners":
         return _corner_vertices(x, mesh.faces, b)
     axis = {"top-edge": 1, "x-min": 0, "x-max": 0, "z-min": 2, "z-max": 2}[pin]
-    vals = x[:, axis]
+    vals = x[b, axis]
     target = vals.min() if pin.endswith("min") else vals.max()
-    return np.flatnonzero(np.abs(vals - target) <= tol + 1e-9)
+    # an edge of the sheet: border vertices at the extreme (all vertices of a closed surface)
+    return b[np.abs(vals - target) <= tol + 1e-9]
+
+
+def _border_count(mesh, n: int) -> int:
+    """Vertices on the sheet's border (all n for a closed surface)."""
+    from tisim.geometry.topology import boundary_edges
+
+    k = len(np.unique(boundary_edges(mesh.faces))) if len(mesh.faces) else 0
+    return k if k else n
 
 
 def cloth_handles(name: str, oc: ObjectConfig, x: np.ndarray, mesh, offset: int) -> list[Handle]:
@@ -343,6 +364,12 @@ def cloth_handles(name: str, oc: ObjectConfig, x: np.ndarray, mesh, offset: int)
         idx = _pin_vertices(x, mesh, oc.pin)
         if idx.size == 0:
             raise ConfigError(f"{key}.pin", f"{oc.pin!r} selects no vertex")
+        border = _border_count(mesh, len(x))
+        if oc.pin != "corners" and idx.size == border and border > 4:
+            axis = {"top-edge": "y", "x-min": "x", "x-max": "x", "z-min": "z", "z-max": "z"}[oc.pin]
+            raise ConfigError(f"{key}.pin", f"{oc.pin!r} selects the whole border ({border} vertices): the cloth "
+                                            f"lies flat across {axis}; expected 'corners' or a side along an axis "
+                                            "the cloth spans (x-min, x-max, z-min, z-max; top-edge for a hanging one)")
         out.append(Handle(name=f"{name}.pin", vertices=(idx + offset).astype(np.int32),
                           rest=x[idx].copy(), velocity=np.zeros(3), angular_velocity=np.zeros(3),
                           center=x[idx].mean(axis=0), start=0.0, stop=0.0, release=math.inf))

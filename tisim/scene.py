@@ -86,8 +86,9 @@ class ObjectConfig:
     Cloth keys: ``generator = "cloth"`` makes a ``cloth_size`` (m) rectangle with
     ``cloth_resolution`` cells facing ``cloth_normal``; ``thickness`` (m) and ``density``
     (kg/m^3) give the areal density; ``bending_stiffness`` (N m) overrides the plate
-    value E t^3 / (24 (1 - nu^2)); ``pin`` pins "corners", "top-edge" (largest y) or
-    the edge of the sheet at the smallest/largest x or z; ``friction`` overrides
+    value E t^3 / (24 (1 - nu^2)); ``pin`` pins "corners", "top-edge" (the border
+    vertices of largest y) or the border at the smallest/largest x or z (a preset that
+    selects the whole border, a sheet lying flat across that axis, is refused); ``friction`` overrides
     ``contact.mu`` for this object. ``generator = "sphere"`` makes a closed spherical
     shell of ``radius`` (an icosphere of ``sphere_subdivisions``).
     """

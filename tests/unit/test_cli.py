@@ -134,3 +134,18 @@ def test_python_m_tisim_is_the_command_line():
                        timeout=120)
     assert r.returncode == 0, r.stderr
     assert "squeeze-ball" in r.stdout
+
+
+def test_top_edge_pin_of_a_flat_lying_cloth_is_refused(tmp_path):
+    """`pin = "top-edge"` pins the border vertices of largest y: on a cloth lying flat that
+    is the whole border (and, before it kept to the border, every vertex: the sheet hung
+    frozen in the air for the whole run). One line names the file, the key and the way out."""
+    p = tmp_path / "flat.toml"
+    p.write_text('[sim]\ndt = 0.01\n[solver]\ntype = "cloth"\n[objects.sheet]\nkind = "cloth"\n'
+                 'generator = "cloth"\ncloth_size = [0.4, 0.4]\ncloth_resolution = [6, 6]\n'
+                 'translation = [0.0, 0.5, 0.0]\npin = "top-edge"\n')
+    r = tisim("run", str(p), "-n", "1", "--no-render", "--out", str(tmp_path / "o"))
+    assert_one_line_error(r, "flat.toml", "objects.sheet.pin", "whole border", "x-min")
+    p.write_text(p.read_text().replace('"top-edge"', '"x-min"'))
+    r = tisim("run", str(p), "-n", "1", "--no-render", "--out", str(tmp_path / "o"))
+    assert r.returncode == 0, r.stderr
