@@ -1038,12 +1038,21 @@ def render_levels(refiner: ProgressiveRefiner, frames: int) -> dict:
 def scene_for_mesh(mesh_path: Path, *, drape_on: str = "sphere", pin: str | None = None,
                    wind: tuple[float, float, float] | None = None, frames: int = 100) -> str:
     """TOML text of a default scene for a cloth mesh file: the mesh centred and laid
-    above a sphere, the ground or a box (or pinned and blown by wind)."""
+    above a sphere, the ground or a box (or pinned and blown by wind). A mesh lying flat
+    with ``pin = "top-edge"`` is stood up (rotated 90 degrees about x) so that it hangs
+    from its top edge: lying flat, its whole border is its top edge."""
     from tisim.geometry.cloth import load_cloth_mesh
+    from tisim.geometry.transforms import euler_xyz_deg
 
     m = load_cloth_mesh(str(mesh_path))
-    lo, hi = m.vertices.min(0), m.vertices.max(0)
+    x = m.vertices
+    lo, hi = x.min(0), x.max(0)
     size = float(np.linalg.norm(hi - lo))
+    rotation = None
+    if pin == "top-edge" and hi[1] - lo[1] <= 1e-3 * size:
+        rotation = (90.0, 0.0, 0.0)
+        x = x @ euler_xyz_deg(rotation).T
+        lo, hi = x.min(0), x.max(0)
     c = 0.5 * (lo + hi)
     lift = 0.25 * size
     lines = [
@@ -1058,6 +1067,8 @@ def scene_for_mesh(mesh_path: Path, *, drape_on: str = "sphere", pin: str | None
         f"translation = [{-c[0]:.6g}, {-lo[1] + lift + (0.35 * size if drape_on != 'ground' else 0):.6g}, "
         f"{-c[2]:.6g}]",
     ]
+    if rotation is not None:
+        lines.append(f"rotation = [{rotation[0]:g}, {rotation[1]:g}, {rotation[2]:g}]  # stood up to hang from its top edge")
     if pin:
         lines.append(f'pin = "{pin}"')
     lines.append("")

@@ -153,3 +153,20 @@ def test_coarse_level_within_the_thickness_is_refused(tmp_path):
     p = _scene(tmp_path, mesh, '[contact]\nthickness = 0.0029\n[refine]\nlevels = 3\nmethod = "decimate"\n')
     r = _refine(str(p), "--frames", "1", "--out", str(tmp_path / "o"))
     _assert_one_line_error(r, "s.toml", "hierarchy level 1 of 2", "contact thickness", "refine.coarse_vertices")
+
+
+def test_flat_mesh_pinned_at_its_top_edge_is_stood_up(tmp_path):
+    """`--pin top-edge` on a mesh lying flat: its whole border is its top edge (the model
+    refuses that), so the written scene stands it up to hang from the edge it then has."""
+    import csv
+
+    from tisim.scene import load_scene
+
+    mesh = _sheet(tmp_path / "flat.obj", 6, 6)
+    out = tmp_path / "out"
+    r = _refine(str(mesh), "--pin", "top-edge", "--frames", "2", "--levels", "1", "--out", str(out))
+    assert r.exit_code == 0, r.output
+    oc = load_scene(out / "flat.toml").objects["cloth"]
+    assert oc.rotation == (90.0, 0.0, 0.0) and oc.pin == "top-edge"
+    rows = list(csv.DictReader((out / "level_0" / "stats.csv").open()))
+    assert all(row["converged"] == "1" for row in rows)
