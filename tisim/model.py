@@ -327,12 +327,17 @@ def _corner_vertices(x: np.ndarray, faces: np.ndarray, boundary: np.ndarray) -> 
     return np.array(sorted(idx), dtype=np.int64)
 
 
-def _pin_vertices(x: np.ndarray, mesh, pin: str) -> np.ndarray:
-    """Local indices of the vertices a ``pin`` preset selects on a transformed cloth."""
+def _border_vertices(x: np.ndarray, mesh) -> np.ndarray:
+    """The sheet's border vertices (all of them for a closed surface)."""
     from tisim.geometry.topology import boundary_edges
 
     b = np.unique(boundary_edges(mesh.faces)) if len(mesh.faces) else np.arange(len(x))
-    b = b if b.size else np.arange(len(x))
+    return b if b.size else np.arange(len(x))
+
+
+def _pin_vertices(x: np.ndarray, mesh, pin: str, b: np.ndarray) -> np.ndarray:
+    """Local indices of the vertices a ``pin`` preset selects on a transformed cloth
+    (b: its border vertices)."""
     tol = 1e-6 * max(float(np.ptp(x, axis=0).max()), 1e-9)
     if pin == "corners":
         return _corner_vertices(x, mesh.faces, b)
@@ -341,14 +346,6 @@ def _pin_vertices(x: np.ndarray, mesh, pin: str) -> np.ndarray:
     target = vals.min() if pin.endswith("min") else vals.max()
     # an edge of the sheet: border vertices at the extreme (all vertices of a closed surface)
     return b[np.abs(vals - target) <= tol + 1e-9]
-
-
-def _border_count(mesh, n: int) -> int:
-    """Vertices on the sheet's border (all n for a closed surface)."""
-    from tisim.geometry.topology import boundary_edges
-
-    k = len(np.unique(boundary_edges(mesh.faces))) if len(mesh.faces) else 0
-    return k if k else n
 
 
 def cloth_handles(name: str, oc: ObjectConfig, x: np.ndarray, mesh, offset: int) -> list[Handle]:
@@ -361,10 +358,11 @@ def cloth_handles(name: str, oc: ObjectConfig, x: np.ndarray, mesh, offset: int)
     for hname, hc in oc.handles.items():
         out.append(_make_handle(f"{name}.{hname}", hc, x, offset, f"{key}.handles.{hname}"))
     if oc.pin is not None:
-        idx = _pin_vertices(x, mesh, oc.pin)
+        b = _border_vertices(x, mesh)
+        idx = _pin_vertices(x, mesh, oc.pin, b)
         if idx.size == 0:
             raise ConfigError(f"{key}.pin", f"{oc.pin!r} selects no vertex")
-        border = _border_count(mesh, len(x))
+        border = b.size
         if oc.pin != "corners" and idx.size == border and border > 4:
             axis = {"top-edge": "y", "x-min": "x", "x-max": "x", "z-min": "z", "z-max": "z"}[oc.pin]
             raise ConfigError(f"{key}.pin", f"{oc.pin!r} selects the whole border ({border} vertices): the cloth "

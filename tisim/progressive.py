@@ -335,18 +335,15 @@ class ProgressiveRefiner:
         s = SolverCloth(self.model, self.scene.solver, cloth=cp, elastic=elastic)
         if isinstance(elastic, ProlongedShell):
             s.hessian_reuse = int(self.scene.refine.hessian_reuse)
+        made_here = level < self.L and self.hierarchy.method == "decimate"
         try:
             # every level's start must be valid for the barrier, coarse ones made here too
-            s.check_start(self.initial_state(level).x, s.obstacles.positions(0.0, self.model.initial_positions))
+            s.check_start(self.initial_state(level).x, s.obstacles.positions(0.0, self.model.initial_positions),
+                          advice="lower contact.thickness, or give the preview more vertices "
+                                 "(refine.coarse_vertices)" if made_here else "separate them")
         except MeshError as err:
-            msg = str(err)
-            if err.path and msg.startswith(f"{err.path}: "):
-                msg = msg[len(err.path) + 2:]
-            if level < self.L and self.hierarchy.method == "decimate":  # a mesh the hierarchy made
-                msg = msg.replace(": separate them", "") + (
-                    ": lower contact.thickness, or give the preview more vertices (refine.coarse_vertices)")
             raise MeshError(f"hierarchy level {level} of {self.L} ({lv.vertex_count} vertices, "
-                            f"{self.hierarchy.method}): {msg}", err.path) from None
+                            f"{self.hierarchy.method}): {err.detail}", err.path) from None
         self._solvers[key] = s
         return s
 

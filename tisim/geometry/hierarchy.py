@@ -50,6 +50,7 @@ import scipy.sparse as sp
 from scipy.spatial import cKDTree
 
 from tisim.geometry.mesh import MeshError, _as_cells, _as_vertices
+from tisim.geometry.topology import boundary_edges
 
 log = logging.getLogger(__name__)
 
@@ -880,8 +881,6 @@ def collapse_needles(
 
     median = float(np.median(edge_lengths(faces)))
     border = np.zeros(len(x), dtype=bool)
-    from tisim.geometry.topology import boundary_edges
-
     be = boundary_edges(faces)
     border[be.ravel()] = True
     border_keys = set(map(tuple, np.sort(be, axis=1).tolist()))

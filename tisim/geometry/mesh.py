@@ -12,6 +12,7 @@ class MeshError(ValueError):
 
     def __init__(self, message: str, path: str | None = None):
         self.path = path
+        self.detail = message
         super().__init__(f"{path}: {message}" if path else message)
 
 

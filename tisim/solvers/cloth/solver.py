@@ -443,10 +443,11 @@ class SolverCloth(Solver):
         self._stats_total = {"steps": 0, "newton": 0, "ccd_clamps": 0, "max_kinematic_lag": 0.0}
         self._lag_warned = False
 
-    def check_start(self, xc: np.ndarray, x_obs: np.ndarray) -> None:
+    def check_start(self, xc: np.ndarray, x_obs: np.ndarray, advice: str = "separate them") -> None:
         """Refuse a start state that intersects or comes closer than the contact
         thickness: the barrier needs a strictly feasible start. Raises MeshError naming
-        the pair (cloth self-intersection, cloth and a collider) and the distance."""
+        the pair (cloth self-intersection, cloth and a collider) and the distance;
+        ``advice`` ends the message for two primitives within the thickness."""
         from tisim.geometry.cloth import check_intersection_free
         from tisim.geometry.mesh import MeshError
 
@@ -470,7 +471,7 @@ class SolverCloth(Solver):
             dmin = self.barrier.min_distance(self.x, self.broad.pt, n_pt, self.broad.ee, n_ee)
             if dmin <= xi:
                 raise MeshError(f"two primitives start {dmin:.3g} m apart, within the contact thickness {xi:g} m "
-                                "(cloth folded onto itself or touching an obstacle): separate them", src)
+                                f"(cloth folded onto itself or touching an obstacle): {advice}", src)
 
     # ------------------------------------------------------------------ public
     def info(self) -> dict:
