@@ -1,16 +1,21 @@
 #!/usr/bin/env bash
 # One command for a machine with an NVIDIA GPU (issue 10): the cuda-marked tests
 # (tests/backends/test_backends.py: twisting bar, squeeze-ball, stick-slip and the cloth drape on CUDA in f64
-# and f32 against the CPU backend) and the PD, contact and ADMM benchmarks on the CPU
-# and on CUDA side by side, summarised in one table headed by the GPU's name.
-# Without a GPU the tests skip (with the reason) and only the CPU column is filled.
+# and f32 against the CPU backend), the same tests on the GPU's Vulkan driver, and the PD
+# (with the global step "auto" chooses), contact and ADMM benchmarks and the sparse inverse's
+# build on the CPU and on CUDA (and Vulkan) side by side, summarised in one table headed by
+# the GPU's name. Without a GPU the tests skip (with the reason) and only the CPU column is filled.
 #
 #   tools/device_check.sh            # about 5-8 minutes on a GPU machine
 #   OUT=/tmp/dc tools/device_check.sh
 #   BENCH=0 tools/device_check.sh    # the tests only
+#   VULKAN_TESTS=0 tools/device_check.sh  # not the vulkan-marked tests on the GPU
+#   PYTHON=python3 tools/device_check.sh  # another interpreter (tisim from this checkout)
 set -u
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
+# the tools import tisim from this checkout also where it is not installed
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 OUT=${OUT:-out/device_check}
 mkdir -p "$OUT"
 
@@ -23,11 +28,22 @@ else
 fi
 echo "GPU: $gpu"
 
-"$PY" -m pytest -q -rs -m cuda tests/backends/test_backends.py -p no:cacheprovider \
-  --junitxml="$OUT/cuda_tests.xml" 2>&1 | tail -n 15
+timeout "${TEST_TIMEOUT:-600}" "$PY" -m pytest -q -rs -m cuda tests/backends/test_backends.py -p no:cacheprovider \
+  --junitxml="$OUT/cuda_tests.xml" 2>&1 | tee "$OUT/cuda_tests.log" | tail -n 15
 tests_rc=${PIPESTATUS[0]}
 # pytest exits 5 when every test was deselected/skipped: not a failure here
 [ "$tests_rc" -eq 5 ] && tests_rc=0
+
+# on a GPU machine the vulkan-marked tests run on the GPU's own Vulkan driver (CI runs them
+# on Mesa's lavapipe); they skip when Vulkan cannot start
+vk_rc=0
+if [ "$archs" != cpu ] && [ "${VULKAN_TESTS:-1}" = 1 ]; then
+  timeout "${TEST_TIMEOUT:-600}" "$PY" -m pytest -q -rs -m vulkan tests/backends/test_backends.py -p no:cacheprovider \
+    --junitxml="$OUT/vulkan_tests.xml" 2>&1 | tee "$OUT/vulkan_tests.log" | tail -n 15
+  vk_rc=${PIPESTATUS[0]}
+  [ "$vk_rc" -eq 5 ] && vk_rc=0
+  [ "$tests_rc" -eq 0 ] && tests_rc=$vk_rc
+fi
 
 # whether this machine's Vulkan (a GPU's driver, or lavapipe) loses atomic updates made
 # inside run-time loops, as lavapipe 22.3 does (the cloth broad phase's pattern)
@@ -36,7 +52,7 @@ timeout 180 "$PY" tools/spirv_loop_atomics.py 2>&1 | tee "$OUT/spirv_loop_atomic
 [ "${BENCH:-1}" = 0 ] && archs=""
 for arch in $archs; do
   prec=f64; [ "$arch" = cuda ] && prec=f32
-  timeout 240 "$PY" tools/bench_pd.py --quick --backends sparse-inverse cholesky --arch "$arch" \
+  timeout 240 "$PY" tools/bench_pd.py --quick --backends sparse-inverse cholesky auto --arch "$arch" \
     --out "$OUT/bench_pd_$arch.json" > "$OUT/bench_pd_$arch.log" 2>&1 || echo "bench_pd ($arch) failed: see $OUT/bench_pd_$arch.log"
   timeout 240 "$PY" tools/bench_contact.py --resolution 17.6493 --frames 25 --arch "$arch" \
     --precision "$prec" --json "$OUT/bench_contact_$arch.json" > "$OUT/bench_contact_$arch.log" 2>&1 \
@@ -44,6 +60,14 @@ for arch in $archs; do
   timeout 240 "$PY" tools/bench_admm.py --quick --no-demos --arch "$arch" --out "$OUT/admm_$arch" \
     > "$OUT/bench_admm_$arch.log" 2>&1 || echo "bench_admm ($arch) failed: see $OUT/bench_admm_$arch.log"
 done
+# the sparse inverse's build on each backend, the same matrix side by side (issue 10: under a
+# GPU backend at most 2x the CPU's)
+if [ "${BENCH:-1}" != 0 ]; then
+  si_archs="cpu"; [ "$archs" != cpu ] && si_archs="cpu cuda vulkan"
+  timeout 300 "$PY" tools/bench_pd.py --si-build 10 17.6493 --si-archs $si_archs \
+    --out "$OUT/bench_si_build.json" > "$OUT/bench_si_build.log" 2>&1 \
+    || echo "sparse-inverse build benchmark failed: see $OUT/bench_si_build.log"
+fi
 
 "$PY" - "$OUT" "$gpu" "$tests_rc" <<'PY'
 import json, sys
@@ -63,7 +87,8 @@ for arch in ("cpu", "cuda"):
     pd = load(f"bench_pd_{arch}.json")
     for r in (pd or {}).get("results", []):
         if "error" not in r:
-            rows.append((f"PD twisting bar {r['vertices']} v, {r['global_step']}", arch,
+            asked = "auto -> " if r.get("requested") == "auto" else ""
+            rows.append((f"PD twisting bar {r['vertices']} v, {asked}{r['global_step']}", arch,
                          r["frame_ms_median"], f"setup {r['setup_s']:.1f} s"))
     bc = load(f"bench_contact_{arch}.json")
     for r in (bc or {}).get("results", []):
@@ -77,6 +102,10 @@ for arch in ("cpu", "cuda"):
     for r in (ad or {}).get("scaling", []):
         rows.append((f"ADMM {r['vertices']} v (ms per iteration)", arch,
                      r["ms_per_iteration_median"], f"q-step share {r['q_step_share']:.2f}"))
+for r in (load("bench_si_build.json") or {}).get("sparse_inverse_build", []):
+    if "error" not in r:
+        rows.append((f"sparse inverse build {r['vertices']} v (ms, not per frame)", r["arch"],
+                     1e3 * r["build_s"], f"residual {r['relative_residual']:.1e}"))
 print()
 print(f"device check, GPU: {gpu}; cuda tests: {'passed or skipped' if rc == 0 else 'FAILED'}")
 print(f"{'benchmark':<48}{'arch':>6}{'ms/frame':>10}  notes")
