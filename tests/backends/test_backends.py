@@ -53,7 +53,14 @@ SCENES = [
 
 
 @pytest.mark.parametrize("name, precision", SCENES)
-def test_scene_matches_cpu(arch, reference, name, precision):
+def test_scene_matches_cpu(arch, reference, name, precision, request):
+    if (arch, name, precision) == ("cuda", "squeeze_ball_device", "f32"):
+        # measured on an NVIDIA H200 (README, "GPU-class backends"): this scene with the
+        # device update was 0.06, 0.49 and 1.2 mm from the CPU in its first three frames,
+        # 11 mm after eight; "auto" runs the host update there (squeeze_ball f32 above).
+        # Strict: the day the kernels are right on CUDA in f32, this fails and says so.
+        request.applymarker(pytest.mark.xfail(
+            strict=True, reason="the device contact update is wrong on CUDA in f32"))
     compare.check_scene(arch, precision, name, reference(name))
 
 

@@ -341,3 +341,31 @@ def test_stick_slip_verdicts_on_device():
         )
         speeds[key] = float(np.linalg.norm(np.asarray(s.velocities).mean(axis=0)))
     assert speeds["slide"] > 3e-3 and speeds["stick"] < 1e-4, speeds
+
+
+@pytest.mark.parametrize(
+    "requested, arch, precision, chosen, warns",
+    [
+        ("auto", "cpu", "f64", "device", False),
+        ("auto", "cpu", "f32", "device", False),
+        ("auto", "cuda", "f64", "device", False),
+        ("auto", "cuda", "f32", "host", False),  # wrong contact there (H200, README)
+        ("auto", "vulkan", "f32", "host", False),
+        ("device", "cuda", "f32", "device", True),
+        ("device", "cuda", "f64", "device", False),
+        ("host", "cuda", "f32", "host", False),
+    ],
+)
+def test_contact_implementation_choice(requested, arch, precision, chosen, warns):
+    """"auto" keeps the kernels off the two backends where they were measured slow (Vulkan
+    on lavapipe) or wrong (CUDA in f32 on an H200); asking for them on CUDA in f32 runs them
+    with a one-line warning that says what to use instead."""
+    from tisim.contact.pd_contact import choose_implementation
+
+    got, warning = choose_implementation(requested, arch, precision)
+    assert got == chosen
+    assert (warning is not None) == warns
+    if warns:
+        assert "\n" not in warning and "f64" in warning and '"host"' in warning
+    with pytest.raises(ValueError, match="'auto', 'host' or 'device'"):
+        choose_implementation("gpu", arch, precision)

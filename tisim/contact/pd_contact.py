@@ -97,6 +97,35 @@ def _single_threaded_blas():
             set_(old)
 
 
+# Measured on an NVIDIA H200 (CUDA 13 driver 580, Taichi 1.7.4; README, "GPU-class backends"):
+# the device update in f32 lets the squeeze-ball through the floor (70 mm penetration, det F
+# 0.21, from the second contact frame), with parallel or serial loops and with fast math
+# on or off, while the same kernels agree with the CPU in f64 on CUDA and in f32 on the CPU
+# backend and on Vulkan, and the host update in f32 on CUDA does too. Cause not found yet.
+CUDA_F32_DEVICE_WARNING = (
+    'contact.implementation = "device" on CUDA in f32 gave wrong contact forces on an NVIDIA '
+    'H200 (the squeeze-ball fell 70 mm into the floor; f64, and "host" in f32, agree with the '
+    'CPU): use --precision f64 or contact.implementation = "host"'
+)
+
+
+def choose_implementation(requested: str, arch: str, precision: str) -> tuple[str, str | None]:
+    """(implementation, warning or None) for the contact update: "host" (numpy) or "device"
+    (Taichi kernels). "auto" takes the kernels wherever they were measured faster and right:
+    the CPU backend (0.74-0.77x the squeeze-ball's frame time) and CUDA in f64; Vulkan keeps
+    numpy (Mesa lavapipe's per-launch cost made the kernels 7-30 s a frame), and so does CUDA
+    in f32, where the kernels gave wrong contact (CUDA_F32_DEVICE_WARNING); asking for
+    "device" there runs them with that warning."""
+    if requested not in ("auto", "host", "device"):
+        raise ValueError(f"contact implementation must be 'auto', 'host' or 'device', got {requested!r}")
+    cuda_f32 = arch == "cuda" and precision == "f32"
+    if requested == "auto":
+        return ("host" if arch == "vulkan" or cuda_f32 else "device"), None
+    if requested == "device" and cuda_f32:
+        return "device", CUDA_F32_DEVICE_WARNING
+    return requested, None
+
+
 class PDContact:
     """Signorini-Coulomb contact solved by nonsmooth Newton steps on the multipliers.
 
@@ -131,7 +160,7 @@ class PDContact:
     implementation: "host" (numpy) or "device" (the per-iteration update - kinematics,
     NCP rows, CR, line search, force scatter - in Taichi kernels over data uploaded once
     per step, :class:`tisim.contact.device_ncp.DeviceNCP`; same mathematics, agreement
-    to round-off), or "auto": "device" except on Vulkan; default: the config's
+    to round-off), or "auto" (:func:`choose_implementation`); default: the config's
     ``implementation`` key, else "auto".
 
     References: notes "Fast But Accurate: A Real-Time Hyperelastic Simulator with Robust
@@ -160,17 +189,15 @@ class PDContact:
     ):
         if implementation is None:
             implementation = getattr(config, "implementation", "auto")
-        if implementation == "auto":
-            # kernels wherever they were measured faster (the CPU backend: 0.74-0.77x the
-            # squeeze-ball's frame time); Vulkan's per-launch cost on Mesa's lavapipe made
-            # them 7-30 s a frame there, so that backend keeps numpy (README, Benchmarks)
-            from tisim import backend
+        from tisim import backend
 
-            implementation = "host" if backend.current().arch == "vulkan" else "device"
-        if implementation not in ("host", "device"):
-            raise ValueError(
-                f"contact implementation must be 'auto', 'host' or 'device', got {implementation!r}"
-            )
+        info = backend.current()
+        self.requested_implementation = implementation
+        implementation, self.implementation_warning = choose_implementation(
+            implementation, info.arch, info.precision
+        )
+        if self.implementation_warning:
+            log.warning("%s", self.implementation_warning)
         self.implementation = implementation
         self._device = None  # DeviceNCP ("device"), made and compiled in prepare()
         self._on_device = False  # this step's problem is loaded on the device

@@ -638,6 +638,10 @@ class SolverPD(Solver):
             setup_seconds=round(self._setup_seconds, 4),
             contact=self.contact is not None,
         )
+        if self.contact is not None:
+            d["contact_implementation"] = self.contact.implementation
+            if self.contact.implementation_warning:
+                d["contact_warning"] = self.contact.implementation_warning
         return d
 
 
