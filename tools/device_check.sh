@@ -6,7 +6,8 @@
 # build on the CPU and on CUDA (and Vulkan) side by side, summarised in one table headed by
 # the GPU's name. Without a GPU the tests skip (with the reason) and only the CPU column is filled.
 #
-#   tools/device_check.sh            # about 5-8 minutes on a GPU machine
+#   tools/device_check.sh            # minutes; on an H200 with an empty kernel cache the
+#                                    # cuda tests alone took 5 min one at a time (2026-12-04)
 #   OUT=/tmp/dc tools/device_check.sh
 #   BENCH=0 tools/device_check.sh    # the tests only
 #   VULKAN_TESTS=0 tools/device_check.sh  # not the vulkan-marked tests on the GPU
@@ -19,6 +20,10 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 OUT=${OUT:-out/device_check}
 mkdir -p "$OUT"
 
+# test processes in parallel where pytest-xdist is there: most of a backend test's time is
+# Taichi compiling kernels in the child processes it starts
+jobs=""; "$PY" -c "import xdist" 2>/dev/null && jobs="-n ${TEST_JOBS:-4}"
+
 gpu=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -n 1)
 if [ -z "$gpu" ]; then
   gpu="none (nvidia-smi found no GPU)"
@@ -28,7 +33,7 @@ else
 fi
 echo "GPU: $gpu"
 
-timeout "${TEST_TIMEOUT:-600}" "$PY" -m pytest -q -rs -m cuda tests/backends/test_backends.py -p no:cacheprovider \
+timeout "${TEST_TIMEOUT:-600}" "$PY" -m pytest $jobs -q -rs -m cuda tests/backends/test_backends.py -p no:cacheprovider \
   --junitxml="$OUT/cuda_tests.xml" 2>&1 | tee "$OUT/cuda_tests.log" | tail -n 15
 tests_rc=${PIPESTATUS[0]}
 # pytest exits 5 when every test was deselected/skipped: not a failure here
@@ -38,11 +43,19 @@ tests_rc=${PIPESTATUS[0]}
 # on Mesa's lavapipe); they skip when Vulkan cannot start
 vk_rc=0
 if [ "$archs" != cpu ] && [ "${VULKAN_TESTS:-1}" = 1 ]; then
-  timeout "${TEST_TIMEOUT:-600}" "$PY" -m pytest -q -rs -m vulkan tests/backends/test_backends.py -p no:cacheprovider \
+  timeout "${TEST_TIMEOUT:-600}" "$PY" -m pytest $jobs -q -rs -m vulkan tests/backends/test_backends.py -p no:cacheprovider \
     --junitxml="$OUT/vulkan_tests.xml" 2>&1 | tee "$OUT/vulkan_tests.log" | tail -n 15
   vk_rc=${PIPESTATUS[0]}
   [ "$vk_rc" -eq 5 ] && vk_rc=0
   [ "$tests_rc" -eq 0 ] && tests_rc=$vk_rc
+fi
+
+# which device contact kernel parts from the CPU's on CUDA in f32 (README, "GPU-class
+# backends"): one recorded contact problem replayed stage by stage on both
+if [ "$archs" != cpu ]; then
+  timeout 300 "$PY" tools/contact_trace.py --archs cpu cuda --precision f32 --out "$OUT/contact_trace" \
+    > "$OUT/contact_trace.log" 2>&1
+  echo "contact trace (exit $?; 3: the replays part):"; grep -v "^\[Taichi\]" "$OUT/contact_trace.log" | tail -n 8
 fi
 
 # whether this machine's Vulkan (a GPU's driver, or lavapipe) loses atomic updates made
