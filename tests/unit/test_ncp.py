@@ -117,3 +117,28 @@ def test_project_cone(rng):
     inside = (lam[:, 0] > 0) & (np.linalg.norm(lam[:, 1:], axis=1) <= mu * lam[:, 0])
     np.testing.assert_array_equal(p[inside], lam[inside])
     assert (~inside).sum() > 10
+
+
+def test_fischer_burmeister_derivatives_without_cancellation():
+    """phi_a = 1 - a / rho loses every digit when b << a (a / rho rounds to 1) and comes out
+    nonzero where it must be 0 when rho is rounded up (CUDA's approximate f32 square root
+    did, README "GPU-class backends"). Against 50-digit arithmetic: exactly 0 at b = 0,
+    and a few ulp where b / a is 1e-3 .. 1e-9; phi_b likewise with the roles swapped."""
+    from decimal import Decimal, getcontext
+
+    from tisim.contact.ncp import fischer_burmeister
+
+    getcontext().prec = 50
+    a = np.array([1.0, 2.5e-3, 3.0, 1e-4, 0.7])
+    for ratio in (0.0, 1e-3, 1e-6, 1e-9):
+        b = a * ratio
+        for x, y, col in ((a, b, 1), (b, a, 2)):  # phi_a at (a, b), then phi_b at (b, a)
+            got = fischer_burmeister(x, y)[col]
+            for g, xa, yb in zip(got, x if col == 1 else y, y if col == 1 else x):
+                X, Y = Decimal(float(xa)), Decimal(float(yb))
+                rho = (X * X + Y * Y).sqrt()
+                exact = float((rho - X) / rho)
+                if ratio == 0.0:
+                    assert g == 0.0
+                else:
+                    assert abs(g - exact) <= 4 * np.finfo(float).eps * exact, (xa, yb, g, exact)

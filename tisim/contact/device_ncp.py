@@ -118,9 +118,13 @@ def _ncp(mode, a, b):
         if rho == 0.0:
             da = _FB_KINK
             db = _FB_KINK
-        else:
+        else:  # 1 - a / rho and 1 - b / rho without cancellation (ncp.fischer_burmeister)
             da = 1.0 - a / rho
             db = 1.0 - b / rho
+            if a > 0:
+                da = (b / rho) * (b / (rho + a))
+            if b > 0:
+                db = (a / rho) * (a / (rho + b))
     else:
         if a <= b:
             phi = a

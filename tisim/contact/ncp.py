@@ -27,7 +27,13 @@ def fischer_burmeister(a, b) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     a, b: arrays of one shape (same units). phi_a = 1 - a / rho, phi_b = 1 - b / rho
     with rho = sqrt(a^2 + b^2); both lie in [0, 2]. At (0, 0) returns (1 - 1/sqrt 2)
     for both. phi is evaluated as 2ab / (a + b + rho) when a + b > 0 to avoid the
-    cancellation of a + b - rho when one argument is much larger than the other.
+    cancellation of a + b - rho when one argument is much larger than the other, and for
+    a > 0 phi_a as (b / rho) (b / (rho + a)) (= (rho - a) / rho, as rho^2 - a^2 = b^2),
+    likewise phi_b for b > 0: exactly 0 where the other argument is 0 and accurate to a
+    few ulp where it is small, whatever the rounding of rho. 1 - a / rho is neither: with
+    CUDA's approximate f32 square root a rho one ulp high made phi_a about 1e-7 on rows
+    with no force, which the Newton step then took as active rows of weight 1e-7 (README,
+    "GPU-class backends").
     """
     a = np.asarray(a, dtype=np.float64)
     b = np.asarray(b, dtype=np.float64)
@@ -37,8 +43,10 @@ def fischer_burmeister(a, b) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         phi = np.where(s > 0, 2.0 * a * b / np.where(s > 0, s + rho, 1.0), s - rho)
         kink = rho == 0.0
         safe = np.where(kink, 1.0, rho)
-        da = np.where(kink, _FB_KINK, 1.0 - a / safe)
-        db = np.where(kink, _FB_KINK, 1.0 - b / safe)
+        da = np.where(a > 0, (b / safe) * (b / (safe + np.abs(a))), 1.0 - a / safe)
+        db = np.where(b > 0, (a / safe) * (a / (safe + np.abs(b))), 1.0 - b / safe)
+        da = np.where(kink, _FB_KINK, da)
+        db = np.where(kink, _FB_KINK, db)
     return phi, da, db
 
 

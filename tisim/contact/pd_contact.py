@@ -97,15 +97,19 @@ def _single_threaded_blas():
             set_(old)
 
 
-# Measured on an NVIDIA H200 (CUDA 13 driver 580, Taichi 1.7.4; README, "GPU-class backends"):
-# the device update in f32 lets the squeeze-ball through the floor (70 mm penetration, det F
-# 0.21, from the second contact frame), with parallel or serial loops and with fast math
-# on or off, while the same kernels agree with the CPU in f64 on CUDA and in f32 on the CPU
-# backend and on Vulkan, and the host update in f32 on CUDA does too. Cause not found yet.
+# Measured on an NVIDIA H200 (CUDA driver 580, Taichi 1.7.4; README, "GPU-class backends"):
+# the device update in f32 let the squeeze-ball through the floor (70 mm, det F 0.21), with
+# parallel or serial loops and with fast math on or off, while the same kernels agree with
+# the CPU in f64 on CUDA and in f32 on the CPU backend and on Vulkan. The cause, found since
+# by emulating it on the CPU: Taichi's CUDA JIT compiles every f32 square root to the
+# approximate instruction, and the Fischer-Burmeister derivative 1 - a / rho then came out
+# about 1e-7 instead of 0 on rows with no force, which the Newton step took as active rows
+# of that weight. ncp.fischer_burmeister and device_ncp._ncp now evaluate it without that
+# cancellation; until a GPU run confirms the fix, "auto" keeps the host update there.
 CUDA_F32_DEVICE_WARNING = (
-    'contact.implementation = "device" on CUDA in f32 gave wrong contact forces on an NVIDIA '
-    'H200 (the squeeze-ball fell 70 mm into the floor; f64, and "host" in f32, agree with the '
-    'CPU): use --precision f64 or contact.implementation = "host"'
+    'contact.implementation = "device" on CUDA in f32 gave wrong contact on an NVIDIA H200 (the '
+    'squeeze-ball fell 70 mm into the floor); its cause is fixed but not yet checked on a GPU: '
+    'use --precision f64 or contact.implementation = "host" for results you rely on'
 )
 
 
@@ -114,8 +118,8 @@ def choose_implementation(requested: str, arch: str, precision: str) -> tuple[st
     (Taichi kernels). "auto" takes the kernels wherever they were measured faster and right:
     the CPU backend (0.74-0.77x the squeeze-ball's frame time) and CUDA in f64; Vulkan keeps
     numpy (Mesa lavapipe's per-launch cost made the kernels 7-30 s a frame), and so does CUDA
-    in f32, where the kernels gave wrong contact (CUDA_F32_DEVICE_WARNING); asking for
-    "device" there runs them with that warning."""
+    in f32, where the kernels gave wrong contact before the fix above, which no GPU has run
+    yet (CUDA_F32_DEVICE_WARNING); asking for "device" there runs them with that warning."""
     if requested not in ("auto", "host", "device"):
         raise ValueError(f"contact implementation must be 'auto', 'host' or 'device', got {requested!r}")
     cuda_f32 = arch == "cuda" and precision == "f32"
