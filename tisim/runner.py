@@ -178,6 +178,31 @@ def machine() -> dict:
             "date": time.strftime("%Y-%m-%d %H:%M:%S")}
 
 
+# What f32 cannot promise, measured (README, "GPU-class backends"); one line each, logged
+# at start-up and kept in run.json ("precision_notes").
+F32_FRICTION_NOTE = (
+    "f32: friction is a few percent off (at 10 degrees and mu = tan + 0.003 a box sticks but "
+    "creeps at up to 2e-3 m/s; at tan - 0.003 it slides up to 1.8x too fast): use --precision "
+    "f64 where friction thresholds matter"
+)
+F32_ADMM_NOTE = (
+    "f32: the conservative integrator's residuals stall near 5e-7, above its 1e-8 tolerance, "
+    "so its exact momentum and near-exact energy hold only in f64: use --precision f64"
+)
+
+
+def precision_notes(scene: Scene, precision: str) -> list[str]:
+    """The promises a run in ``precision`` cannot keep for ``scene`` (empty in f64)."""
+    if precision != "f32":
+        return []
+    notes = []
+    if scene.solver.type == "pd" and scene.contact.enabled and (scene.colliders or len(scene.objects) > 1):
+        notes.append(F32_FRICTION_NOTE)
+    if scene.solver.type == "admm":
+        notes.append(F32_ADMM_NOTE)
+    return notes
+
+
 def build(scene: Scene, arch: str = "auto", precision: str | None = None):
     """Initialise Taichi, build the model and the scene's solver."""
     from tisim import backend
@@ -223,6 +248,9 @@ def run_scene(
     t_build = time.perf_counter()
     binfo, model, solver = build(scene, arch, precision)
     build_s = time.perf_counter() - t_build
+    notes = precision_notes(scene, binfo.precision)
+    for note in notes:
+        log.warning("%s", note)
     n_frames = frames if frames is not None else (None if live else scene.sim.frames)
     dt = scene.sim.dt
     substeps = scene.sim.substeps
@@ -234,6 +262,7 @@ def run_scene(
         "machine": machine(),
         "arch": binfo.arch,
         "precision": binfo.precision,
+        "precision_notes": notes,
         "sizes": model.sizes(),
         "solver": scene.solver.type,
         "solver_info": solver.info() if hasattr(solver, "info") else {},

@@ -92,6 +92,7 @@ def test_stats_and_run_json(tmp_path):
     assert info["ended"] == "completed" and info["frames_done"] == 5
     assert info["sizes"]["vertices"] == 8 and info["sizes"]["tets"] == 5
     assert info["precision"] == "f64" and info["arch"] == "cpu"
+    assert info["precision_notes"] == []  # f64 keeps every promise
     assert info["scene"]["sim"]["dt"] == 0.01
     assert info["timings_ms"]["median"] >= 0
     assert info["versions"]["taichi"]
@@ -169,3 +170,22 @@ def test_substep_stall_flags_are_not_lost():
     assert agg.iterations == 5
     assert agg.extra["admm_stalled"] == 1.0  # any substep stalled -> the frame stalled
     assert agg.extra["primal_residual"] == 1e-9  # last substep's value
+
+
+@pytest.mark.parametrize(
+    "demo, notes",
+    [("stick-slip", ["friction"]), ("squeeze-ball", ["friction"]), ("spinning-bar", ["conservative"]),
+     ("twisting-bar", [])],
+)
+def test_precision_notes_say_what_f32_cannot_keep(demos_dir, demo, notes):
+    """In f32 the PD solver's friction and the ADMM integrator's guarantees are out of reach
+    (measured, README): a run says so in one line each at start-up and in run.json; f64 runs
+    and contact-free PD scenes carry no note."""
+    from tisim.runner import precision_notes
+    from tisim.scene import load_scene
+
+    sc = load_scene(demos_dir / f"{demo}.toml")
+    got = precision_notes(sc, "f32")
+    assert [n for n in notes] == [w for w in ("friction", "conservative") if any(w in g for g in got)]
+    assert all(g.startswith("f32: ") and "--precision f64" in g and "\n" not in g for g in got)
+    assert precision_notes(sc, "f64") == []
