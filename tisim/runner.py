@@ -181,7 +181,7 @@ def machine() -> dict:
 # What f32 cannot promise, measured (README, "GPU-class backends"); one line each, logged
 # at start-up and kept in run.json ("precision_notes").
 F32_FRICTION_NOTE = (
-    "f32: friction is a few percent off (at 10 degrees and mu = tan + 0.003 a box sticks but "
+    "f32: friction forces are about 1% off (at 10 degrees and mu = tan + 0.003 a box sticks but "
     "creeps at up to 2e-3 m/s; at tan - 0.003 it slides up to 1.8x too fast): use --precision "
     "f64 where friction thresholds matter"
 )

@@ -196,7 +196,6 @@ class PDContact:
         from tisim import backend
 
         info = backend.current()
-        self.requested_implementation = implementation
         implementation, self.implementation_warning = choose_implementation(
             implementation, info.arch, info.precision
         )
