@@ -56,6 +56,24 @@ if [ "$archs" != cpu ]; then
   timeout 300 "$PY" tools/contact_trace.py --archs cpu cuda --precision f32 --out "$OUT/contact_trace" \
     > "$OUT/contact_trace.log" 2>&1
   echo "contact trace (exit $?; 3: the replays part):"; grep -v "^\[Taichi\]" "$OUT/contact_trace.log" | tail -n 8
+  # the whole demo with the device update forced on CUDA in f32 (wrong before the FB fix)
+  # beside the CPU in f64: smallest det F and deepest penetration over 80 frames
+  for ap in "cpu f64" "cuda f32"; do
+    set -- $ap
+    timeout 240 "$PY" -m tisim demo squeeze-ball --arch "$1" --precision "$2" --no-render -q -n 80 \
+      --set 'contact.implementation="device"' -o "$OUT/squeeze_$1_$2" > "$OUT/squeeze_$1_$2.log" 2>&1
+    "$PY" - "$OUT/squeeze_$1_$2/stats.csv" "$1 $2" <<'PY'
+import csv, sys
+try:
+    rows = list(csv.DictReader(open(sys.argv[1])))[1:]
+except OSError:
+    sys.exit(print(f"squeeze-ball {sys.argv[2]}: no stats.csv"))
+pen = max((float(r["max_penetration"]) for r in rows if r["max_penetration"]), default=0.0)
+det = min(float(r["min_volume_ratio"]) for r in rows)
+print(f"squeeze-ball {sys.argv[2]} (device contact): {len(rows)} frames, min det F {det:.3f}, "
+      f"max penetration {pen * 1e3:.3f} mm")
+PY
+  done
 fi
 
 # whether this machine's Vulkan (a GPU's driver, or lavapipe) loses atomic updates made
