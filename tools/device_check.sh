@@ -50,8 +50,9 @@ if [ "$archs" != cpu ] && [ "${VULKAN_TESTS:-1}" = 1 ]; then
   [ "$tests_rc" -eq 0 ] && tests_rc=$vk_rc
 fi
 
-# which device contact kernel parts from the CPU's on CUDA in f32 (README, "GPU-class
-# backends"): one recorded contact problem replayed stage by stage on both
+# whether a device contact kernel still parts from the CPU's on CUDA in f32 (wrong on an
+# H200 before the Fischer-Burmeister fix, README "GPU-class backends"): one recorded contact
+# problem replayed stage by stage on both
 if [ "$archs" != cpu ]; then
   timeout 300 "$PY" tools/contact_trace.py --archs cpu cuda --precision f32 --out "$OUT/contact_trace" \
     > "$OUT/contact_trace.log" 2>&1

@@ -131,6 +131,6 @@ def check_stick_slip_verdicts(got: dict) -> None:
     twelve windows of 0.1 s with mu moved by 1e-6 relative its mean speed ranged from 2e-5 to
     1.9e-3 m/s, a third of Coulomb's 5.8e-3, on the CPU backend with either contact path; a
     round-off-level change of the contact code moved the Vulkan run from one side of the
-    tenth to the other. f32 slides 1.7-1.9x Coulomb's speed, f64 sticks to 1e-6 m/s.)"""
+    tenth to the other. f32 slides 1.7-2.0x Coulomb's speed, f64 sticks to 1e-6 m/s.)"""
     assert got["slide"] > 0.5 * got["coulomb"], got
     assert got["stick"] < 0.5 * got["coulomb"], got

@@ -399,20 +399,21 @@ def test_device_contact_survives_a_square_root_a_few_ulp_high(tmp_path):
     unsafe-fp-math on every function, fast math or not). On an H200 the device contact
     update in f32 then let the squeeze-ball through the floor: with phi_a = 1 - a / rho, a
     rho one ulp high made rows with no force active with a weight of 1e-7. Here the device
-    update's every square root is made 4 ulp high on the CPU backend in f32, which did the
-    same to that code (the ball 8 mm into the floor after one frame of contact, the same
-    figures as the H200 with fast math off), and must stay within the backends' f32
-    tolerance (1e-4 m) of the exact one over the small squeeze-ball's 8 frames."""
+    update's every square root is made 4 ulp high on the CPU backend in f32, which broke the
+    old formula the same way (the demo's ball with only that square root raised: 8 mm into
+    the floor after one frame of contact, the H200's figures with fast math off; this small
+    ball: 1.0 cm from the exact run), and must stay within the backends' f32 tolerance
+    (1e-4 m) of the exact one over the small squeeze-ball's 8 frames."""
     import subprocess
     import sys
     from pathlib import Path
 
     here = Path(__file__).resolve().parents[1] / "backends"
+    script = tmp_path / "approx_sqrt_run.py"  # a file: Taichi reads a func's source
+    script.write_text(_APPROX_SQRT_RUN)
     got = {}
     for ulps in (0, 4):
         out = tmp_path / f"run_{ulps}.npz"
-        script = tmp_path / "approx_sqrt_run.py"  # a file: Taichi reads a func's source
-        script.write_text(_APPROX_SQRT_RUN)
         r = subprocess.run([sys.executable, str(script), str(here), str(ulps), str(out)],
                            capture_output=True, text=True, timeout=600, check=False, cwd=tmp_path)
         assert r.returncode == 0, r.stderr[-3000:]

@@ -186,6 +186,6 @@ def test_precision_notes_say_what_f32_cannot_keep(demos_dir, demo, notes):
 
     sc = load_scene(demos_dir / f"{demo}.toml")
     got = precision_notes(sc, "f32")
-    assert [n for n in notes] == [w for w in ("friction", "conservative") if any(w in g for g in got)]
+    assert notes == [w for w in ("friction", "conservative") if any(w in g for g in got)]
     assert all(g.startswith("f32: ") and "--precision f64" in g and "\n" not in g for g in got)
     assert precision_notes(sc, "f64") == []
