@@ -285,7 +285,9 @@ class ProgressiveRefiner:
         self.scene = scene
         self.out = Path(out_dir)
         self.out.mkdir(parents=True, exist_ok=True)
-        self.binfo = backend.init(arch, precision)
+        from tisim.runner import scene_precision
+
+        self.binfo = backend.init(arch, scene_precision(scene, precision))
         self.model = Model.from_scene(scene)
         if self.model.cloth is None:
             raise ConfigError("objects", "tisim refine needs a cloth object (kind = 'cloth')", scene.path)

@@ -180,11 +180,6 @@ def machine() -> dict:
 
 # What f32 cannot promise, measured (README, "GPU-class backends"); one line each, logged
 # at start-up and kept in run.json ("precision_notes").
-F32_FRICTION_NOTE = (
-    "f32: friction forces are about 1% off (at 10 degrees and mu = tan + 0.003 a box sticks but "
-    "creeps at up to 2e-3 m/s; at tan - 0.003 it slides up to 1.8x too fast): use --precision "
-    "f64 where friction thresholds matter"
-)
 F32_ADMM_NOTE = (
     "f32: the conservative integrator's residuals stall near 5e-7, above its 1e-8 tolerance, "
     "so its exact momentum and near-exact energy hold only in f64: use --precision f64"
@@ -196,11 +191,34 @@ def precision_notes(scene: Scene, precision: str) -> list[str]:
     if precision != "f32":
         return []
     notes = []
-    if scene.solver.type == "pd" and scene.contact.enabled and (scene.colliders or len(scene.objects) > 1):
-        notes.append(F32_FRICTION_NOTE)
     if scene.solver.type == "admm":
         notes.append(F32_ADMM_NOTE)
     return notes
+
+
+def needs_f64(scene: Scene) -> bool:
+    """Whether the scene runs the cloth solver (cloth objects, or solver.type "cloth")."""
+    return scene.solver.type == "cloth" or any(
+        getattr(o, "kind", None) == "cloth" for o in scene.objects.values()
+    )
+
+
+def scene_precision(scene: Scene, precision: str | None) -> str | None:
+    """The precision to initialise Taichi with for ``scene``: the cloth solver's IPC
+    contact runs in f64 on every backend (the default there, f32 on a GPU otherwise);
+    asking for f32 is a ConfigError. Its barrier works on squared distances d^2 - xi^2
+    of about 1e-9 m^2 between vertices 1 m from the origin, which f32 positions (6e-8 m
+    apart at 1 m) carry to a few per cent; measured on the CPU backend, cloth-drape in
+    f32 met a Newton system that no diagonal shift up to 1e-4 made positive definite
+    in its fourth contact frame."""
+    if not needs_f64(scene):
+        return precision
+    if precision == "f32":
+        from tisim.config import ConfigError
+
+        raise ConfigError("--precision", "the cloth solver (IPC contact) runs in f64 only, got f32: "
+                          "leave --precision unset or use f64", scene.path)
+    return "f64"
 
 
 def build(scene: Scene, arch: str = "auto", precision: str | None = None):
@@ -210,7 +228,7 @@ def build(scene: Scene, arch: str = "auto", precision: str | None = None):
     from tisim.solvers.registry import solver_class
     from tisim.startup import check_initial_overlaps
 
-    info = backend.init(arch, precision)
+    info = backend.init(arch, scene_precision(scene, precision))
     model = check_initial_overlaps(Model.from_scene(scene))  # a deep overlap: one line, exit 2
     if model.cloth is not None and scene.solver.type != "cloth":
         from tisim.config import ConfigError

@@ -269,8 +269,10 @@ def plan(scene_path: Path | str, varies: list[Vary], *, sets: list[str] | tuple[
     run's values, before anything is launched."""
     from tisim.scene import apply_overrides, load_scene, scene_from_dict
 
+    from tisim.runner import scene_precision
+
     p = Path(scene_path)
-    load_scene(p, list(sets))  # the scene and --set alone first, so their errors read as such
+    scene_precision(load_scene(p, list(sets)), precision)  # the scene and --set alone first, so their errors read as such
     keys = [v.key for v in varies]
     if len(set(keys)) != len(keys):
         dup = next(k for k in keys if keys.count(k) > 1)
@@ -328,6 +330,11 @@ def run_task(data: dict, scene_path: str, frames: int | None, arch: str, precisi
     t0 = time.perf_counter()
     out: dict[str, Any] = {"worker": f"{socket.gethostname()}:{os.getpid()}", "stats_csv": "", "run_json": ""}
     try:
+        from tisim.runner import scene_precision
+        from tisim.scene import scene_from_dict
+
+        scene = scene_from_dict(data, scene_path)
+        precision = scene_precision(scene, precision)
         if not backend.is_initialized():
             # Taichi reads these when it initialises, once per worker process; its banner
             # would land on the worker's stdout (the user's terminal for a LocalCluster)
@@ -339,9 +346,7 @@ def run_task(data: dict, scene_path: str, frames: int | None, arch: str, precisi
                 backend.init(arch, precision)
         out["cpu_threads"] = os.environ.get("TI_CPU_MAX_NUM_THREADS")
         from tisim.runner import run_scene
-        from tisim.scene import scene_from_dict
 
-        scene = scene_from_dict(data, scene_path)
         with tempfile.TemporaryDirectory(prefix="tisim-sweep-") as tmp:
             res = run_scene(scene, tmp, frames=frames, viewer=None, progress=False, arch=arch,
                             precision=precision)

@@ -115,22 +115,20 @@ def check_scene(arch: str, precision: str, name: str, reference: dict) -> dict:
 def check_stick_slip(arch: str, precision: str) -> None:
     """Same verdicts as Coulomb's law (and the CPU in f64), by the box's mean speed over
     the last 0.1 s against the speed Coulomb's law gives the sliding box then (0.0058 m/s):
-    at mu* - 0.003 it slides at least half as fast as that, at mu* + 0.003 it moves at less
-    than half of it (check_stick_slip_verdicts). Measured: f64 slides at 0.0067 m/s and
-    sticks at 7e-7 m/s; f32 slides at 0.009-0.011 m/s (too fast, README) and creeps at 2e-5
-    to 1.9e-3 m/s."""
+    at mu* - 0.003 it slides at least half as fast as that, at mu* + 0.003 it moves at
+    less than 2% of it (check_stick_slip_verdicts). Measured: f64 slides at 0.0067 m/s and
+    sticks at 7e-7 m/s; f32 on lavapipe, over three runs with mu moved by 1e-6 relative,
+    slides at 0.0066-0.0068 m/s and sticks at 1.1e-6 to 2.1e-5 m/s."""
     got = on_backend(arch, precision, scenarios.stick_slip)
     print(f"stick-slip {arch} {precision}: {got}")
     check_stick_slip_verdicts(got)
 
 
 def check_stick_slip_verdicts(got: dict) -> None:
-    """Each box's verdict is the nearer of the two outcomes Coulomb's law allows: at rest, or
-    sliding at Coulomb's speed; the threshold is half that speed. (A stricter stick bound
-    of a tenth was inside f32's own scatter: a sticking f32 box creeps in bursts, and over
-    twelve windows of 0.1 s with mu moved by 1e-6 relative its mean speed ranged from 2e-5 to
-    1.9e-3 m/s, a third of Coulomb's 5.8e-3, on the CPU backend with either contact path; a
-    round-off-level change of the contact code moved the Vulkan run from one side of the
-    tenth to the other. f32 slides 1.7-2.0x Coulomb's speed, f64 sticks to 1e-6 m/s.)"""
+    """Sliding: at least half Coulomb's speed. Sticking: below 2% of it (1.2e-4 m/s), five
+    times the fastest f32 box measured above the threshold (2.1e-5 m/s on lavapipe). Until
+    the PD residual's difference form (stop 34) f32 fell with 1.5-2% too much gravity, slid
+    1.7-2.0x Coulomb's speed and crept in bursts at up to 1.9e-3 m/s, and this bound was
+    half of Coulomb's speed."""
     assert got["slide"] > 0.5 * got["coulomb"], got
-    assert got["stick"] < 0.5 * got["coulomb"], got
+    assert got["stick"] < 0.02 * got["coulomb"], got

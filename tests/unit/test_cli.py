@@ -149,3 +149,28 @@ def test_top_edge_pin_of_a_flat_lying_cloth_is_refused(tmp_path):
     p.write_text(p.read_text().replace('"top-edge"', '"x-min"'))
     r = tisim("run", str(p), "-n", "1", "--no-render", "--out", str(tmp_path / "o"))
     assert r.returncode == 0, r.stderr
+
+
+def test_cloth_in_f32_is_refused_in_one_line():
+    """The cloth solver's IPC contact runs in f64 only (tisim.runner.scene_precision: in f32
+    cloth-drape met a Newton system no diagonal shift made positive definite, an internal
+    error, in its fourth contact frame); asking for f32 names the option, exit code 2."""
+    r = tisim("demo", "cloth-drape", "--precision", "f32", "--headless", "--no-render", "-n", "1", "-q")
+    assert_one_line_error(r, "--precision", "f64")
+
+
+def test_scene_precision_keeps_cloth_in_f64(demos_dir):
+    """Without --precision a cloth scene runs in f64 on any backend (f32 would be a GPU's
+    default); other scenes keep what was asked for."""
+    from tisim.config import ConfigError
+    from tisim.runner import scene_precision
+    from tisim.scene import load_scene
+
+    cloth = load_scene(demos_dir / "cloth-drape.toml")
+    pd = load_scene(demos_dir / "squeeze-ball.toml")
+    assert scene_precision(cloth, None) == "f64"
+    assert scene_precision(cloth, "f64") == "f64"
+    with pytest.raises(ConfigError, match="f64 only"):
+        scene_precision(cloth, "f32")
+    assert scene_precision(pd, None) is None
+    assert scene_precision(pd, "f32") == "f32"

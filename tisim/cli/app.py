@@ -288,8 +288,9 @@ def compare(
             if s not in names():
                 raise ConfigError("--integrators", f"unknown integrator {s!r}: expected some of {', '.join(names())}")
         from tisim import backend
+        from tisim.runner import scene_precision
 
-        backend.init(arch, precision)
+        backend.init(arch, scene_precision(sc, precision))
         out_dir = out if out is not None else Path("out") / f"{sc.name}-compare"
         summary = do_compare(sc, chosen, out_dir, frames=frames)
         from tisim.compare import format_table
