@@ -160,8 +160,8 @@ def test_cloth_in_f32_is_refused_in_one_line():
 
 
 def test_scene_precision_keeps_cloth_in_f64(demos_dir):
-    """Without --precision a cloth scene runs in f64 on any backend (f32 would be a GPU's
-    default); other scenes keep what was asked for."""
+    """Without --precision a cloth or ADMM scene runs in f64 on any backend (f32 would be
+    a GPU's default); other scenes keep what was asked for."""
     from tisim.config import ConfigError
     from tisim.runner import scene_precision
     from tisim.scene import load_scene
@@ -174,3 +174,6 @@ def test_scene_precision_keeps_cloth_in_f64(demos_dir):
         scene_precision(cloth, "f32")
     assert scene_precision(pd, None) is None
     assert scene_precision(pd, "f32") == "f32"
+    admm = load_scene(demos_dir / "spinning-bar.toml")  # f64 by default, f32 when asked
+    assert scene_precision(admm, None) == "f64"
+    assert scene_precision(admm, "f32") == "f32"
