@@ -267,12 +267,12 @@ def plan(scene_path: Path | str, varies: list[Vary], *, sets: list[str] | tuple[
     """Every run of the grid, each scene validated (no Taichi): an unknown key, a value of
     the wrong type or out of range raises :class:`ConfigError` naming ``--vary`` and the
     run's values, before anything is launched."""
+    from tisim.runner import scene_precision
     from tisim.scene import apply_overrides, load_scene, scene_from_dict
 
-    from tisim.runner import scene_precision
-
     p = Path(scene_path)
-    scene_precision(load_scene(p, list(sets)), precision)  # the scene and --set alone first, so their errors read as such
+    # the scene and --set alone first, so their errors read as such (a cloth in f32 too)
+    scene_precision(load_scene(p, list(sets)), precision)
     keys = [v.key for v in varies]
     if len(set(keys)) != len(keys):
         dup = next(k for k in keys if keys.count(k) > 1)

@@ -15,15 +15,18 @@ before contact, so comparing two whole runs cannot say which kernel is wrong; th
    update (positions q, Newton steps);
 2. replays those calls, inputs identical to the bit, on each backend in a fresh process
    with the stages launched one by one (TISIM_CONTACT_SERIAL=0, the GPU path, everywhere),
-   keeping after each load, kinematics/merit, Newton begin, CR iteration, CR end,
-   line-search trial, commit and record the per-contact arrays (first k rows) and scalars,
-   and after each update the forces lambda and H^T lambda;
+   each update from the forces the recording had when it began, keeping after each load,
+   kinematics/merit, Newton begin, CR iteration, CR end, line-search trial, commit and
+   record the per-contact arrays (first k rows) and scalars, and after each update the
+   forces lambda and H^T lambda;
 3. lines the two replays up and prints, stage by stage, the largest relative difference
-   per array, stopping at the first stage past the tolerance: the kernel that stage
-   launched is where to look. The whole runs' positions are compared frame by frame too.
+   per array, stopping at the first judged stage past its tolerance (:func:`judged`: each
+   update's first Newton step on everything, later steps, which amplify round-off, on
+   forces, gaps and slips): the kernel that stage launched is where to look. The whole
+   runs' positions are compared frame by frame too.
 
     python tools/contact_trace.py --archs cpu cuda --precision f32     # on a GPU machine, ~1 min
-    python tools/contact_trace.py --archs cpu vulkan --precision f32   # Mesa lavapipe: agrees
+    python tools/contact_trace.py --archs cpu vulkan --precision f32   # Mesa lavapipe: agrees (3.7%)
 
 Writes calls.pkl, replay_<arch>.npz, run_<arch>.npz and trace.json under --out; exits 3
 when the replays part.
@@ -96,6 +99,11 @@ def _run(arch: str, precision: str, frames: int, out: Path, calls_out: Path | No
         def update(self, q, newton_iterations, fused=None):
             kept = recording() and self.k
             if kept:
+                # the forces it starts from: each replayed update starts from the reference
+                # run's, so a difference in one update does not carry into the next (they
+                # compound: on lavapipe a 0.2% difference after the impact frame's first
+                # update became 100% two updates later)
+                calls.append(("start_lam", self.get_lam()))
                 qa = q.to_numpy() if hasattr(q, "to_numpy") else np.array(q)
                 calls.append(("update", qa, int(newton_iterations)))
                 state["updates"] += 1
@@ -179,7 +187,7 @@ def _replay(calls_path: Path, out: Path) -> None:
             arrays["W"] = dev.st.W.to_numpy()[: dev.k * dev.k]
             arrays["cparams"] = dev.st.cparams.to_numpy()
             keep("load", arrays)
-        elif kind == "set_lam":
+        elif kind in ("set_lam", "start_lam"):
             dev.set_lam(call[1])
         elif kind == "update":
             ctx["count"] = {}
@@ -219,36 +227,99 @@ def relative_difference(a: np.ndarray, b: np.ndarray) -> float:
     return 0.0 if scale == 0 else float(np.abs(a[fa] - b[fb]).max() / scale)
 
 
-def compare(reference: list, other: list, tol: float) -> dict:
+# arrays a stage leaves that an earlier update's stages wrote last until this update
+# rewrites them: the CR solution and direction until its first CR solve, the trial point's
+# gaps and slips until its first line-search trial (judged from then on)
+_WRITTEN_BY = {"cr_last": ("x", "dlam"), "trial": ("d1", "u1")}
+
+
+# what later Newton steps are judged on: the forces, gaps and slips, not the directions
+PHYSICAL = ("lam", "force", "d", "u", "d1", "u1")
+
+
+def judged(label: str, newton_step: int) -> tuple[str, ...]:
+    """The arrays a stage is judged on (none within a CR solve, whose iterates amplify
+    round-off). Every update starts from the reference run's forces and positions, so up
+    to the end of its first Newton step both backends see identical inputs: KEY, at the
+    first tolerance. Later steps start from each backend's own previous step, and a
+    nonsmooth Newton step amplifies round-off (an active-set row flipping at the
+    Fischer-Burmeister kink): measured on the squeeze-ball's impact updates, lavapipe
+    against the CPU in f64 parted by 27% in a fourth step's direction and 2.9% in its
+    forces, in f32 by 9.5% and 4.3%. There only PHYSICAL is judged, at the late tolerance.
+    The CUDA f32 fault this tool was built for, emulated on the CPU (every square root of
+    the update 4 ulp high, the old Fischer-Burmeister derivative), parts the forces by 19%,
+    the slips by 33% (trial slips 114%) in later steps; the fixed derivative under the same
+    emulation stays within 4.3%."""
+    if "cr_iteration" in label:
+        return ()
+    return KEY if newton_step == 0 else PHYSICAL
+
+
+def compare(reference: list, other: list, tol: float, late_tol: float = 0.1) -> dict:
     """Line two traces up label by label: per stage the largest relative difference per
-    array; the first stage (CR iterations aside) where a KEY array passes ``tol`` (or the labels
-    part: a different number of CR iterations or trials) ends the comparison."""
+    array; the first stage where a judged array (:func:`judged`) passes its tolerance
+    (``tol`` up to the end of an update's first Newton step, ``late_tol`` after), or where
+    the labels part within a first step (a different number of CR iterations or trials),
+    ends the comparison. When the labels part in a later step both traces skip to the next
+    update, which starts from the same inputs again; such partings are listed."""
     rows, first = [], None
-    for (la, da), (lb, db) in zip(reference, other):
+    update, step = None, 0
+    stale: set = set()
+    i = j = 0
+    while i < len(reference) and j < len(other):
+        (la, da), (lb, db) = reference[i], other[j]
+        words = la.split()
+        if words[:2] != update:
+            update, step = words[:2], 0
+            stale = {n for names in _WRITTEN_BY.values() for n in names}
         if la != lb:
+            if step >= 1 and lb.split()[:2] == update:
+                rows.append({"label": la, "diffs": {}, "parted": lb})
+                while i < len(reference) and reference[i][0].split()[:2] == update:
+                    i += 1
+                while j < len(other) and other[j][0].split()[:2] == update:
+                    j += 1
+                continue
             first = {"label": lb, "reason": f"the traces part: {la!r} against {lb!r}"}
             break
+        if len(words) >= 3 and words[2] in _WRITTEN_BY:
+            stale -= set(_WRITTEN_BY[words[2]])
+        if len(words) == 4 and words[2] == "newton_begin":
+            step = int(words[3])
         diffs = {name: relative_difference(db[name], da[name]) for name in da if name in db}
-        rows.append({"label": la, "diffs": diffs})
-        # not within a CR solve: its intermediate iterates amplify round-off (x 0.017 apart at
-        # one iteration on lavapipe, 1e-5 at the solve's end)
-        verdict = "cr_iteration" not in la
-        bad = {n: v for n, v in diffs.items() if verdict and v > tol and n in KEY}
+        names = judged(la, step)
+        kept = {n: v for n, v in diffs.items() if n in names and n not in stale}
+        rows.append({"label": la, "diffs": diffs, "judged": kept})
+        limit = tol if step == 0 else late_tol
+        bad = {n: v for n, v in kept.items() if v > limit}
         if bad:
-            first = {"label": la, "reason": "past tolerance: " + ", ".join(
+            first = {"label": la, "reason": f"past tolerance {limit:.0e}: " + ", ".join(
                 f"{n} {v:.2e}" for n, v in sorted(bad.items(), key=lambda kv: -kv[1]))}
             break
-    else:
-        if len(reference) != len(other):
-            first = {"label": None, "reason": f"lengths {len(reference)} and {len(other)}"}
-    return {"tolerance": tol, "stages_compared": len(rows), "rows": rows, "first": first}
+        i += 1
+        j += 1
+    if first is None and (i < len(reference) or j < len(other)):
+        first = {"label": None, "reason": f"lengths {len(reference)} and {len(other)}"}
+    return {"tolerance": tol, "late_tolerance": late_tol, "stages_compared": len(rows), "rows": rows,
+            "first": first}
 
 
 def print_report(res: dict, title: str, last: int = 14) -> None:
-    print(f"{title}: {res['stages_compared']} stages compared, tolerance {res['tolerance']:.0e}")
-    for r in res["rows"][-last:]:
+    print(f"{title}: {res['stages_compared']} stages compared, tolerance {res['tolerance']:.0e} "
+          f"(later Newton steps {res.get('late_tolerance', res['tolerance']):.0e})")
+    for r in (res["rows"][-last:] if last > 0 else []):
+        if "parted" in r:
+            print(f"  {r['label']:<30} parted from {r['parted']!r} (a later Newton step: next update)")
+            continue
         top = sorted(((n, v) for n, v in r["diffs"].items() if n in KEY), key=lambda kv: -kv[1])[:4]
         print(f"  {r['label']:<30} " + ", ".join(f"{n} {v:.1e}" for n, v in top))
+    worst = max(((v, n, r["label"]) for r in res["rows"] for n, v in r.get("judged", {}).items()),
+                default=None)
+    if worst is not None:
+        print(f"  largest judged difference: {worst[1]} {worst[0]:.1e} at {worst[2]}")
+    parted = [r["label"] for r in res["rows"] if "parted" in r]
+    if parted:
+        print(f"  later Newton steps parted (not judged) in: {', '.join(parted)}")
     f = res["first"]
     print("  first difference:", "none" if f is None else f"{f['label']}: {f['reason']}")
 
@@ -257,9 +328,15 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--archs", nargs=2, default=["cpu", "cuda"], metavar=("REFERENCE", "OTHER"))
     ap.add_argument("--precision", default="f32", choices=["f32", "f64"])
-    ap.add_argument("--frames", type=int, default=13, help="the squeeze-ball first touches in frame 11")
-    ap.add_argument("--updates", type=int, default=3, help="device contact updates recorded and replayed")
-    ap.add_argument("--tol", type=float, default=None, help="default 1e-2 in f32, 1e-8 in f64")
+    ap.add_argument("--frames", type=int, default=13,
+                    help="the squeeze-ball enters the contact band in frame 11 and is hit in frame 12")
+    ap.add_argument("--updates", type=int, default=10,
+                    help="device contact updates recorded and replayed (five a frame: the default covers "
+                         "frames 11 and 12; frame 11's converge before a Newton step)")
+    ap.add_argument("--tol", type=float, default=None,
+                    help="each update's first Newton step (default 1e-1 in f32, 1e-8 in f64)")
+    ap.add_argument("--late-tol", type=float, default=0.1,
+                    help="forces, gaps and slips in later Newton steps (default 0.1)")
     ap.add_argument("--out", type=Path, default=Path("out/contact_trace"))
     ap.add_argument("--child", nargs="+", default=None, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
@@ -276,7 +353,9 @@ def main(argv=None) -> int:
             _replay(a.out / "calls.pkl", a.out / f"replay_{arch}.npz")
         return 0
 
-    tol = a.tol if a.tol is not None else (1e-2 if a.precision == "f32" else 1e-8)
+    # first Newton steps, identical inputs: lavapipe against the CPU within 3.5e-2 in f32
+    # (CR in f32 amplifies round-off) and 4.9e-10 in f64; later steps: see judged()
+    tol = a.tol if a.tol is not None else (1e-1 if a.precision == "f32" else 1e-8)
     a.out.mkdir(parents=True, exist_ok=True)
     ref, other = a.archs
     for what, arch in (("run", ref), ("run", other), ("replay", ref), ("replay", other)):
@@ -291,7 +370,8 @@ def main(argv=None) -> int:
     gap = np.abs(pa - pb).max(axis=(1, 2))
     print(f"whole runs, {other} against {ref} ({a.precision}), max |dx| per frame (m): "
           + " ".join(f"{g:.1e}" for g in gap))
-    res = compare(load_trace(a.out / f"replay_{ref}.npz"), load_trace(a.out / f"replay_{other}.npz"), tol)
+    res = compare(load_trace(a.out / f"replay_{ref}.npz"), load_trace(a.out / f"replay_{other}.npz"), tol,
+                  a.late_tol)
     print_report(res, f"replayed contact updates, {other} against {ref}")
     if res["first"] is None and gap[-1] > 1e-3:
         print("  the contact kernels agree on the same inputs while the runs part by "
