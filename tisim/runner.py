@@ -199,7 +199,7 @@ def precision_notes(scene: Scene, precision: str) -> list[str]:
 def needs_f64(scene: Scene) -> bool:
     """Whether the scene runs the cloth solver (cloth objects, or solver.type "cloth")."""
     return scene.solver.type == "cloth" or any(
-        getattr(o, "kind", None) == "cloth" for o in scene.objects.values()
+        o.kind == "cloth" for o in scene.objects.values()
     )
 
 
