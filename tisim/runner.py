@@ -211,10 +211,10 @@ def scene_precision(scene: Scene, precision: str | None) -> str | None:
     ConfigError. Its barrier works on squared distances d^2 - xi^2 of about 1e-9 m^2
     between vertices 1 m from the origin, which f32 positions (6e-8 m apart at 1 m) carry
     to a few per cent; measured on the CPU backend, cloth-drape in f32 met a Newton
-    system that no diagonal shift up to 1e-4 made positive definite in its fourth contact
-    frame. The conservative (ADMM) integrator also defaults to f64 everywhere: in f32 its
-    residuals stall near 5e-7 and the spinning-bar demo stops at its first step (an
-    explicit f32 runs, with F32_ADMM_NOTE)."""
+    system that no diagonal shift up to 1e-4 made positive definite in its fifth contact
+    frame (frame 21). The conservative (ADMM) integrator also defaults to f64 everywhere:
+    in f32 its residuals stall near 5e-7 and the spinning-bar demo stops at its first step
+    (an explicit f32 runs, with F32_ADMM_NOTE)."""
     if precision is None and scene.solver.type == "admm":
         return "f64"
     if not needs_f64(scene):

@@ -154,7 +154,7 @@ def test_top_edge_pin_of_a_flat_lying_cloth_is_refused(tmp_path):
 def test_cloth_in_f32_is_refused_in_one_line():
     """The cloth solver's IPC contact runs in f64 only (tisim.runner.scene_precision: in f32
     cloth-drape met a Newton system no diagonal shift made positive definite, an internal
-    error, in its fourth contact frame); asking for f32 names the option, exit code 2."""
+    error, in its fifth contact frame); asking for f32 names the option, exit code 2."""
     r = tisim("demo", "cloth-drape", "--precision", "f32", "--headless", "--no-render", "-n", "1", "-q")
     assert_one_line_error(r, "--precision", "f64")
 
