@@ -183,3 +183,12 @@ def test_cluster_without_workers_gives_failed_rows_not_a_hang(tiny, tmp_path, mo
     assert all("no Dask worker" in r["message"] for r in res.rows)
     with open(tmp_path / "o" / "sweep.csv", newline="") as f:
         assert [r["ended"] for r in csv.DictReader(f)] == ["failed", "failed"]
+
+
+def test_cloth_in_f32_is_refused_before_any_run(demos_dir, tmp_path):
+    """A cloth scene swept in f32 ends with one line naming --precision (the cloth solver
+    runs in f64 only, tisim.runner.scene_precision) before anything is launched."""
+    r = tisim("sweep", str(demos_dir / "cloth-drape.toml"), "--vary", "contact.mu=0.1,0.2", "--precision", "f32",
+              "--out", str(tmp_path / "o"))
+    one_line_error(r, "--precision", "f64")
+    assert not (tmp_path / "o").exists()
