@@ -273,6 +273,13 @@ class PSDProjector:
             raise ValueError(
                 f"A has shape {shape}; expected (>= {count}, {self.dim}, {self.dim})"
             )
+        self._launch(A, count)
+
+    def compile(self, A) -> None:
+        """Compile the projection for arrays like ``A`` now (a launch over no matrix)."""
+        self._launch(A, 0)
+
+    def _launch(self, A, count: int) -> None:
         from tisim import backend
 
         eps = float(np.finfo(backend.np_real()).eps)

@@ -545,6 +545,12 @@ class _Rows:
             self._psd = PSDProjector(12)
         self._psd.project(self.hessians, rows)
 
+    def _compile_rows(self) -> None:
+        if self._psd is None:
+            self._psd = PSDProjector(12)
+        self._psd.compile(self.hessians)
+        _zero_rows(self.hessians, 0)
+
 
 class BarrierPotential(_Rows):
     """C-IPC barrier potential over point-triangle and edge-edge pairs.
@@ -602,6 +608,25 @@ class BarrierPotential(_Rows):
                         self._act_ee, self._act_counts)
         c = download(self._act_counts)
         return self._act_pt, int(c[0]), self._act_ee, int(c[1])
+
+    def compile_kernels(self, x, pt, ee, g, unknowns=None) -> None:
+        """Compile every kernel of the barrier now, for arrays like these (x, g:
+        ti.Vector.ndarray(3, real, n); pt, ee: candidate rows; unknowns as in
+        :meth:`local_hessians`): each is launched over zero pairs, which computes
+        nothing. Left to the first contact, their compilation stalls that frame by about
+        a second (64 x 64 drape, frame 16), a visible freeze in a live view."""
+        self.compact_active(x, pt, 0, ee, 0, 1.0, 0.0)  # allocates the compacted rows
+        _compact_active(x, pt, 0, ee, 0, 1.0, 0.0, self._act_pt, self._act_ee, self._act_counts)
+        _barrier_energy(x, self.rest, pt, 0, ee, 0, 1.0, 0.0, self._sum)
+        _barrier_gradient(x, self.rest, pt, 0, ee, 0, 1.0, 0.0, 0.0, g)
+        _barrier_classify(x, self.rest, pt, 0, ee, 0, 1.0, 0.0, 0.0, self._dtypes, self._coefs)
+        _barrier_hessians(x, pt, 0, ee, 0, self._dtypes, self._coefs, self.hessians, self.stencils)
+        _pair_stats(x, pt, 0, ee, 0, 0.0, 0.0, self._sum, self._count)
+        if unknowns is not None:
+            from tisim.solvers.cloth.assembly_kernels import zero_fixed
+
+            zero_fixed(self.hessians, self.stencils, 0, unknowns)
+        self._compile_rows()
 
     def energy(
         self, x, pt, n_pt: int, ee, n_ee: int, dhat: float, thickness: float, kappa: float
@@ -785,6 +810,18 @@ class FrictionPotential(_Rows):
             self.basis,
         )
         return int(np.count_nonzero(download(self.coef)[:rows]))
+
+    def compile_kernels(self, x, pt, ee, g, vertex_mu) -> None:
+        """Compile every kernel of the friction now (as the barrier's
+        :meth:`BarrierPotential.compile_kernels`; x_ref is an array like x); computes
+        nothing and keeps the lagged pairs."""
+        _friction_update(x, self.rest, int(self._use_rest), pt, 0, ee, 0, 1.0, 0.0, 0.0, vertex_mu,
+                         self.coef, self.lag_stencils, self.weights, self.basis)
+        _friction_energy(x, x, 0, 1.0, self.coef, self.lag_stencils, self.weights, self.basis, self._sum)
+        _friction_gradient(x, x, 0, 1.0, self.coef, self.lag_stencils, self.weights, self.basis, g)
+        _friction_hessians(x, x, 0, 1.0, 1, self.coef, self.lag_stencils, self.weights, self.basis,
+                           self.hessians, self.stencils)
+        self._compile_rows()
 
     def energy(self, x, x_ref, eps_v: float, h: float) -> float:
         """D(x) (J) for the lagged pairs, displacements x - x_ref (m; both

@@ -263,6 +263,19 @@ class SystemAssembler:
                      r, c, v)
         self._extra.append((r, c, v))
 
+    def compile_kernels(self, H, stencils) -> None:
+        """Compile :meth:`add_pairs`' kernels now for local Hessians like ``H`` / ``stencils``
+        (launches over zero pairs into scratch arrays of the pattern's types)."""
+        import taichi as ti
+
+        from tisim.solvers.cloth.assembly_kernels import emit_outside, scatter_pairs
+
+        ip, ix = ti.ndarray(ti.i32, shape=1), ti.ndarray(ti.i32, shape=1)
+        i32 = np.zeros(1, dtype=np.int32)
+        scatter_pairs(H, stencils, 0, self.unknowns, ip, ix, np.zeros(1), i32)
+        emit_outside(H, stencils, i32, 0, self.unknowns, ip, ix, i32, i32.copy(), i32.copy(),
+                     np.zeros(1, dtype=backend.np_real()))
+
     def matrix(self) -> sp.csr_matrix:
         """The sum (CSR, sorted indices, float64): the base's pattern plus the entries
         outside it, summed."""

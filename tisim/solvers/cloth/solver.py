@@ -442,6 +442,10 @@ class SolverCloth(Solver):
             self.check_start(model.initial_positions[cp.vertex_slice], x0_obs)
         self._stats_total = {"steps": 0, "newton": 0, "ccd_clamps": 0, "max_kinematic_lag": 0.0}
         self._lag_warned = False
+        # the contact kernels compile now, not at the first contact (a second's freeze)
+        self.barrier.compile_kernels(self.x, self.broad.pt, self.broad.ee, self.g, self.system.unknowns)
+        self.friction.compile_kernels(self.x, self.broad.pt, self.broad.ee, self.g, self.vertex_mu)
+        self.system.compile_kernels(self.barrier.hessians, self.barrier.stencils)
 
     def check_start(self, xc: np.ndarray, x_obs: np.ndarray, advice: str = "separate them") -> None:
         """Refuse a start state that intersects or comes closer than the contact
