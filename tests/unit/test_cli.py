@@ -30,6 +30,18 @@ def test_help_is_fast_and_lists_commands():
         assert cmd in r.stdout
 
 
+def test_help_text_reads_as_written():
+    """Help is plain text: a docstring's line breaks are joined into sentences and
+    "[refine]" is printed, not swallowed as rich markup (it was, in Typer's rich mode)."""
+    r = tisim("demo", "--help")
+    assert r.returncode == 0, r.stderr
+    text = " ".join(r.stdout.split())
+    assert "A progressive cloth demo (one with a [refine] table) opens its coarse preview" in text
+    r = tisim("--help")
+    line = next(ln for ln in r.stdout.splitlines() if ln.strip().startswith("demo "))
+    assert "Run a bundled demo" in line
+
+
 def test_help_does_not_import_taichi():
     code = "import sys, tisim.cli.app; assert 'taichi' not in sys.modules"
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

@@ -19,6 +19,8 @@ app = typer.Typer(
     no_args_is_help=True,
     help="tisim: soft bodies and cloth in Taichi. Demos, scenes, integrator comparisons.",
     pretty_exceptions_enable=False,
+    # plain text: docstrings' line breaks are joined and "[refine]" is not read as markup
+    rich_markup_mode=None,
 )
 
 _DEBUG = {"on": False}
