@@ -177,7 +177,7 @@ _FRAMES = typer.Option(None, "--frames", "-n", help="Number of frames (default: 
 _HEADLESS = typer.Option(False, "--headless", help="No window: render off-screen to PNG frames + MP4.")
 _OUT = typer.Option(None, "--out", "-o", help="Output folder (default: out/<scene>).")
 _NO_RENDER = typer.Option(False, "--no-render", help="Write no images (stats and run.json only).")
-_EXPORT = typer.Option(False, "--export-meshes", help="Write the surface mesh of every frame (.ply).")
+_EXPORT = typer.Option(False, "--export-meshes", help="Write every frame's meshes to meshes/: the solids' surface (.ply), each cloth with its UVs (.obj).")
 _ARCH = typer.Option("auto", "--arch", help="Taichi backend: auto, cpu, cuda, vulkan.")
 _PREC = typer.Option(None, "--precision", help="f64 (CPU default) or f32 (GPU default).")
 _SET = typer.Option([], "--set", "-s", help="Override a scene value: --set contact.mu=0.3 (repeatable).")
