@@ -367,6 +367,28 @@ def test_frame_writer_without_ffmpeg_keeps_frames(tmp_path, monkeypatch, caplog)
 
 
 # ---------------------------------------------------------------------------
+def test_cloth_checker_squares_follow_the_grid_and_the_uvs():
+    """On a generated sheet a checker square is a whole number of cells, the same along u
+    and v (the flag's 30 x 20 cells: 4 x 4-cell squares, 7.5 x 5 of them), so its edges run
+    along mesh edges; a mesh that is no grid gets 8 squares per unit of UV."""
+    from tisim.geometry.generate import cloth_rectangle
+    from tisim.runner import checker
+
+    m = cloth_rectangle((1.5, 1.0), (30, 20))
+    c = checker(m.uv, m.face_uv)
+    cell = (m.uv[m.face_uv].mean(axis=1) * [30, 20]).astype(int)  # (m, 2) cell of each face
+    want = ((cell[:, 0] // 4) + (cell[:, 1] // 4)) % 2
+    np.testing.assert_array_equal(c, want)
+    assert 0.4 < c.mean() < 0.6
+    with pytest.raises(ValueError):  # the surface's faces and their colours must agree
+        ViewInfo(faces=np.array([[0, 1, 2]]), vertex_count=3, face_colors=np.zeros((2, 3)))
+    # irregular UVs (a user's mesh): squares of 1/8 of UV
+    rng = np.random.default_rng(1)
+    uv = m.uv + rng.uniform(-0.004, 0.004, m.uv.shape)
+    centroid = uv[m.face_uv].mean(axis=1)
+    np.testing.assert_array_equal(checker(uv, m.face_uv), np.floor(centroid * 8).sum(axis=1) % 2)
+
+
 # off-screen rendering (GGUI on Vulkan; lavapipe is enough)
 
 needs_vulkan = pytest.mark.skipif(
@@ -457,6 +479,40 @@ def test_offscreen_colliders_are_drawn_and_move(renderer):
     c0 = np.nonzero(changed)[1].mean()
     c1 = np.nonzero(_object_mask(moved) & (np.arange(H)[:, None] > H / 2))[1].mean()
     assert c1 > c0 + 10
+
+
+@needs_vulkan
+def test_offscreen_face_colours_have_sharp_edges(renderer):
+    """Face colours (a cloth's checker) are drawn per face: a sheet of 4 x 4 cells in
+    2 x 2-cell squares shows two colours with almost nothing between them, where
+    per-vertex colours (the vertices on a square's edge take one side's colour) blend
+    across every edge cell."""
+    from tisim.geometry.generate import cloth_rectangle
+    from tisim.runner import checker
+
+    m = cloth_rectangle((1.2, 1.2), (4, 4), center=(0.0, 0.0, 0.0), normal="z")
+    check = checker(m.uv, m.face_uv)
+    light, dark = np.array([0.9, 0.5, 0.2]), np.array([0.3, 0.15, 0.05])
+    face_colors = np.where(check[:, None] == 1, light, dark)
+    cam = CameraConfig(position=(0.0, 0.0, 3.0), lookat=(0.0, 0.0, 0.0), fov=45.0)
+    kw = dict(faces=m.faces, vertex_count=len(m.vertices), camera=cam,
+              render=RenderConfig(width=W, height=H, background=BG, color=COLOR))
+
+    def spread(info):
+        renderer.open(info)
+        renderer.draw(0, 0.0, m.vertices)
+        obj = renderer.image()[_object_mask(renderer.image())].astype(float)
+        lum = obj.mean(axis=1)
+        lo, hi = np.percentile(lum, 5), np.percentile(lum, 95)
+        between = (lum > lo + 0.2 * (hi - lo)) & (lum < hi - 0.2 * (hi - lo))
+        return len(lum), between.mean()
+
+    n, sharp = spread(ViewInfo(face_colors=face_colors, **kw))
+    vcol = np.zeros((len(m.vertices), 3))
+    vcol[m.faces.ravel()] = np.repeat(face_colors, 3, axis=0)
+    _, blurred = spread(ViewInfo(colors=vcol, **kw))
+    assert n > 1000
+    assert sharp < 0.03 < blurred, (sharp, blurred)
 
 
 @needs_vulkan

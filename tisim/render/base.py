@@ -79,6 +79,9 @@ class ViewInfo:
     object_colors: Sequence[tuple[float, float, float]] | None = None
     tunables: Sequence[Tunable] = ()
     colors: np.ndarray | None = None  # (n, 3) per-vertex RGB overriding the object colours
+    # (k, 3) RGB per face of ``faces``, overriding both: the surface is drawn with a corner
+    # per face and vertex, so a pattern (a cloth's UV checker) keeps sharp edges
+    face_colors: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         f = np.asarray(self.faces)
@@ -88,6 +91,8 @@ class ViewInfo:
         self.vertex_count = int(self.vertex_count)
         if len(f) and (f.min() < 0 or f.max() >= self.vertex_count):
             raise ValueError(f"faces index outside 0..{self.vertex_count - 1}")
+        if self.face_colors is not None and np.shape(self.face_colors) != (len(f), 3):
+            raise ValueError(f"face_colors must be ({len(f)}, 3), got {np.shape(self.face_colors)}")
 
     def vertex_colors(self) -> np.ndarray | None:
         """(n, 3) float per-vertex colours: ``colors`` when given, else from the object

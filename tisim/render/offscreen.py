@@ -178,6 +178,26 @@ class _MeshFields:
         )
 
 
+class _FaceColoredMesh(_MeshFields):
+    """A mesh drawn with one corner per face and vertex, one colour per face: sharp
+    colour edges (per-vertex colours blur a pattern across every edge), shaded with the
+    welded mesh's smooth normals. ``update`` takes the welded mesh's positions."""
+
+    def __init__(self, vertex_count: int, faces: np.ndarray, face_colors: np.ndarray):
+        self.welded = np.asarray(faces, dtype=np.int64)
+        self.corners = self.welded.reshape(-1)
+        k = len(self.welded)
+        super().__init__(3 * k, np.arange(3 * k).reshape(-1, 3), np.repeat(np.asarray(face_colors), 3, axis=0))
+
+    def update(self, positions: np.ndarray, normals: np.ndarray | None = None) -> None:
+        x = np.asarray(positions, dtype=np.float64).reshape(-1, 3)
+        if normals is None:
+            nrm = vertex_normals(x, self.welded)
+        else:
+            nrm = np.broadcast_to(np.asarray(normals, dtype=np.float64), x.shape)
+        super().update(x[self.corners], nrm[self.corners])
+
+
 def _shadow_fields(vertex_count: int, faces: np.ndarray, copies: int) -> _MeshFields:
     """Fields for ``copies`` shadows of one caster in one mesh (one a light sample)."""
     n = vertex_count
@@ -317,9 +337,10 @@ class SceneDrawer:
         import taichi as ti
 
         self.info = info
-        self.surface = _MeshFields(
-            info.vertex_count, info.faces, info.vertex_colors(), info.render.color
-        )
+        if info.face_colors is not None:
+            self.surface = _FaceColoredMesh(info.vertex_count, info.faces, info.face_colors)
+        else:
+            self.surface = _MeshFields(info.vertex_count, info.faces, info.vertex_colors(), info.render.color)
         cam = info.camera
         self._cam_dist = float(np.linalg.norm(np.subtract(cam.position, cam.lookat)))
         self.sun = sun_direction(cam)
