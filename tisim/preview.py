@@ -259,13 +259,15 @@ def run_preview(scene_path: Path, sets: list[str] = (), *, viewer, out_root: Pat
     """The preview loop: poll, apply the panel, step, draw; ``f`` launches a refine.
     Returns the (output folder, process) of every refine launched. ``max_frames``
     stops after that many drawn frames (tests)."""
-    from tisim.render.base import ViewInfo
+    from tisim.render.base import ViewInfo, checker_colors
 
     session = PreviewSession(scene_path, sets, arch=arch, precision=precision)
     sc = session.scene
+    lv = session.refiner.hierarchy.levels[0]
     info = ViewInfo(faces=session.faces, vertex_count=len(session.state.x),
                     colliders=[c for c in session.refiner.model.colliders if c.visible], camera=sc.camera,
-                    render=sc.render, title=f"tisim preview: {sc.name}", tunables=tunables(session.values))
+                    render=sc.render, title=f"tisim preview: {sc.name}", tunables=tunables(session.values),
+                    face_colors=checker_colors(lv.faces, lv.uv, lv.face_uv, sc.render.color))
     launched = []
     drawn = 0
     viewer.open(info)

@@ -994,7 +994,7 @@ def level_com(out: Path, level: int) -> np.ndarray:
 def render_levels(refiner: ProgressiveRefiner, frames: int) -> dict:
     """PNG frames and an MP4 per level from its checkpoints, and a side-by-side MP4 of
     all levels (``levels.mp4``). Returns the paths written."""
-    from tisim.render.base import ViewInfo
+    from tisim.render.base import ViewInfo, checker_colors
     from tisim.render.offscreen import OffscreenRenderer
     from tisim.render.video import FrameWriter
 
@@ -1009,7 +1009,8 @@ def render_levels(refiner: ProgressiveRefiner, frames: int) -> dict:
         r = OffscreenRenderer(writer)
         r.open(ViewInfo(faces=lv.faces, vertex_count=lv.vertex_count,
                         colliders=[c for c in refiner.model.colliders if c.visible], camera=scene.camera,
-                        render=scene.render, title=f"level {level}"))
+                        render=scene.render, title=f"level {level}",
+                        face_colors=checker_colors(lv.faces, lv.uv, lv.face_uv, scene.render.color)))
         for f in range(frames + 1):
             if not refiner.checkpoint_path(level, f).exists():
                 break

@@ -372,7 +372,7 @@ def test_cloth_checker_squares_follow_the_grid_and_the_uvs():
     and v (the flag's 30 x 20 cells: 4 x 4-cell squares, 7.5 x 5 of them), so its edges run
     along mesh edges; a mesh that is no grid gets 8 squares per unit of UV."""
     from tisim.geometry.generate import cloth_rectangle
-    from tisim.runner import checker
+    from tisim.render.base import checker
 
     m = cloth_rectangle((1.5, 1.0), (30, 20))
     c = checker(m.uv, m.face_uv)
@@ -382,6 +382,11 @@ def test_cloth_checker_squares_follow_the_grid_and_the_uvs():
     assert 0.4 < c.mean() < 0.6
     with pytest.raises(ValueError):  # the surface's faces and their colours must agree
         ViewInfo(faces=np.array([[0, 1, 2]]), vertex_count=3, face_colors=np.zeros((2, 3)))
+    # the levels of a refine (8 -> 16 -> 32 cells a side) show the same squares in UV
+    for cells in (8, 16, 32):
+        g = cloth_rectangle((1.0, 1.0), (cells, cells))
+        centroid = g.uv[g.face_uv].mean(axis=1)
+        np.testing.assert_array_equal(checker(g.uv, g.face_uv), np.floor(centroid * 8).sum(axis=1) % 2)
     # irregular UVs (a user's mesh): squares of 1/8 of UV
     rng = np.random.default_rng(1)
     uv = m.uv + rng.uniform(-0.004, 0.004, m.uv.shape)
@@ -488,15 +493,15 @@ def test_offscreen_face_colours_have_sharp_edges(renderer):
     per-vertex colours (the vertices on a square's edge take one side's colour) blend
     across every edge cell."""
     from tisim.geometry.generate import cloth_rectangle
-    from tisim.runner import checker
+    from tisim.render.base import checker
 
     m = cloth_rectangle((1.2, 1.2), (4, 4), center=(0.0, 0.0, 0.0), normal="z")
     check = checker(m.uv, m.face_uv)
     light, dark = np.array([0.9, 0.5, 0.2]), np.array([0.3, 0.15, 0.05])
     face_colors = np.where(check[:, None] == 1, light, dark)
     cam = CameraConfig(position=(0.0, 0.0, 3.0), lookat=(0.0, 0.0, 0.0), fov=45.0)
-    kw = dict(faces=m.faces, vertex_count=len(m.vertices), camera=cam,
-              render=RenderConfig(width=W, height=H, background=BG, color=COLOR))
+    kw = {"faces": m.faces, "vertex_count": len(m.vertices), "camera": cam,
+          "render": RenderConfig(width=W, height=H, background=BG, color=COLOR)}
 
     def spread(info):
         renderer.open(info)

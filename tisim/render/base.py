@@ -260,3 +260,45 @@ def _probe_vulkan() -> bool:
         log.info("Vulkan probe failed (exit %d): %s", r.returncode, r.stderr.strip()[-500:])
         return False
     return True
+
+
+# a cloth's checker
+
+CHECKER_SQUARES = 8  # along a cloth's longer side (per unit of UV on a mesh that is no grid)
+
+
+def _grid_cells(values: np.ndarray) -> int:
+    """Cells of a regular grid whose vertex coordinates are ``values`` (one UV axis), or 0
+    when they are not evenly spaced (a user's mesh)."""
+    u = np.unique(np.round(values, 9))
+    if len(u) < 2 or len(u) > 1 + len(values) // 2:
+        return 0
+    du = np.diff(u)
+    return len(du) if np.allclose(du, du.mean(), rtol=1e-6, atol=1e-12) else 0
+
+
+def checker(uv: np.ndarray, face_uv: np.ndarray) -> np.ndarray:
+    """(m,) 0 / 1 checker of a cloth's faces from their UV centroids. On a grid (the
+    generated rectangles) a square is a whole number of cells, the same along u and v,
+    ``CHECKER_SQUARES`` along the longer side: its edges run along mesh edges, sharp and
+    straight. Otherwise ``CHECKER_SQUARES`` squares per unit of UV, which shows the user's
+    UV layout (a square's edge then cuts faces and steps along them)."""
+    cu, cv = _grid_cells(uv[:, 0]), _grid_cells(uv[:, 1])
+    if cu and cv:
+        k = max(1, round(max(cu, cv) / CHECKER_SQUARES))
+        lo = uv.min(axis=0)
+        scale = np.array([cu, cv]) / (np.ptp(uv, axis=0) * k)
+    else:
+        lo, scale = np.zeros(2), np.full(2, float(CHECKER_SQUARES))
+    c = (uv[face_uv].mean(axis=1) - lo) * scale  # (m, 2) in squares
+    return np.floor(c).sum(axis=1) % 2
+
+
+def checker_colors(faces: np.ndarray, uv: np.ndarray | None, face_uv: np.ndarray | None, color) -> np.ndarray:
+    """(m, 3) face colours of one cloth: ``color`` with the UV :func:`checker` darkening
+    every other square (plain without UVs). ``face_uv`` None: one UV per vertex."""
+    out = np.tile(np.asarray(color, dtype=np.float64), (len(faces), 1))
+    if uv is not None:
+        check = checker(np.asarray(uv, dtype=np.float64), faces if face_uv is None else face_uv)
+        out *= (0.65 + 0.35 * check)[:, None]
+    return out
