@@ -549,7 +549,8 @@ class _Rows:
         if self._psd is None:
             self._psd = PSDProjector(12)
         self._psd.compile(self.hessians)
-        _zero_rows(self.hessians, 0)
+        if not backend.zero(self.hessians, 0):  # as the callers zero rows: a kernel without a host view
+            _zero_rows(self.hessians, 0)
 
 
 class BarrierPotential(_Rows):
