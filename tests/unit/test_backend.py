@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -80,7 +81,7 @@ def test_kernel_compile_errors_still_name_file_line_and_kernel():
     def broken_kernel():  # no arguments: this module's annotations are strings
         out[0] = not_defined_anywhere  # noqa: F821  (the line the message must name)
 
-    src = open(__file__).read().splitlines()
+    src = Path(__file__).read_text().splitlines()
     line = 1 + next(i for i, s in enumerate(src) if "(the line the message must name)" in s and "noqa" in s)
     with pytest.raises(ti.TaichiCompilationError) as err:
         broken_kernel()
