@@ -87,8 +87,7 @@ def init(arch: str = "auto", precision: str | None = None, *, debug: bool = Fals
         precision = "f64" if chosen == "cpu" else "f32"
     ti_arch = {"cpu": ti.cpu, "cuda": ti.cuda, "vulkan": ti.vulkan}[chosen]
     fp = ti.f64 if precision == "f64" else ti.f32
-    if not debug:
-        _short_source_positions()
+    _lighten_taichi_front_end(short_positions=not debug)
     ti.init(
         arch=ti_arch,
         default_fp=fp,
@@ -108,29 +107,56 @@ def init(arch: str = "auto", precision: str | None = None, *, debug: bool = Fals
     return _current
 
 
-def _short_source_positions() -> None:
-    """Make Taichi's front end cheaper: it builds, for every AST node of every kernel it
-    translates, a message quoting the node's source line under a caret underline (with
-    ``textwrap``), kept for compile-error messages alone. That is about a third of the
-    front end's time, and the front end runs again in every process (Taichi 1.7's offline
-    cache skips only the compilation after it): a cloth run started 1.3-1.7 s sooner
-    (64 x 64 drape: set-up 4.0-4.4 -> 3.0-3.1 s, first frame 1.14 -> 0.75 s). The message
-    keeps its first line, file, line and kernel or function, without the quoted source.
-    ``init(debug=True)`` keeps Taichi's full messages. Skipped, with a debug log, if
-    Taichi's internals differ from 1.7's."""
+def _lighten_taichi_front_end(short_positions: bool = True) -> None:
+    """Make Taichi's front end cheaper. It translates every kernel in every process
+    again (Taichi 1.7's offline cache skips only the compilation after it), and
+    re-translates a ``ti.func`` at every call site, each time
+
+    - reading the function's source again with ``inspect`` (a module search and a
+      tokenizer pass; the same lines every time): now read once per function; and
+    - building, for every AST node, a message quoting its source line under a caret
+      underline (``textwrap``), kept for compile-error messages alone: with
+      ``short_positions`` the message keeps its first line (file, line and kernel or
+      function) without the quote (``init(debug=True)`` keeps Taichi's).
+
+    Together about half of the front end's time: a cloth process (64 x 64 drape) got
+    through set-up 4.0-4.4 -> 2.8-3.0 s and its first frame 1.14 -> 0.63-0.69 s. Skipped,
+    with a debug log, where Taichi's internals differ from 1.7's."""
     try:
+        from taichi.lang import kernel_impl
         from taichi.lang.ast.ast_transformer_utils import ASTTransformerContext as Context
     except ImportError as exc:
         log.debug("Taichi's front end left as it is: %s", exc)
         return
+    read_lines = getattr(kernel_impl, "getsourcelines", None)
+    read_file = getattr(kernel_impl, "getsourcefile", None)
+    if read_lines is not None and read_file is not None and not getattr(read_lines, "_tisim", False):
+        lines: dict = {}
+        files: dict = {}
+
+        def getsourcelines(obj):
+            if obj not in lines:
+                src, start = read_lines(obj)
+                lines[obj] = (tuple(src), start)
+            src, start = lines[obj]
+            return list(src), start
+
+        def getsourcefile(obj):
+            if obj not in files:
+                files[obj] = read_file(obj)
+            return files[obj]
+
+        getsourcelines._tisim = True
+        kernel_impl.getsourcelines = getsourcelines
+        kernel_impl.getsourcefile = getsourcefile
     full = getattr(Context, "get_pos_info", None)
-    if full is None or getattr(full, "_tisim_short", False):
+    if not short_positions or full is None or getattr(full, "_tisim", False):
         return
 
     def get_pos_info(self, node):
         return f'File "{self.file}", line {node.lineno + self.lineno_offset}, in {self.func.func.__name__}:\n'
 
-    get_pos_info._tisim_short = True
+    get_pos_info._tisim = True
     Context.get_pos_info = get_pos_info
 
 
