@@ -16,14 +16,13 @@ References:
 
 Limitations:
     One cloth object; obstacles are the scene's colliders (no soft bodies). The
-    pipelined schedule runs level 0 in the refine's process and every finer level in
-    its own, fed through the per-frame checkpoints. Each of those processes pays
-    Taichi's start-up (the Python front end of every kernel, several CPU-seconds), and
-    every level below the finest evaluates the finest level's shell energy through
-    the prolongation, so the levels' CPU time adds up to about twice the finest
-    level's alone or more: with fewer cores than levels the pipelined schedule cannot
-    approach the finest level's own wall time (tools/bench_refine.py
-    --schedule-compare measures it).
+    pipelined schedule (``pipeline_groups``) gives the finest levels a process each, as
+    many as the cores allow, and interleaves the coarser ones in the refine's process,
+    fed through the per-frame checkpoints. Each process pays Taichi's start-up (the
+    Python front end of every kernel, seconds), and every level below the finest
+    evaluates the finest level's shell energy through the prolongation, so the levels'
+    CPU time adds up to about twice the finest level's alone (tools/bench_refine.py
+    --schedule-compare measures the schedules).
 """
 
 from __future__ import annotations
@@ -298,6 +297,7 @@ class ProgressiveRefiner:
         self.render = render
         self.progress = progress
         self.export_meshes = export_meshes
+        self.pipeline_cores = None  # the pipelined schedule's cores (None: this machine's)
         self.on_level_done = on_level_done
         self.h = scene.sim.dt
         self.substeps = scene.sim.substeps
@@ -478,6 +478,17 @@ class ProgressiveRefiner:
     def run_level(self, level: int, frames: int, *, resume: bool = False, bar=None) -> dict:
         """Simulate ``level`` for ``frames`` frames (level 0: the preview; others driven
         by the level below's checkpoints). Returns per-level timing info."""
+        frames_done = self.level_frames(level, frames, resume=resume, bar=bar)
+        while True:
+            try:
+                next(frames_done)
+            except StopIteration as end:
+                return end.value
+
+    def level_frames(self, level: int, frames: int, *, resume: bool = False, bar=None):
+        """:meth:`run_level` one frame at a time: a generator that yields the frame number
+        after each frame's checkpoint is written and returns the timing info (so that
+        levels can be interleaved in one process)."""
         from tisim.runner import StatsWriter
 
         d = self.level_dir(level)
@@ -535,6 +546,7 @@ class ProgressiveRefiner:
                 self.save_checkpoint(level, frame + 1, st, steps)
                 if bar is not None:
                     bar()
+                yield frame + 1
         finally:
             stats.close()
         # first_frame_s: in a fresh process it includes loading every kernel (Taichi's
@@ -636,25 +648,26 @@ class ProgressiveRefiner:
         return RefineResult(self.out, ended, frames, seconds, info, message)
 
     def _run_pipelined(self, frames, resume, info, announce):
-        """Level 0 in this process and every finer level in its own process, level l+1
-        following level l through the checkpoints; returns the wall time of each level
-        (from the common start).
+        """The levels in ``pipeline_groups``: the coarser ones interleaved frame by frame
+        in this process, each finer one in a process of its own, every level following
+        the one below through the checkpoints; returns the wall time of each level (from
+        the common start).
 
         Each worker process pays Taichi's start-up: the Python front end of every kernel
         runs again in each process (Taichi 1.7's offline cache, keyed on the front end's
         output, saves only the LLVM compilation; the solvers' kernels take ndarrays, so
-        one cached kernel serves every mesh size). Running level 0 here saves one such
-        start-up. Workers get ``pipeline_threads`` Taichi (and BLAS) threads each unless
-        the environment already sets them, so that the processes do not oversubscribe
-        the cores."""
+        one cached kernel serves every mesh size). Workers get ``pipeline_threads`` Taichi
+        (and BLAS) threads each unless the environment already sets them, so that the
+        processes do not oversubscribe the cores."""
         import multiprocessing as mp
 
         ctx = mp.get_context("spawn")
         t0 = time.perf_counter()
-        threads = pipeline_threads(self.L + 1)
+        groups = pipeline_groups(self.L + 1, self.pipeline_cores)
+        threads = pipeline_threads(len(groups), self.pipeline_cores)
         procs = {}
         with _environment(threads):
-            for level in range(1, self.L + 1):
+            for (level,) in groups[1:]:
                 pr = ctx.Process(target=_pipeline_worker,
                                  args=(self.scene, str(self.out), level, frames, resume, self.binfo.arch,
                                        self.binfo.precision, self.hierarchy.level_count, self.export_meshes,
@@ -662,22 +675,38 @@ class ProgressiveRefiner:
                 pr.start()
                 procs[level] = pr
         info["pipelined_threads"] = {k: os.environ.get(k, v) for k, v in threads.items()}
-        seconds = []
+        info["pipelined_groups"] = groups
+        done = {}
         try:
             c0 = _cpu_seconds()
-            bar = _bar(self.progress, frames, "level 0")
+            here = groups[0]
+            name = f"level {here[0]}" if len(here) == 1 else f"levels {here[0]}-{here[-1]}"
+            bar = _bar(self.progress, frames, name)
+            running = {lv: self.level_frames(lv, frames, resume=resume,
+                                             bar=bar.advance if bar and lv == here[-1] else None) for lv in here}
             try:
-                li = self.run_level(0, frames, resume=resume, bar=bar.advance if bar else None)
+                while running:  # one frame of each level in turn, coarsest first
+                    for lv in list(running):
+                        try:
+                            next(running[lv])
+                        except StopIteration as end:
+                            done[lv] = (end.value, time.perf_counter() - t0)
+                            del running[lv]
             finally:
+                for gen in running.values():
+                    gen.close()
                 if bar:
                     bar.stop()
-            seconds.append(time.perf_counter() - t0)
-            # cpu_s: level 0's stepping in this process (its start-up is the refine's own)
-            li.update(level=0, seconds=seconds[-1], process_s=seconds[-1], cpu_s=_cpu_seconds() - c0,
-                      vertices=self.hierarchy.levels[0].vertex_count, faces=self.hierarchy.levels[0].face_count)
-            info["levels"].append(li)
-            if announce is not None:
-                announce(0, self.level_dir(0), li)
+            # cpu_s: this process's stepping of its levels together (its start-up is the refine's own)
+            cpu = _cpu_seconds() - c0
+            for lv in here:
+                li, sec = done[lv]
+                li.update(level=lv, seconds=sec, process_s=sec, cpu_s=cpu, levels_in_process=here,
+                          vertices=self.hierarchy.levels[lv].vertex_count, faces=self.hierarchy.levels[lv].face_count)
+                info["levels"].append(li)
+                if announce is not None:
+                    announce(lv, self.level_dir(lv), li)
+            seconds = [done[lv][1] for lv in here]
             for level, pr in procs.items():
                 pr.join()
                 seconds.append(time.perf_counter() - t0)
@@ -776,6 +805,19 @@ def _read_rows(path: Path, last_frame: int) -> list[dict]:
             out.append({k: (float(v) if v not in ("", None) else math.nan) for k, v in r.items()})
             out[-1]["frame"] = int(out[-1]["frame"])
     return out
+
+
+def pipeline_groups(levels: int, cores: int | None = None) -> list[list[int]]:
+    """The pipelined schedule's processes as lists of levels, the refine's own process
+    first: the finest levels a process each, as many as the cores allow beside the
+    refine's, and every coarser level interleaved frame by frame in the refine's process
+    (on 2 cores and 3 levels: [[0, 1], [2]]). A process per level on fewer cores would
+    pay one more start-up and make the finest level, whose last frame ends the refine,
+    share its core with the levels below until they finish, then step its backlog alone."""
+    cores = max(1, cores or os.cpu_count() or 1)
+    own = min(levels - 1, cores - 1)  # the finest levels with a process of their own
+    first = levels - own
+    return [list(range(first))] + [[lv] for lv in range(first, levels)]
 
 
 def pipeline_threads(processes: int, cores: int | None = None) -> dict[str, str]:

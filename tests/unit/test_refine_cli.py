@@ -97,6 +97,18 @@ def test_mesh_file_gets_a_scene_and_runs(tmp_path):
     assert sc.objects["cloth"].kind == "cloth" and "ground" in sc.colliders
 
 
+def test_pipeline_groups_give_the_finest_levels_the_spare_cores():
+    from tisim.progressive import pipeline_groups
+
+    assert pipeline_groups(3, cores=2) == [[0, 1], [2]]
+    assert pipeline_groups(3, cores=3) == [[0], [1], [2]]
+    assert pipeline_groups(3, cores=16) == [[0], [1], [2]]
+    assert pipeline_groups(4, cores=3) == [[0, 1], [2], [3]]
+    assert pipeline_groups(2, cores=2) == [[0], [1]]
+    assert pipeline_groups(3, cores=1) == [[0, 1, 2]]
+    assert pipeline_groups(1, cores=4) == [[0]]
+
+
 def test_pipelined_processes_share_the_cores(monkeypatch):
     """Each of the pipelined schedule's processes gets cores // processes threads (at
     least one), and a count the user set in the environment is kept."""

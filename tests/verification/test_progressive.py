@@ -389,28 +389,41 @@ def test_two_multithreaded_refines_are_bit_identical(tmp_path):
 
 @pytest.mark.slow
 def test_pipelined_schedule_equals_the_sequential_one_bit_for_bit(tmp_path):
-    """The pipelined schedule (level 0 in the refine's process, level 1 in its own,
-    following level 0 through the checkpoints while it is still running) computes what
-    the sequential one does: every checkpoint array equal exactly (single-threaded
-    kernels). The worker reports its own start-up, CPU time and thread count."""
-    scene = json.dumps({**_ON_SPHERE, "sim": {"dt": 0.01, "frames": 3, "substeps": 2}})
+    """The pipelined schedule computes what the sequential one does, every checkpoint
+    array equal exactly (single-threaded kernels), three levels grouped as on 2 cores
+    (levels 0 and 1 interleaved in the refine's process, level 2 in its own, following
+    level 1 through the checkpoints while it is still running) and as on 3 (a process
+    per level). The workers report their own start-up, CPU time and thread count."""
+    scene = json.dumps({**_ON_SPHERE, "sim": {"dt": 0.01, "frames": 3, "substeps": 2},
+                        "refine": {"levels": 3, "method": "loop"}})
     out = _single_threaded(tmp_path, f"""
         import json, numpy as np
         from tisim import backend
         backend.init("cpu", "f64")
         from tisim.progressive import ProgressiveRefiner
         from tisim.scene import scene_from_dict
+        from tisim.testing import checkpoint_differences
         sc = scene_from_dict(json.loads({scene!r}), None)
         N = 3
         a = ProgressiveRefiner(sc, "A", progress=False).run(N, schedule="sequential")
-        b = ProgressiveRefiner(sc, "B", progress=False).run(N, schedule="pipelined")
-        from tisim.testing import checkpoint_differences
-        diff = checkpoint_differences("A", "B", 2, N)
-        print(json.dumps({{"ended": [a.ended, b.ended], "diff": diff, "levels": b.info["levels"],
-                          "schedule": b.info["schedule"]}}))
-    """, timeout=600)  # two fresh processes load every kernel: minutes on two loaded cores
-    assert out["ended"] == ["completed", "completed"] and out["schedule"] == "pipelined", out
-    assert out["diff"] == [], out["diff"]
-    worker = out["levels"][1]
-    assert worker["level"] == 1 and worker["frames"] == 3 and worker["threads"] == "1", worker
-    assert 0 < worker["startup_s"] < worker["process_s"] and worker["cpu_s"] > 0, worker
+        res = {{"ended": [a.ended]}}
+        for cores in (2, 3):
+            r = ProgressiveRefiner(sc, f"P{{cores}}", progress=False)
+            r.pipeline_cores = cores
+            b = r.run(N, schedule="pipelined")
+            res[cores] = {{"ended": b.ended, "diff": checkpoint_differences("A", f"P{{cores}}", 3, N),
+                          "levels": b.info["levels"], "groups": b.info["pipelined_groups"],
+                          "schedule": b.info["schedule"]}}
+        print(json.dumps(res))
+    """, timeout=900)  # fresh processes load every kernel: minutes on two loaded cores
+    assert out["ended"] == ["completed"], out
+    for cores, groups in (("2", [[0, 1], [2]]), ("3", [[0], [1], [2]])):
+        run = out[cores]
+        assert run["ended"] == "completed" and run["schedule"] == "pipelined", run
+        assert run["groups"] == groups, run
+        assert run["diff"] == [], (cores, run["diff"])
+        assert [li["level"] for li in run["levels"]] == [0, 1, 2]
+        worker = run["levels"][2]
+        assert worker["frames"] == 3 and worker["threads"] == "1", worker
+        assert 0 < worker["startup_s"] < worker["process_s"] and worker["cpu_s"] > 0, worker
+    assert out["2"]["levels"][0]["levels_in_process"] == [0, 1]

@@ -442,12 +442,17 @@ def refine(
         out_dir = out if out is not None else Path("out") / f"{sc.name}-refine"
         n = frames or sc.sim.frames
         _refine_threads(deterministic or (resume and _refine_was_deterministic(out_dir)))
-        from tisim.progressive import ProgressiveRefiner, pipeline_threads, render_levels
+        from tisim.progressive import (
+            ProgressiveRefiner,
+            pipeline_groups,
+            pipeline_threads,
+            render_levels,
+        )
 
         if (schedule or sc.refine.schedule) == "pipelined":
-            # this process steps the preview beside the finer levels' processes: its
+            # this process steps the coarser levels beside the finer levels' processes: its
             # Taichi takes its share of the cores too (set before Taichi starts)
-            for k, v in pipeline_threads(levels or sc.refine.levels).items():
+            for k, v in pipeline_threads(len(pipeline_groups(levels or sc.refine.levels))).items():
                 os.environ.setdefault(k, v)
         from tisim.render import vulkan_available
 
