@@ -88,3 +88,5 @@ def test_kernel_compile_errors_still_name_file_line_and_kernel():
     msg = str(err.value)
     assert f'File "{__file__}", line {line}, in broken_kernel' in msg, msg
     assert "not_defined_anywhere" in msg
+    # and the shortening is in force (Taichi's own message quotes the line under carets)
+    assert "^" not in msg and "out[0] = not_defined_anywhere" not in msg, msg
