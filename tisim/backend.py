@@ -32,6 +32,9 @@ _current: BackendInfo | None = None
 # a parallel one of atomic compare-and-swap loops. GPU backends sum in parallel with
 # atomics (reproducible only to round-off). Set by ``init``.
 SERIAL_SUMS = False
+# True when every kernel loop compiles as a serial loop (the CPU backend on one thread,
+# or TISIM_SERIAL_LOOPS=1: ``_serialize_loops``). Set by ``init``.
+SERIAL_LOOPS = False
 
 
 class BackendError(RuntimeError):
@@ -103,6 +106,10 @@ def init(arch: str = "auto", precision: str | None = None, *, debug: bool = Fals
     _current = BackendInfo(arch=actual, precision=precision)
     global SERIAL_SUMS
     SERIAL_SUMS = actual == "cpu"
+    global SERIAL_LOOPS
+    forced = os.environ.get("TISIM_SERIAL_LOOPS")  # "1" / "0": as a run to be continued had it
+    serial = forced == "1" if forced in ("0", "1") else ti.lang.impl.current_cfg().cpu_max_num_threads == 1
+    SERIAL_LOOPS = actual == "cpu" and serial and _serialize_loops()
     limit_numpy_blas()
     return _current
 
@@ -158,6 +165,48 @@ def _lighten_taichi_front_end(short_positions: bool = True) -> None:
 
     get_pos_info._tisim = True
     Context.get_pos_info = get_pos_info
+
+
+def _serialize_loops() -> bool:
+    """Compile every kernel's loops as serial loops: for the CPU backend on one thread
+    (TI_CPU_MAX_NUM_THREADS=1: the pipelined refine's processes on 2 cores, ``refine
+    --deterministic``, a user's choice). Taichi hands every parallel loop to its thread
+    pool even with one thread, and the hand-off (wake the worker, wait for it) costs
+    about 70-90 us on these 2-core machines against 3 us for a serial loop: an empty
+    parallel kernel launch 92-113 us, serial 13-20 us. The cloth's Newton iteration
+    launches about 28 parallel loops, a coarse preview's frame about 170.
+
+    The same values to the last bit? Mostly: a parallel loop on one or several threads
+    gives the same bits (the float sums are serial already, ``SERIAL_SUMS``), but LLVM
+    optimises a serial loop's body differently under Taichi's fast math (the membrane's
+    Hessian kernel: a cloth differed by 1.7e-10 m after two steps). So a run continued
+    with ``--resume`` compiles its loops as the interrupted one did (TISIM_SERIAL_LOOPS,
+    from its run.json), whatever its thread count. Returns whether the loops are
+    serialized (False, with a debug log, where Taichi's front end differs from 1.7's)."""
+    try:
+        from taichi.lang import misc
+        from taichi.lang.ast.ast_transformer import ASTTransformer
+    except ImportError as exc:
+        log.debug("kernel loops left parallel: %s", exc)
+        return False
+    parallelize = getattr(misc, "_parallelize", None)
+    build_for = getattr(ASTTransformer, "build_For", None)
+    if parallelize is None or build_for is None or not hasattr(ASTTransformer, "get_decorator"):
+        log.debug("kernel loops left parallel: Taichi's front end is not 1.7's")
+        return False
+    if getattr(build_for, "_tisim", False):
+        return True
+
+    def build_For(ctx, node):
+        # as ti.loop_config(serialize=True) before the loop; a loop inside another is
+        # serial anyway, and a ti.static loop is unrolled
+        if ASTTransformer.get_decorator(ctx, node.iter) != "static":
+            parallelize(1)
+        return build_for(ctx, node)
+
+    build_For._tisim = True
+    ASTTransformer.build_For = staticmethod(build_For)
+    return True
 
 
 def limit_numpy_blas() -> int | None:

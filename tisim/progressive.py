@@ -40,6 +40,7 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
+from tisim import backend
 from tisim.config import ConfigError
 from tisim.geometry.mesh import MeshError
 
@@ -601,7 +602,10 @@ class ProgressiveRefiner:
                               "faces": [lv.face_count for lv in self.hierarchy.levels]},
                 "arch": self.binfo.arch, "precision": self.binfo.precision,
                 # "1": single-threaded Taichi, so a rerun or --resume is bit-identical
-                "cpu_threads": os.environ.get("TI_CPU_MAX_NUM_THREADS")}
+                "cpu_threads": os.environ.get("TI_CPU_MAX_NUM_THREADS"),
+                # kernel loops compiled serial (backend.SERIAL_LOOPS): a --resume compiles them
+                # the same way, for the same bits
+                "serial_loops": backend.SERIAL_LOOPS}
         from tisim.runner import machine, versions
 
         info["machine"] = machine()
@@ -609,6 +613,9 @@ class ProgressiveRefiner:
         seconds = []
         ended, message = "completed", ""
         info["resumed_from"] = self.prepare_outputs(resume)
+        # written now and again at the end: a refine killed on the way leaves its settings
+        # for --resume
+        _write_json(self.out / "run.json", {**info, "ended": "running", "message": ""})
         try:
             if schedule == "pipelined" and self.L > 0:
                 seconds = self._run_pipelined(frames, resume, info, announce)
@@ -665,6 +672,7 @@ class ProgressiveRefiner:
         t0 = time.perf_counter()
         groups = pipeline_groups(self.L + 1, self.pipeline_cores)
         threads = pipeline_threads(len(groups), self.pipeline_cores)
+        threads["TISIM_SERIAL_LOOPS"] = "1" if backend.SERIAL_LOOPS else "0"  # the loops as here
         procs = {}
         with _environment(threads):
             for (level,) in groups[1:]:

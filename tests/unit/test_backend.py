@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 _PROBE = """
@@ -90,3 +91,63 @@ def test_kernel_compile_errors_still_name_file_line_and_kernel():
     assert "not_defined_anywhere" in msg
     # and the shortening is in force (Taichi's own message quotes the line under carets)
     assert "^" not in msg and "out[0] = not_defined_anywhere" not in msg, msg
+
+
+_LOOPS = """
+import json, numpy as np, taichi as ti
+from tisim import backend
+backend.init("cpu", "f64")
+a = ti.ndarray(ti.f64, (64, 3))
+b = ti.ndarray(ti.f64, (64, 3))
+s = ti.field(ti.f64, shape=())
+
+@ti.kernel
+def loops(a: ti.types.ndarray(), b: ti.types.ndarray(), n: ti.i32):
+    for i in range(n):  # a range-for
+        for k in ti.static(range(3)):  # unrolled
+            a[i, k] = i * 3.0 + k
+    for i, k in ti.ndrange(n, 3):  # an ndrange-for, with a loop inside
+        acc = 0.0
+        for j in range(k + 1):
+            acc += a[i, j]
+        b[i, k] = acc
+    for i in range(n):
+        s[None] += b[i, 2]
+
+loops(a, b, 64)
+ti.sync()
+import io, contextlib
+buf = io.StringIO()
+with contextlib.redirect_stdout(buf):
+    ti.profiler.print_kernel_profiler_info("count")
+tasks = sorted({w for w in buf.getvalue().split() if w.startswith("loops_")})
+print(json.dumps({"serial_loops": backend.SERIAL_LOOPS, "tasks": tasks, "a": a.to_numpy().tolist(), "b": b.to_numpy().tolist(),
+                  "s": float(s[None])}))
+"""
+
+
+def _loops(tmp_path: Path, threads: str) -> dict:
+    script = tmp_path / "loops.py"  # Taichi reads a kernel's source from its file
+    script.write_text(_LOOPS)
+    env = {k: v for k, v in os.environ.items() if k != "TISIM_SERIAL_LOOPS"}
+    env.update(TI_CPU_MAX_NUM_THREADS=threads, TI_KERNEL_PROFILER="1")
+    out = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_one_thread_compiles_every_loop_serial_with_the_same_results(tmp_path):
+    """On one CPU thread Taichi would still hand each parallel loop to its thread pool
+    (about 80 us a loop here against 3 us for a serial one): ``init`` compiles every
+    kernel loop serial there, and leaves them parallel with two threads. Both compute
+    the same numbers. Taichi's kernel profiler names each offloaded task by its kind."""
+    one, two = _loops(tmp_path, "1"), _loops(tmp_path, "2")
+    assert one["serial_loops"] is True and two["serial_loops"] is False
+    # parallel: a task per loop; serial: Taichi merges the kernel into one serial task
+    assert sum(t.endswith("_range_for") for t in two["tasks"]) == 3, two["tasks"]
+    assert one["tasks"] and all(t.endswith("_serial") for t in one["tasks"]), one["tasks"]
+    a = 3.0 * np.arange(64)[:, None] + np.arange(3)
+    b = np.cumsum(a, axis=1)
+    assert one["a"] == two["a"] == a.tolist()
+    assert one["b"] == two["b"] == b.tolist()
+    assert one["s"] == two["s"] == float(b[:, 2].sum())

@@ -126,6 +126,30 @@ def test_pipelined_processes_share_the_cores(monkeypatch):
     assert os.environ["TI_CPU_MAX_NUM_THREADS"] == "2" and "OPENBLAS_NUM_THREADS" not in os.environ
 
 
+def test_a_resume_compiles_the_loops_as_the_run_it_continues(monkeypatch, tmp_path):
+    """Serial and parallel kernel loops differ in the last bits (see
+    test_bits_depend_on_the_loops_form_not_the_thread_count): a --resume sets
+    TISIM_SERIAL_LOOPS from the interrupted refine's run.json, parallel for one written
+    before run.json recorded it, and leaves it alone without a run.json."""
+    import json
+    import os
+
+    from tisim.cli.app import _previous_refine, _refine_loops_as
+
+    monkeypatch.setenv("TISIM_SERIAL_LOOPS", "")  # so that monkeypatch removes it afterwards
+    monkeypatch.delenv("TISIM_SERIAL_LOOPS")
+    assert _previous_refine(tmp_path) == {}
+    _refine_loops_as(_previous_refine(tmp_path))
+    assert "TISIM_SERIAL_LOOPS" not in os.environ
+    for recorded, want in (({"serial_loops": True}, "1"), ({"serial_loops": False}, "0"),
+                           ({"ended": "interrupted", "cpu_threads": None}, "0")):
+        (tmp_path / "run.json").write_text(json.dumps(recorded))
+        _refine_loops_as(_previous_refine(tmp_path))
+        assert os.environ["TISIM_SERIAL_LOOPS"] == want, recorded
+    (tmp_path / "run.json").write_text("{not json")
+    assert _previous_refine(tmp_path) == {}
+
+
 def _disc(path):
     from tisim.geometry.generate import cloth_disc
 

@@ -55,10 +55,11 @@ def _stats(out, level):
         return list(csv.DictReader(f))
 
 
-def _single_threaded(tmp_path, code: str, timeout=240, threads=1) -> dict:
+def _single_threaded(tmp_path, code: str, timeout=240, threads=1, env=None) -> dict:
     """Run ``code`` in a fresh Taichi process with ``threads`` CPU threads (one unless
-    told); it prints one JSON line last."""
-    env = dict(os.environ, TI_CPU_MAX_NUM_THREADS=str(threads), MPLBACKEND="Agg")
+    told) and ``env`` set; it prints one JSON line last."""
+    env = {k: v for k, v in os.environ.items() if k != "TISIM_SERIAL_LOOPS"} | dict(
+        TI_CPU_MAX_NUM_THREADS=str(threads), MPLBACKEND="Agg", **(env or {}))
     r = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
                        cwd=tmp_path, env=env, timeout=timeout)
     assert r.returncode == 0, r.stderr[-3000:]
@@ -385,6 +386,49 @@ def test_two_multithreaded_refines_are_bit_identical(tmp_path):
     """, threads=2)
     assert min(out["contacts"][1:]) > 0, out  # contact in every frame compared
     assert out["diff"] == [], out
+
+
+@pytest.mark.slow
+def test_bits_depend_on_the_loops_form_not_the_thread_count(tmp_path):
+    """The same refine (a sheet on a sphere, 2 levels, contact in every frame compared)
+    with the kernel loops parallel on two threads and on one (TISIM_SERIAL_LOOPS=0, as a
+    --resume of a multi-threaded refine sets it), and serial on one thread (the default
+    there, ``backend.SERIAL_LOOPS``) and on two (TISIM_SERIAL_LOOPS=1): each pair gives
+    every checkpoint array equal exactly. (Serial and parallel loops may differ in the
+    last bits: LLVM optimises a serial loop's body differently.)"""
+    scene = json.dumps({**_ON_SPHERE, "objects": {"c": _cloth(
+        cloth_resolution=[12, 12], translation=[0.03, 0.13, 0.0], velocity=[0.0, -1.0, 0.0])}})
+    code = """
+        import json
+        from tisim import backend
+        backend.init("cpu", "f64")
+        from tisim.progressive import ProgressiveRefiner
+        from tisim.scene import scene_from_dict
+        from tisim.testing import checkpoint_differences
+        sc = scene_from_dict(json.loads({scene!r}), None)
+        name, twin = {name!r}, {twin!r}
+        seen = []  # run.json as each level ends: written at the start, for a killed run's --resume
+        res = ProgressiveRefiner(sc, name, progress=False, export_meshes=False).run(
+            3, announce=lambda lv, d, li: seen.append(json.load(open(name + "/run.json"))))
+        out = {{"ended": res.ended, "serial_loops": backend.SERIAL_LOOPS,
+               "seen": [[r["ended"], r["serial_loops"]] for r in seen]}}
+        if twin:
+            import csv
+            out["diff"] = checkpoint_differences(twin, name, 2, 3)
+            out["contacts"] = [int(r["n_contacts"]) for r in csv.DictReader(open(name + "/level_1/stats.csv"))]
+        print(json.dumps(out))
+    """
+    runs = {}
+    for name, threads, loops, twin in (("P2", 2, None, None), ("P1", 1, "0", "P2"),
+                                       ("S1", 1, None, None), ("S2", 2, "1", "S1")):
+        runs[name] = _single_threaded(tmp_path, code.format(scene=scene, name=name, twin=twin), threads=threads,
+                                      env={"TISIM_SERIAL_LOOPS": loops} if loops else None)
+        assert runs[name]["ended"] == "completed", runs[name]
+    assert [runs[k]["serial_loops"] for k in ("P2", "P1", "S1", "S2")] == [False, False, True, True], runs
+    assert runs["P2"]["seen"] == [["running", False]] * 2 and runs["S1"]["seen"] == [["running", True]] * 2
+    for k in ("P1", "S2"):
+        assert min(runs[k]["contacts"][1:]) > 0, runs[k]
+        assert runs[k]["diff"] == [], (k, runs[k]["diff"])
 
 
 @pytest.mark.slow

@@ -351,15 +351,31 @@ def sweep(
 _MESH_SUFFIXES = (".obj", ".ply", ".stl", ".off", ".vtk", ".vtu", ".msh")
 
 
-def _refine_was_deterministic(out_dir: Path) -> bool:
-    """Whether the refine in ``out_dir`` ran single-threaded (its run.json says so):
-    a resume must then run single-threaded too to continue it bit for bit."""
+def _previous_refine(out_dir: Path) -> dict:
+    """The run.json of the refine in ``out_dir`` ({} when there is none)."""
     import json
 
     try:
-        return json.loads((out_dir / "run.json").read_text()).get("cpu_threads") == "1"
+        info = json.loads((out_dir / "run.json").read_text())
     except (OSError, ValueError):
-        return False
+        return {}
+    return info if isinstance(info, dict) else {}
+
+
+def _refine_loops_as(previous: dict) -> None:
+    """A resume compiles Taichi's kernel loops as the refine it continues did (serial or
+    parallel, ``backend.SERIAL_LOOPS``; parallel before run.json recorded it), since the
+    two differ in the last bits: TISIM_SERIAL_LOOPS, read when Taichi initialises (here
+    and in the pipelined schedule's processes)."""
+    if not previous:
+        return
+    want = "1" if previous.get("serial_loops") else "0"
+    from tisim import backend
+
+    if backend.is_initialized() and backend.SERIAL_LOOPS != (want == "1"):
+        logging.warning("--resume: Taichi is already initialised in this process; its kernel loops may "
+                        "differ from the interrupted run's")
+    os.environ["TISIM_SERIAL_LOOPS"] = want
 
 
 def _refine_threads(single: bool) -> None:
@@ -441,7 +457,10 @@ def refine(
         sc = load_scene(path, set)
         out_dir = out if out is not None else Path("out") / f"{sc.name}-refine"
         n = frames or sc.sim.frames
-        _refine_threads(deterministic or (resume and _refine_was_deterministic(out_dir)))
+        previous = _previous_refine(out_dir) if resume else {}
+        # a resume runs single-threaded if the refine it continues did
+        _refine_threads(deterministic or previous.get("cpu_threads") == "1")
+        _refine_loops_as(previous)
         from tisim.progressive import (
             ProgressiveRefiner,
             pipeline_groups,
