@@ -131,7 +131,7 @@ def _loops(tmp_path: Path, threads: str) -> dict:
     script.write_text(_LOOPS)
     env = {k: v for k, v in os.environ.items() if k != "TISIM_SERIAL_LOOPS"}
     env.update(TI_CPU_MAX_NUM_THREADS=threads, TI_KERNEL_PROFILER="1")
-    out = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300)
+    out = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300, check=False)
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
 

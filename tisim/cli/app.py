@@ -373,7 +373,7 @@ def _refine_loops_as(previous: dict) -> None:
     from tisim import backend
 
     if backend.is_initialized() and backend.SERIAL_LOOPS != (want == "1"):
-        logging.warning("--resume: Taichi is already initialised in this process; its kernel loops may "
+        logging.getLogger(__name__).warning("--resume: Taichi is already initialised in this process; its kernel loops may "
                         "differ from the interrupted run's")
     os.environ["TISIM_SERIAL_LOOPS"] = want
 
