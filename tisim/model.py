@@ -344,8 +344,44 @@ def _pin_vertices(x: np.ndarray, mesh, pin: str, b: np.ndarray) -> np.ndarray:
     axis = {"top-edge": 1, "x-min": 0, "x-max": 0, "z-min": 2, "z-max": 2}[pin]
     vals = x[b, axis]
     target = vals.min() if pin.endswith("min") else vals.max()
-    # an edge of the sheet: border vertices at the extreme (all vertices of a closed surface)
-    return b[np.abs(vals - target) <= tol + 1e-9]
+    # border vertices at the extreme (all vertices of a closed surface; the whole border
+    # of a sheet lying flat across the axis, which the caller refuses)
+    band = b[np.abs(vals - target) <= tol + 1e-9]
+    if band.size == b.size:
+        return band
+    # the side of the sheet facing that way: on a sheet turned a few degrees, a disc or a
+    # scanned mesh the extreme is one vertex, which a cloth cannot hang from
+    direction = np.zeros(3)
+    direction[axis] = -1.0 if pin.endswith("min") else 1.0
+    side = _side_vertices(x, mesh.faces, direction)
+    return side if side.size > band.size else band
+
+
+def _side_vertices(x: np.ndarray, faces: np.ndarray, direction: np.ndarray) -> np.ndarray:
+    """The border vertices on the side of a sheet that faces ``direction`` (a unit
+    vector): the ends of the border edges whose outward normal (in the sheet, pointing
+    away from it) is within 45 degrees of it. On a rectangle turned less than 45 degrees
+    from a side across ``direction``: that side, its two corners included."""
+    from tisim.geometry.topology import boundary_edges
+
+    faces = np.asarray(faces, dtype=np.int64)
+    be = boundary_edges(faces) if len(faces) else np.zeros((0, 2), np.int64)
+    if not len(be):
+        return np.zeros(0, np.int64)
+    # each face edge (a, b) with the face's third vertex c; a border edge has one face
+    tri = faces[:, [0, 1, 2, 1, 2, 0, 2, 0, 1]].reshape(-1, 3)
+    n = len(x)
+    codes = tri[:, :2].min(axis=1) * n + tri[:, :2].max(axis=1)
+    order = np.argsort(codes, kind="stable")
+    bcodes = be.min(axis=1) * n + be.max(axis=1)
+    third = tri[order[np.searchsorted(codes[order], bcodes)], 2]
+    xa, xb, xc = x[be[:, 0]], x[be[:, 1]], x[third]
+    e = xb - xa
+    m = 0.5 * (xa + xb) - xc
+    out = m - ((m * e).sum(axis=1) / np.maximum((e * e).sum(axis=1), 1e-300))[:, None] * e
+    out /= np.maximum(np.linalg.norm(out, axis=1), 1e-300)[:, None]
+    facing = out @ direction >= np.cos(np.pi / 4) - 1e-6
+    return np.unique(be[facing])
 
 
 def cloth_handles(name: str, oc: ObjectConfig, x: np.ndarray, mesh, offset: int) -> list[Handle]:
