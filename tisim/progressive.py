@@ -460,9 +460,17 @@ class ProgressiveRefiner:
         would otherwise read the level below's frames from an earlier run); with it,
         each level keeps its frames up to the last one that the level below also
         has (a level cannot be ahead of the one driving it) and drops the rest.
-        Returns the frame each level resumes from (-1: from the start)."""
+        Returns the frame each level resumes from (-1: from the start). A resume of a
+        refine made with other levels, another mesh or other scene values is refused
+        (ConfigError): its frames would be mixed with this one's."""
+        if resume:
+            self._check_resumable()
         starts = []
         for level in range(self.L + 1):
+            if not resume:  # an earlier, longer refine's pictures and meshes would stay
+                from tisim.runner import clear_earlier_frames
+
+                clear_earlier_frames(self.level_dir(level))
             last = self.last_checkpoint(level) if resume else -1
             if level > 0:
                 last = min(last, starts[-1])
@@ -474,6 +482,40 @@ class ProgressiveRefiner:
             (self.level_dir(level) / "level.json").unlink(missing_ok=True)
             starts.append(last)
         return starts
+
+    def _check_resumable(self) -> None:
+        """ConfigError unless the refine in ``self.out`` is this one: the same number of
+        levels, vertices per level and scene values (its run.json, written when it
+        started), or, without a run.json, checkpoints of this refine's sizes. The frame
+        count, rendering and camera may change."""
+        again = "; rerun without --resume, or into another --out"
+        prev = _read_json(self.out / "run.json")
+        if prev is not None:
+            vertices = [lv.vertex_count for lv in self.hierarchy.levels]
+            had = (prev.get("hierarchy") or {}).get("vertices")
+            if had is not None and list(had) != vertices:
+                raise ConfigError("", f"cannot resume: the refine there has {len(had)} levels of "
+                                      f"{', '.join(map(str, had))} vertices, this one {len(vertices)} of "
+                                      f"{', '.join(map(str, vertices))}{again}", str(self.out))
+            if isinstance(prev.get("scene"), dict):
+                key, was, now = _first_difference(prev["scene"], json.loads(json.dumps(self.scene.to_dict())),
+                                                  ignore=_RESUME_MAY_CHANGE)
+                if key is not None:
+                    raise ConfigError("", f"cannot resume: {key} was {was!r} there and is {now!r} now{again}",
+                                      str(self.out))
+        for level in range(self.L + 1):
+            last = self.last_checkpoint(level)
+            if last < 0:
+                continue
+            with np.load(self.checkpoint_path(level, last)) as d:
+                n, no = len(d["x"]), len(d["obstacles"])
+            want = self.hierarchy.levels[level].vertex_count
+            if n != want:
+                raise ConfigError("", f"cannot resume: level {level}'s checkpoints have {n} vertices, this refine's "
+                                      f"level {level} has {want}{again}", str(self.out))
+            if no and no != self.solver(level).no:
+                raise ConfigError("", f"cannot resume: level {level}'s checkpoints have other obstacles than this "
+                                      f"refine's (a collider changed){again}", str(self.out))
 
     # ------------------------------------------------------------------ one level
     def run_level(self, level: int, frames: int, *, resume: bool = False, bar=None) -> dict:
@@ -797,6 +839,41 @@ class _Trajectory:
             return st.x if t == 0 else st.x - self.r.h * st.v
         _, steps = self._frame((t - 1) // sub + 1)
         return steps[(t - 1) % sub]
+
+
+# scene values a --resume may change: the frame count, what a divergence does, the
+# pictures, the text, the schedule
+_RESUME_MAY_CHANGE = ("sim.frames", "sim.on_divergence", "render", "camera", "scene", "refine.schedule")
+
+
+def _first_difference(a, b, ignore=(), key=""):
+    """(dotted key, value in a, value in b) of the first difference between two JSON-like
+    values, skipping the keys in ``ignore`` and their children; (None, None, None) when
+    equal."""
+    if key in ignore:
+        return None, None, None
+    if isinstance(a, dict) and isinstance(b, dict):
+        for k in sorted(set(a) | set(b)):
+            sub = f"{key}.{k}" if key else str(k)
+            if k not in a or k not in b:
+                if sub in ignore:
+                    continue
+                return sub, a.get(k), b.get(k)
+            found = _first_difference(a[k], b[k], ignore, sub)
+            if found[0] is not None:
+                return found
+        return None, None, None
+    if json.dumps(a) != json.dumps(b):
+        return key, a, b
+    return None, None, None
+
+
+def _read_json(path: Path) -> dict | None:
+    try:
+        info = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+    return info if isinstance(info, dict) else None
 
 
 def _read_rows(path: Path, last_frame: int) -> list[dict]:

@@ -97,6 +97,44 @@ def test_mesh_file_gets_a_scene_and_runs(tmp_path):
     assert sc.objects["cloth"].kind == "cloth" and "ground" in sc.colliders
 
 
+def test_mesh_options_on_a_scene_are_refused(tmp_path):
+    """--drape-on, --pin and --wind make the scene of a mesh file; given with a scene
+    they were silently ignored."""
+    scene = _scene(tmp_path, _sheet(tmp_path / "m.obj", 4, 4))
+    for flag, value in (("--pin", "corners"), ("--drape-on", "box"), ("--wind", "1,0,0")):
+        r = _refine(str(scene), flag, value, "--frames", "1", "--out", str(tmp_path / "o"))
+        _assert_one_line_error(r, flag, "applies to a mesh file", "s.toml")
+
+
+@pytest.mark.slow
+def test_resume_keeps_the_scene_and_refuses_another(tmp_path):
+    """Rerunning the mesh command keeps an edited scene beside the new one; --resume runs
+    the scene that is there; a resume with other levels or other scene values is refused
+    in one line (it crashed, or mixed frames of two set-ups)."""
+    mesh = _sheet(tmp_path / "my.obj", 25, 25, size=(0.3, 0.3))  # 676 vertices: 2 levels
+    out = tmp_path / "out"
+    args = ("--drape-on", "ground", "--frames", "1", "--levels", "2", "--out", str(out))
+    r = _refine(str(mesh), *args)
+    assert r.exit_code == 0, r.output
+    scene = out / "my.toml"
+    edited = scene.read_text().replace("[objects.cloth]", "# my edit\n[objects.cloth]")
+    scene.write_text(edited)
+    r = _refine(str(mesh), *args, "--resume")  # continues with the edited scene, untouched
+    assert r.exit_code == 0 and "resuming with the scene" in r.output, r.output
+    assert scene.read_text() == edited
+    r = _refine(str(mesh), *args)  # a fresh run: the edited scene is kept beside
+    assert r.exit_code == 0 and "kept the earlier scene as" in r.output, r.output
+    assert (out / "my.1.toml").read_text() == edited and "# my edit" not in scene.read_text()
+    r = _refine(str(scene), "--frames", "2", "--levels", "2", "--out", str(out), "--resume",
+                "--set", "objects.cloth.density=2000")
+    _assert_one_line_error(r, "cannot resume", "objects.cloth.density", "2000", "--out")
+    r = _refine(str(scene), "--frames", "2", "--levels", "1", "--out", str(out), "--resume")
+    _assert_one_line_error(r, "cannot resume", "levels", "--out")
+    r = _refine(str(scene), "--frames", "2", "--levels", "2", "--out", str(out), "--resume")
+    assert r.exit_code == 0, r.output  # the same refine, two frames more
+    assert (out / "level_1" / "checkpoints" / "frame_00002.npz").exists()
+
+
 def test_pipeline_groups_give_the_finest_levels_the_spare_cores():
     from tisim.progressive import pipeline_groups
 

@@ -351,6 +351,21 @@ def sweep(
 _MESH_SUFFIXES = (".obj", ".ply", ".stl", ".off", ".vtk", ".vtu", ".msh")
 
 
+def _without_frames(toml_text: str) -> str:
+    """A generated scene's text without its frame count (which --frames sets)."""
+    import re
+
+    return re.sub(r"(?m)^frames = \d+$", "", toml_text)
+
+
+def _spare_name(path: Path) -> Path:
+    """``NAME.N.SUFFIX`` beside ``path``, with the first N not taken."""
+    n = 1
+    while (spare := path.with_name(f"{path.stem}.{n}{path.suffix}")).exists():
+        n += 1
+    return spare
+
+
 def _previous_refine(out_dir: Path) -> dict:
     """The run.json of the refine in ``out_dir`` ({} when there is none)."""
     import json
@@ -400,7 +415,8 @@ def refine(
     levels: Optional[int] = typer.Option(None, "--levels", "-L", min=1, max=6,
                                          help="Levels including the preview (default: the scene's, 3)."),
     frames: Optional[int] = _FRAMES,
-    out: Optional[Path] = _OUT,
+    out: Optional[Path] = typer.Option(None, "--out", "-o",
+                                       help="Output folder (default: out/<scene>-refine)."),
     schedule: Optional[str] = typer.Option(None, "--schedule", help="sequential or pipelined."),
     direct: bool = typer.Option(False, "--direct", help="Also simulate the coarsest and finest meshes "
                                                         "directly, for the speed-up and consistency."),
@@ -409,7 +425,8 @@ def refine(
                                        help="Single-threaded Taichi kernels. Not needed for bit-identical "
                                             "reruns and --resume on the CPU backend, whose sums run in a "
                                             "fixed order at any thread count; kept for scripts."),
-    drape_on: str = typer.Option("sphere", "--drape-on", help="For a mesh file: sphere, ground or box."),
+    drape_on: Optional[str] = typer.Option(None, "--drape-on",
+                                           help="For a mesh file: sphere (the default), ground or box."),
     pin: Optional[str] = typer.Option(None, "--pin", help="For a mesh file: corners or top-edge."),
     wind: Optional[str] = typer.Option(None, "--wind", help="For a mesh file: wind velocity 'vx,vy,vz' in m/s."),
     headless: bool = _HEADLESS,
@@ -433,11 +450,17 @@ def refine(
             raise ConfigError("", "no such scene or mesh file", str(path))
         if schedule not in (None, "sequential", "pipelined"):
             raise ConfigError("--schedule", f"expected sequential or pipelined, got {schedule!r}")
-        if path.suffix.lower() in _MESH_SUFFIXES:
+        if path.suffix.lower() not in _MESH_SUFFIXES:
+            for flag, given in (("--drape-on", drape_on), ("--pin", pin), ("--wind", wind)):
+                if given is not None:
+                    raise ConfigError(flag, f"applies to a mesh file; {path.name} is a scene: set it there "
+                                            "(colliders, objects.NAME.pin, [wind])")
+        else:
             from tisim.progressive import scene_for_mesh
 
-            if drape_on not in ("sphere", "ground", "box"):
-                raise ConfigError("--drape-on", f"expected sphere, ground or box, got {drape_on!r}")
+            drape = drape_on or "sphere"
+            if drape not in ("sphere", "ground", "box"):
+                raise ConfigError("--drape-on", f"expected sphere, ground or box, got {drape!r}")
             if pin not in (None, "corners", "top-edge"):
                 raise ConfigError("--pin", f"expected corners or top-edge, got {pin!r}")
             w = None
@@ -450,9 +473,20 @@ def refine(
             out_dir = out if out is not None else Path("out") / f"{path.stem}-refine"
             out_dir.mkdir(parents=True, exist_ok=True)
             scene_file = out_dir / f"{path.stem}.toml"
-            scene_file.write_text(scene_for_mesh(path, drape_on=drape_on, pin=pin, wind=w,
-                                                 frames=frames or 100))
-            typer.echo(f"wrote the scene {scene_file} (edit it and rerun: tisim refine {scene_file})")
+            text = scene_for_mesh(path, drape_on=drape, pin=pin, wind=w, frames=frames or 100)
+            if resume and scene_file.exists():
+                # continue the refine that is there, with the scene it ran (perhaps edited)
+                same = _without_frames(scene_file.read_text()) == _without_frames(text)
+                typer.echo(f"resuming with the scene {scene_file} as it is"
+                           + ("" if same else " (not as these options would write it)"))
+            else:
+                if scene_file.exists() and scene_file.read_text() != text:
+                    # the user may have edited it: keep it beside
+                    kept = _spare_name(scene_file)
+                    scene_file.rename(kept)
+                    typer.echo(f"kept the earlier scene as {kept}")
+                scene_file.write_text(text)
+                typer.echo(f"wrote the scene {scene_file} (edit it and rerun: tisim refine {scene_file})")
             path = scene_file
         sc = load_scene(path, set)
         out_dir = out if out is not None else Path("out") / f"{sc.name}-refine"
