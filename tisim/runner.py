@@ -11,6 +11,7 @@ import json
 import logging
 import math
 import platform
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -215,6 +216,12 @@ def scene_precision(scene: Scene, precision: str | None) -> str | None:
     frame (frame 21). The conservative (ADMM) integrator also defaults to f64 everywhere:
     in f32 its residuals stall near 5e-7 and the spinning-bar demo stops at its first step
     (an explicit f32 runs, with F32_ADMM_NOTE)."""
+    from tisim.backend import PRECISIONS
+
+    if precision is not None and precision not in PRECISIONS:
+        from tisim.config import ConfigError
+
+        raise ConfigError("--precision", f"expected f64 or f32, got {precision!r}")
     if precision is None and scene.solver.type == "admm":
         return "f64"
     if not needs_f64(scene):
@@ -269,6 +276,8 @@ def run_scene(
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    if (out / "run.json").exists():
+        clear_earlier_frames(out)
     t_build = time.perf_counter()
     binfo, model, solver = build(scene, arch, precision)
     build_s = time.perf_counter() - t_build
@@ -434,6 +443,29 @@ def export_frame_meshes(model, mesh_dir: Path, frame: int, positions: np.ndarray
         for name, sl, mesh in cloth.meshes:
             x = positions[cloth.offset + sl.start: cloth.offset + sl.stop]
             save_cloth_obj(mesh_dir / f"{name}_{frame:05d}.obj", x, mesh)
+
+
+_EARLIER = re.compile(r"^(frames/frame_\d{5}\.png|meshes/[\w.-]+_\d{5}\.(obj|ply))$")
+
+
+def clear_earlier_frames(folder: Path) -> int:
+    """Remove the numbered frame images (frames/frame_NNNNN.png) and meshes
+    (meshes/NAME_NNNNN.obj or .ply) an earlier run wrote into ``folder``, so that a
+    shorter rerun does not leave a sequence mixing two runs; nothing else (the rest is
+    overwritten, and files of the user's own stay). Returns the number removed."""
+    folder = Path(folder)
+    gone = 0
+    for sub in ("frames", "meshes"):
+        d = folder / sub
+        if not d.is_dir():
+            continue
+        for p in d.iterdir():
+            if p.is_file() and _EARLIER.match(f"{sub}/{p.name}"):
+                p.unlink()
+                gone += 1
+    if gone:
+        log.info("removed %d frame files of an earlier run from %s", gone, folder)
+    return gone
 
 
 MAX_CAPPED_STEPS = 20  # consecutive non-converged solver steps that count as a divergence

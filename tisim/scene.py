@@ -309,7 +309,7 @@ class CameraConfig:
 class RenderConfig:
     width: int = num(960, ge=16)
     height: int = num(720, ge=16)
-    fps: float | None = None  # video frame rate; default: simulated time runs at real speed
+    fps: float | None = num(None, gt=0, doc="video frame rate; default: simulated time runs at real speed")
     background: Vec3 = (0.12, 0.12, 0.14)
     color: Vec3 = (0.85, 0.45, 0.25)
 

@@ -189,3 +189,30 @@ def test_scene_precision_keeps_cloth_in_f64(demos_dir):
     admm = load_scene(demos_dir / "spinning-bar.toml")  # f64 by default, f32 when asked
     assert scene_precision(admm, None) == "f64"
     assert scene_precision(admm, "f32") == "f32"
+
+
+def test_a_negative_video_rate_and_an_unknown_precision_are_one_line_errors(demos_dir):
+    """Both reached the video writer or the backend as an internal error (render.fps) or
+    were silently run in f64 (a cloth scene with --precision f16)."""
+    scene = str(demos_dir / "cloth-drape.toml")
+    r = tisim("run", scene, "--headless", "--no-render", "-n", "1", "--set", "render.fps=-1")
+    assert_one_line_error(r, "cloth-drape.toml", "render.fps", "> 0")
+    r = tisim("run", scene, "--headless", "--no-render", "-n", "1", "--precision", "f16")
+    assert_one_line_error(r, "--precision", "f64 or f32", "f16")
+
+
+@pytest.mark.slow
+def test_a_shorter_rerun_leaves_no_frames_of_the_earlier_run(tmp_path, demos_dir):
+    """A rerun into the same --out removes the numbered meshes (and frame images) of the
+    run before, which a shorter rerun left mixed with its own; a file of the user's stays."""
+    out = tmp_path / "o"
+    args = ("run", str(demos_dir / "cloth-drape.toml"), "--headless", "--no-render", "--export-meshes", "-q",
+            "--set", "objects.cloth.cloth_resolution=[4,4]", "--out", str(out))
+    r = tisim(*args, "-n", "3")
+    assert r.returncode == 0, r.stderr
+    assert sorted(p.name for p in (out / "meshes").iterdir()) == [f"cloth_{i:05d}.obj" for i in range(4)]
+    (out / "meshes" / "my notes.txt").write_text("mine")
+    r = tisim(*args, "-n", "1")
+    assert r.returncode == 0, r.stderr
+    assert sorted(p.name for p in (out / "meshes").iterdir()) == ["cloth_00000.obj", "cloth_00001.obj",
+                                                                  "my notes.txt"]
