@@ -6,6 +6,7 @@ per object are kept), so solvers see a single system.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 from dataclasses import dataclass, field
@@ -250,7 +251,8 @@ class Model:
         if cloth is not None:
             surface = np.concatenate([surface, cloth.faces + cloth.offset]).astype(surface.dtype)
         src = Path(scene.path).parent if scene.path else None
-        colliders = tuple(Collider.from_config(k, c, src) for k, c in scene.colliders.items())
+        colliders = tuple(Collider.from_config(k, _resolved_collider(scene, k, c), src)
+                          for k, c in scene.colliders.items())
         return cls(
             scene=scene,
             mesh=all_mesh,
@@ -276,6 +278,14 @@ class Model:
         )
 
 
+def _resolved_collider(scene: Scene, name: str, c):
+    """A mesh collider's config with its file found as the scene's other meshes are (a
+    ConfigError naming the key when it is not there); other colliders as they are."""
+    if c.type != "mesh" or c.mesh is None:
+        return c
+    return dataclasses.replace(c, mesh=str(scene.mesh_file(c.mesh, f"colliders.{name}.mesh")))
+
+
 def _object_mesh(scene: Scene, name: str, oc: ObjectConfig) -> TetMesh:
     if oc.generator == "box":
         return generate.box(oc.size, oc.resolution, tets_per_cell=oc.tets_per_cell)
@@ -283,8 +293,7 @@ def _object_mesh(scene: Scene, name: str, oc: ObjectConfig) -> TetMesh:
         return generate.ball(oc.radius, oc.ball_resolution)
     from tisim.geometry.io import load_tet_mesh
 
-    path = scene.resolve_path(oc.mesh)
-    return load_tet_mesh(str(path))
+    return load_tet_mesh(str(scene.mesh_file(oc.mesh, f"objects.{name}.mesh")))
 
 
 def _cloth_mesh(scene: Scene, name: str, oc: ObjectConfig):
@@ -297,7 +306,7 @@ def _cloth_mesh(scene: Scene, name: str, oc: ObjectConfig):
         from tisim.geometry.generate import cloth_sphere
 
         return cloth_sphere(oc.radius, oc.sphere_subdivisions)
-    return load_cloth_mesh(str(scene.resolve_path(oc.mesh)))
+    return load_cloth_mesh(str(scene.mesh_file(oc.mesh, f"objects.{name}.mesh")))
 
 
 def _corner_vertices(x: np.ndarray, faces: np.ndarray, boundary: np.ndarray) -> np.ndarray:

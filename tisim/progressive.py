@@ -238,8 +238,8 @@ def build_levels(scene, model, count: int | None = None):
                 raise ConfigError("refine.meshes", f"expected {levels - 1} coarser meshes for {levels} levels, "
                                   f"got {len(rc.meshes)}", scene.path)
             user = []
-            for f in rc.meshes:
-                m = load_cloth_mesh(str(scene.resolve_path(f)))
+            for i, f in enumerate(rc.meshes):
+                m = load_cloth_mesh(str(scene.mesh_file(f, f"refine.meshes[{i}]")))
                 user.append(hy.Level.from_mesh(_transform(m.vertices, oc, scene), m.faces, rho, m.uv, m.face_uv))
             H = hy.from_meshes(user + [base])
     except MeshError as e:

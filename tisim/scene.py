@@ -351,6 +351,18 @@ class Scene:
                 return bundled
         return cand
 
+    def mesh_file(self, p: str, key: str) -> Path:
+        """``resolve_path`` of a mesh file the scene names at ``key``; a ConfigError naming
+        the scene file, the key and where a relative path was looked for when it is not
+        there."""
+        path = self.resolve_path(p)
+        if not path.exists():
+            where = "" if Path(p).expanduser().is_absolute() else (
+                f" (a relative path is read from the scene's folder {Path(self.path).parent} or the current one)"
+                if self.path is not None else " (a relative path is read from the current folder)")
+            raise ConfigError(key, f"no such file {p!r}{where}", self.path)
+        return path
+
     def to_dict(self) -> dict:
         d = to_dict(self)
         d.pop("path", None)

@@ -70,18 +70,26 @@ def test_bad_override(tmp_path):
 
 
 def test_missing_mesh_file(tmp_path):
+    """One line naming the scene file, the key and where a relative path was looked for:
+    of an object, a cloth object and a mesh collider."""
     p = tmp_path / "m.toml"
     p.write_text('[objects.a]\nmesh = "missing.msh"\n')
     r = tisim("run", str(p), "--no-render", "-n", "1")
-    assert_one_line_error(r, "missing.msh")
+    assert_one_line_error(r, "m.toml", "objects.a.mesh", "missing.msh", "scene's folder")
+    p.write_text('[solver]\ntype = "cloth"\n[objects.c]\nkind = "cloth"\nmesh = "sheet.obj"\n')
+    r = tisim("run", str(p), "--no-render", "-n", "1")
+    assert_one_line_error(r, "m.toml", "objects.c.mesh", "sheet.obj")
+    p.write_text('[objects.a]\ngenerator = "box"\n[colliders.rock]\ntype = "mesh"\nmesh = "rock.stl"\n')
+    r = tisim("run", str(p), "--no-render", "-n", "1")
+    assert_one_line_error(r, "m.toml", "colliders.rock.mesh", "rock.stl")
 
 
 def test_debug_shows_traceback(tmp_path):
     p = tmp_path / "bad.toml"
     p.write_text('[objects.a]\ngenerator = "box"\ndensity = -3.0\n')
     r = tisim("run", str(p), "--debug")
-    assert r.returncode != 0
-    assert "Traceback" in r.stderr
+    assert r.returncode == 2  # the user's mistake's exit code, with or without --debug
+    assert "Traceback" in r.stderr and "density" in r.stderr.splitlines()[-1]
 
 
 def test_unknown_demo():
@@ -216,3 +224,15 @@ def test_a_shorter_rerun_leaves_no_frames_of_the_earlier_run(tmp_path, demos_dir
     assert r.returncode == 0, r.stderr
     assert sorted(p.name for p in (out / "meshes").iterdir()) == ["cloth_00000.obj", "cloth_00001.obj",
                                                                   "my notes.txt"]
+
+
+def test_a_cloth_starting_through_a_collider_names_it(tmp_path):
+    """The start-up check names the collider the cloth crosses (it said "an obstacle
+    (collider or soft body)"), in one line with the scene file."""
+    p = tmp_path / "through.toml"
+    p.write_text('[solver]\ntype = "cloth"\n[objects.sheet]\nkind = "cloth"\ngenerator = "cloth"\n'
+                 'cloth_size = [0.4, 0.4]\ncloth_resolution = [8, 8]\ntranslation = [0.0, 0.3, 0.0]\n'
+                 '[colliders.ground]\ntype = "plane"\n[colliders.rock]\ntype = "sphere"\n'
+                 'position = [0.0, 0.3, 0.0]\nradius = 0.1\n')
+    r = tisim("run", str(p), "--no-render", "-n", "1")
+    assert_one_line_error(r, "through.toml", "the cloth intersects collider 'rock'")

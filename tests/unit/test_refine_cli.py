@@ -40,9 +40,15 @@ def _scene(tmp_path, mesh, extra=""):
 
 
 def test_mesh_too_coarse_for_the_levels(tmp_path):
+    """One line naming the user's mesh (not the scene written for it), and nothing left
+    behind: no scene, no output folder; a bad --wind is refused before anything is written."""
     mesh = _sheet(tmp_path / "small.obj", 6, 6)  # 49 vertices; 3 levels need >= 1200
     r = _refine(str(mesh), "--levels", "3", "--frames", "1", "--out", str(tmp_path / "o"))
-    _assert_one_line_error(r, "3-level hierarchy", "at least", "49")
+    _assert_one_line_error(r, "small.obj: ", "3-level hierarchy", "at least", "49")
+    assert not (tmp_path / "o").exists() and "wrote the scene" not in r.output
+    r = _refine(str(mesh), "--levels", "1", "--wind", "nan,0,0", "--frames", "1", "--out", str(tmp_path / "o"))
+    _assert_one_line_error(r, "--wind", "nan,0,0")
+    assert not (tmp_path / "o").exists()
 
 
 def test_user_levels_far_apart(tmp_path):

@@ -1,14 +1,16 @@
 """``tisim``: run demos and scenes, compare integrators, print the set-up.
 
 Every user mistake (bad scene, bad mesh, bad option) is one line on stderr and
-exit code 2; ``--debug`` shows the traceback instead.
+exit code 2; ``--debug`` shows the traceback as well.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import os
 import sys
+import traceback
 from pathlib import Path
 from typing import List, Optional
 
@@ -163,12 +165,13 @@ def _guard(fn, *args, **kwargs) -> int:
     except typer.Exit:
         raise
     except _user_errors() as e:
-        if _DEBUG["on"]:
-            raise
+        if _DEBUG["on"]:  # the traceback too, and the same exit code
+            traceback.print_exc()
         _die(str(e))
-    except Exception as e:  # a bug, not the user's mistake: still one line unless --debug
+    except Exception as e:  # noqa: BLE001  (a bug, not the user's mistake: one line unless --debug)
         if _DEBUG["on"]:
-            raise
+            traceback.print_exc()
+            _die(f"internal error: {type(e).__name__}: {e}", 1)
         _die(f"internal error: {type(e).__name__}: {e} (rerun with --debug for the traceback)", 1)
     return 0
 
@@ -439,10 +442,14 @@ def refine(
     """Preview a cloth animation on a coarse mesh, then refine it to finer levels that
     follow the same motion (progressive dynamics)."""
 
+    said: list[str] = []  # what the mesh command wrote, told once the refine is set up
+
     def go() -> int:
         from tisim.config import ConfigError
-        from tisim.scene import load_scene
+        from tisim.geometry.mesh import MeshError
 
+        made: list[Path] = []  # files and folders this call created, for a refused mesh
+        restore: list[tuple[Path, Path]] = []  # scenes it moved aside
         path = source
         if not path.is_file() and (demos_dir() / f"{source}.toml").exists():
             path = demos_dir() / f"{source}.toml"
@@ -467,10 +474,12 @@ def refine(
             if wind:
                 try:
                     w = tuple(float(c) for c in wind.split(","))
-                    assert len(w) == 3
+                    assert len(w) == 3 and all(math.isfinite(c) for c in w)
                 except (ValueError, AssertionError):
                     raise ConfigError("--wind", f"expected three numbers vx,vy,vz, got {wind!r}") from None
             out_dir = out if out is not None else Path("out") / f"{path.stem}-refine"
+            if not out_dir.exists():
+                made.append(out_dir)
             out_dir.mkdir(parents=True, exist_ok=True)
             scene_file = out_dir / f"{path.stem}.toml"
             text = scene_for_mesh(path, drape_on=drape, pin=pin, wind=w, frames=frames or 100)
@@ -484,10 +493,35 @@ def refine(
                     # the user may have edited it: keep it beside
                     kept = _spare_name(scene_file)
                     scene_file.rename(kept)
+                    restore.append((kept, scene_file))
                     typer.echo(f"kept the earlier scene as {kept}")
+                if not scene_file.exists():
+                    made.insert(0, scene_file)
                 scene_file.write_text(text)
-                typer.echo(f"wrote the scene {scene_file} (edit it and rerun: tisim refine {scene_file})")
-            path = scene_file
+                # said once the refine has its levels (a mesh it cannot refine leaves no scene)
+                said.append(f"wrote the scene {scene_file} (edit it and rerun: tisim refine {scene_file})")
+            mesh_file, path = path, scene_file
+        try:
+            return refine_scene(path)
+        except (ConfigError, MeshError) as e:
+            if not made and not restore:
+                raise
+            # the mesh cannot be refined so: leave nothing half-made behind, and name the
+            # user's file rather than the scene written for it
+            for p in made:
+                if p.is_file():
+                    p.unlink()
+                elif p.is_dir() and not any(p.iterdir()):
+                    p.rmdir()
+            for kept, original in restore:
+                kept.rename(original)
+            if isinstance(e, MeshError):
+                raise MeshError(e.detail, str(mesh_file)) from None
+            raise ConfigError(e.key, e.detail, str(mesh_file)) from None
+
+    def refine_scene(path: Path) -> int:
+        from tisim.scene import load_scene
+
         sc = load_scene(path, set)
         out_dir = out if out is not None else Path("out") / f"{sc.name}-refine"
         n = frames or sc.sim.frames
@@ -510,6 +544,8 @@ def refine(
         from tisim.render import vulkan_available
 
         r = ProgressiveRefiner(sc, out_dir, levels=levels, arch=arch, precision=precision, progress=not quiet)
+        for line in said:
+            typer.echo(line)
         counts = ", ".join(f"{lv.vertex_count}" for lv in r.hierarchy.levels)
         typer.echo(f"{r.L + 1} levels ({counts} vertices), {n} frames, schedule "
                    f"{schedule or sc.refine.schedule}")

@@ -460,8 +460,11 @@ class SolverCloth(Solver):
         xi = self.contact.thickness
         check_intersection_free(xc, cp.faces, cp.edges, source=src)
         if self.no:
-            check_intersection_free(xc, cp.faces, cp.edges, source=src, other=(x_obs, self.obstacles.faces),
-                                    other_name="an obstacle (collider or soft body)")
+            obs = self.obstacles
+            for (c, _, _), rows in zip(obs.parts, obs.part_faces):
+                name = f"collider {c.name!r}" if c is not None else "a soft body's surface"
+                check_intersection_free(xc, cp.faces, cp.edges, source=src,
+                                        other=(x_obs, obs.faces[rows]), other_name=name)
         for (pt, nrm), c in zip(zip(self.planes.p, self.planes.n), self.obstacles.planes):
             d = (xc - pt) @ nrm
             i = int(np.argmin(d))
@@ -474,8 +477,9 @@ class SolverCloth(Solver):
         if n_pt + n_ee:
             dmin = self.barrier.min_distance(self.x, self.broad.pt, n_pt, self.broad.ee, n_ee)
             if dmin <= xi:
-                raise MeshError(f"two primitives start {dmin:.3g} m apart, within the contact thickness {xi:g} m "
-                                f"(cloth folded onto itself or touching an obstacle): {advice}", src)
+                raise MeshError(f"two primitives start {dmin:.3g} m apart, within the contact thickness {xi:g} m: "
+                                f"where the cloth touches an obstacle, move it away; where it folds onto itself, "
+                                f"{advice}", src)
 
     # ------------------------------------------------------------------ public
     def info(self) -> dict:
@@ -1104,6 +1108,7 @@ class _Obstacles:
     def __init__(self, model, cp, include_solids: bool = True):
         span = _diag(cp.rest)
         self.parts = []  # (collider or None, vertex ids into the solid block or None)
+        self.part_faces = []  # each part's rows of ``faces``, for its name in messages
         faces, mus, off = [], [], 0
         mu_default = np.nan
         self.planes = [c for c in model.colliders if c.kind == "plane" and not c.is_moving()]
@@ -1111,6 +1116,7 @@ class _Obstacles:
             if c.kind == "plane" and not c.is_moving():
                 continue  # an analytic half-space (tisim.contact.ipc.halfspace)
             V, F = self._mesh(c, 0.0, span)
+            self.part_faces.append(slice(sum(map(len, faces)), sum(map(len, faces)) + len(F)))
             faces.append(F + off)
             mus.append(np.full(len(V), np.nan if c.friction is None else c.friction))
             self.parts.append((c, None, len(V)))
@@ -1121,6 +1127,7 @@ class _Obstacles:
             ids = np.unique(surf)
             remap = np.full(ns, -1, dtype=np.int64)
             remap[ids] = np.arange(len(ids))
+            self.part_faces.append(slice(sum(map(len, faces)), sum(map(len, faces)) + len(surf)))
             faces.append(remap[surf] + off)
             mus.append(np.full(len(ids), mu_default))
             self.parts.append((None, ids, len(ids)))
