@@ -563,6 +563,9 @@ class ProgressiveRefiner:
         below = _Trajectory(self, level - 1) if level > 0 else None
         P = self.hierarchy.prolongations[level - 1] if level > 0 else None
         wall = []
+        if bar is not None:
+            for _ in range(start):  # the frames a resume keeps count as done
+                bar()
         try:
             for frame in range(start, frames):
                 t0 = time.perf_counter()
@@ -1175,6 +1178,12 @@ def scene_for_mesh(mesh_path: Path, *, drape_on: str = "sphere", pin: str | None
     x = m.vertices
     lo, hi = x.min(0), x.max(0)
     size = float(np.linalg.norm(hi - lo))
+    if size > 100.0 or size < 0.01:
+        # the scene is scaled to the mesh (the obstacles, the contact thickness): a cloth
+        # modelled in millimetres becomes a sheet a kilometre wide
+        log.warning("%s is %.3g m across (its coordinates are read as metres; the scene, its obstacles and "
+                    "contact thickness are sized to it): if it is in other units, scale the mesh to metres "
+                    "(e.g. by 0.001 from millimetres) and rerun", mesh_path.name, size)
     rotation = None
     if pin == "top-edge" and hi[1] - lo[1] <= 1e-3 * size:
         rotation = (90.0, 0.0, 0.0)
@@ -1184,7 +1193,8 @@ def scene_for_mesh(mesh_path: Path, *, drape_on: str = "sphere", pin: str | None
     lift = 0.25 * size
     lines = [
         "[scene]", f'name = "{mesh_path.stem}"',
-        f'description = "{mesh_path.name} draped on a {drape_on} (written by tisim refine; edit freely)"', "",
+        f'description = "{mesh_path.name} draped on {"the ground" if drape_on == "ground" else "a " + drape_on} '
+        '(written by tisim refine; edit freely)"', "",
         "[sim]", "dt = 0.01", f"frames = {frames}", "",
         "[solver]", 'type = "cloth"', "",
         "[contact]", "mu = 0.2", f"dhat = {max(1e-4, 1e-3 * size):.3g}", f"thickness = {max(1e-4, 1e-3 * size):.3g}",

@@ -250,3 +250,21 @@ def test_flat_mesh_pinned_at_its_top_edge_is_stood_up(tmp_path):
     assert oc.rotation == (90.0, 0.0, 0.0) and oc.pin == "top-edge"
     rows = list(csv.DictReader((out / "level_0" / "stats.csv").open()))
     assert all(row["converged"] == "1" for row in rows)
+
+
+def test_a_mesh_in_millimetres_gets_a_hint(tmp_path, caplog):
+    """Coordinates are metres: a sheet modelled in millimetres (400 units wide) would be
+    draped as a 400 m sheet without a word; the scene says what it drapes on."""
+    import logging
+
+    from tisim.progressive import scene_for_mesh
+
+    mm = _sheet(tmp_path / "mm.obj", 4, 4, size=(400.0, 400.0))
+    with caplog.at_level(logging.WARNING, logger="tisim.progressive"):
+        text = scene_for_mesh(mm, drape_on="ground")
+    assert any("mm.obj is 566 m across" in r.message and "millimetres" in r.message for r in caplog.records)
+    assert 'description = "mm.obj draped on the ground' in text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="tisim.progressive"):
+        scene_for_mesh(_sheet(tmp_path / "m.obj", 4, 4), drape_on="box")
+    assert not caplog.records
