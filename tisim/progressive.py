@@ -721,6 +721,7 @@ class ProgressiveRefiner:
         procs = {}
         with _environment(threads):
             for (level,) in groups[1:]:
+                (self.level_dir(level) / "worker_error.txt").unlink(missing_ok=True)
                 pr = ctx.Process(target=_pipeline_worker,
                                  args=(self.scene, str(self.out), level, frames, resume, self.binfo.arch,
                                        self.binfo.precision, self.hierarchy.level_count, self.export_meshes,
@@ -760,11 +761,15 @@ class ProgressiveRefiner:
                 if announce is not None:
                     announce(lv, self.level_dir(lv), li)
             seconds = [done[lv][1] for lv in here]
+            if procs:
+                _load_plotting()  # while the finer levels step: the plot at the end is then quick
             for level, pr in procs.items():
                 pr.join()
                 seconds.append(time.perf_counter() - t0)
                 if pr.exitcode != 0:
-                    raise FloatingPointError(f"level {level} failed in its process (exit code {pr.exitcode})")
+                    err = self.level_dir(level) / "worker_error.txt"
+                    why = f": {err.read_text()}" if err.exists() else ""
+                    raise FloatingPointError(f"level {level} failed in its process (exit code {pr.exitcode}){why}")
                 li = json.loads((self.level_dir(level) / "level.json").read_text())
                 li.update(level=level, seconds=seconds[-1], vertices=self.hierarchy.levels[level].vertex_count,
                           faces=self.hierarchy.levels[level].face_count)
@@ -935,16 +940,33 @@ class _environment:
         return False
 
 
+def _load_plotting() -> None:
+    """Import matplotlib (Agg) ahead of ``write_consistency``'s plot."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot  # noqa: F401
+    except ImportError:
+        pass
+
+
 def _pipeline_worker(scene, out, level, frames, resume, arch, precision, count, export, spawned):
     """One level of the pipelined schedule in its own process. Its level.json records
     ``startup_s`` (from the spawn until ready to step: interpreter, imports, Taichi, the
     levels and the solver; the kernels load at the first step, inside the first frame),
     ``process_s`` (spawn to end) and ``cpu_s`` (the process's CPU time, all threads)."""
-    r = ProgressiveRefiner(scene, out, levels=count, arch=arch, precision=precision, progress=False,
-                           export_meshes=export)
-    r.solver(level)
-    ready = time.time() - spawned
-    li = r.run_level(level, frames, resume=resume)
+    try:
+        r = ProgressiveRefiner(scene, out, levels=count, arch=arch, precision=precision, progress=False,
+                               export_meshes=export)
+        r.solver(level)
+        ready = time.time() - spawned
+        li = r.run_level(level, frames, resume=resume)
+    except BaseException as e:  # noqa: BLE001  (the refine's process reports it, in one line)
+        err = Path(out) / f"level_{level}" / "worker_error.txt"
+        err.parent.mkdir(parents=True, exist_ok=True)
+        err.write_text(f"{type(e).__name__}: {e}")
+        raise SystemExit(1) from None
     li.update(startup_s=ready, process_s=time.time() - spawned, cpu_s=_cpu_seconds(),
               threads=os.environ.get("TI_CPU_MAX_NUM_THREADS"))
     (r.level_dir(level) / "level.json").write_text(json.dumps(li))
