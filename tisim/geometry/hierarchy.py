@@ -84,6 +84,12 @@ _DEGENERATE_AREA = 1e-14
 # another object).
 DEFAULT_MAX_DISTANCE = 0.1
 
+# A mesh whose extent across its best-fit plane is at most this fraction of its
+# bounding-box diagonal is decimated as exactly flat (see ``_decimation_frame``).
+# Covers coordinates rounded to float32 (~6e-8 relative) with margin and is far
+# below any relief a cloth has on purpose (1 um on a 1 m sheet).
+_FLAT_EXTENT = 1e-6
+
 
 # ---------------------------------------------------------------------------
 # Levels
@@ -781,6 +787,45 @@ def loop_subdivide(
 # Decimation
 
 
+def _decimation_frame(x: np.ndarray):
+    """(y, to_world): the vertices ``x`` (n, 3), metres, centred on their mean,
+    rotated onto their principal axes (the smallest last, so a flat mesh's normal
+    is the z axis) and scaled to a unit bounding-box diagonal, and the map back.
+
+    Why: Fast-Quadric-Mesh-Simplification's tests are absolute. It solves for the
+    optimal collapse point whenever the determinant of the 3x3 quadric is not
+    exactly zero, and its error thresholds (1e-9 (iteration + 3)^agg) are in
+    squared length units. On a plane through an axis (normal along x, y or z) the
+    quadric is exactly singular and an edge collapses to an end or its midpoint at
+    zero error; on the same plane turned off the axes (a sheet stood up by a 90
+    degree rotation, whose cosine is 6e-17, or tilted by 3 degrees) rounding makes
+    the determinant tiny instead of zero, the "optimal" point of the near-singular
+    system lands far off in the plane, the collapse is refused as a flip, and
+    decimation stalls: a 1,225-vertex square grid turned 3 degrees in its plane and
+    stood up, asked for 300 vertices, kept 886. Centring and rotating alone already
+    brought that to 311; a mesh flat to ``_FLAT_EXTENT`` of its diagonal also gets
+    its out-of-plane coordinate set to exactly zero, so every quadric is exactly
+    singular whatever the mesh's orientation (then 308, as lying flat), and the unit scale
+    makes the thresholds mean the same for a 10 cm patch and a 10 m sail. The map
+    back is a similarity (rotation, scale, shift), so the decimated mesh is valid
+    in world coordinates, on the fine mesh's best-fit plane when flat.
+    """
+    c = x.mean(axis=0)
+    _, _, R = np.linalg.svd(x - c, full_matrices=False)  # rows: principal axes
+    if np.linalg.det(R) < 0:
+        R[2] = -R[2]  # a rotation, not a reflection: faces keep their orientation
+    y = (x - c) @ R.T
+    scale = float(np.linalg.norm(y.max(axis=0) - y.min(axis=0))) or 1.0
+    y /= scale
+    if float(np.ptp(y[:, 2])) <= _FLAT_EXTENT:
+        y[:, 2] = 0.0
+
+    def to_world(v: np.ndarray) -> np.ndarray:
+        return (np.asarray(v, dtype=np.float64) * scale) @ R + c
+
+    return y, to_world
+
+
 def decimate(
     level: Level,
     target_vertices: int,
@@ -799,7 +844,9 @@ def decimate(
     side of a 64x64 square decimated to 300 vertices); the embedding keeps
     the fine rest shape exact anyway (tangential offsets). ``preserve_border``
     keeps every border vertex instead (then the border alone bounds how coarse
-    the level can get). ``aggressiveness`` is the library's ``agg``. Masses are lumped with
+    the level can get). ``aggressiveness`` is the library's ``agg``; the library
+    sees the mesh in its principal frame at unit size (``_decimation_frame``), so
+    the result does not depend on how the mesh is turned, placed or scaled. Masses are lumped with
     ``areal_density`` (default: the level's mass/area). Per-vertex UVs are
     interpolated at the closest fine surface point of every coarse vertex;
     per-corner UVs (seams) are dropped (limitation).
@@ -816,12 +863,14 @@ def decimate(
         raise MeshError(f"cannot decimate a {n}-vertex level to {target_vertices} vertices")
     ratio = level.face_count / n
     x, f = level.vertices, level.faces
+    y, to_world = _decimation_frame(x)
 
     def run(faces_target: int):
         faces_target = int(np.clip(faces_target, 2, level.face_count - 1))
         v, t = fast_simplification.simplify(
-            x, f, target_count=faces_target, agg=aggressiveness, preserve_border=preserve_border
+            y, f, target_count=faces_target, agg=aggressiveness, preserve_border=preserve_border
         )
+        v = to_world(v)
         t = np.asarray(t, dtype=np.int64)
         t = t[(t[:, 0] != t[:, 1]) & (t[:, 1] != t[:, 2]) & (t[:, 2] != t[:, 0])]
         used = np.unique(t)
