@@ -197,6 +197,17 @@ def cloth_part_for_level(level, oc, mesh=None):
     )
 
 
+def level_mesh(level):
+    """The ``ClothMesh`` a level's frames are written with, UVs included: per-corner UVs
+    as they are, per-vertex ones (decimated levels) as corners naming their vertex's UV."""
+    from tisim.geometry.cloth import ClothMesh
+
+    if level.uv is None:
+        return ClothMesh(level.vertices, level.faces)
+    face_uv = level.faces if level.face_uv is None else level.face_uv
+    return ClothMesh(level.vertices, level.faces, level.uv, face_uv)
+
+
 def build_levels(scene, model, count: int | None = None):
     """The hierarchy for ``scene``'s cloth object: (Hierarchy, ObjectConfig, name)."""
     from tisim.geometry import hierarchy as hy
@@ -626,13 +637,11 @@ class ProgressiveRefiner:
     def _export(self, level: int, frame: int, x: np.ndarray) -> None:
         if not self.export_meshes:
             return
-        from tisim.geometry.cloth import ClothMesh, save_cloth_obj
+        from tisim.geometry.cloth import save_cloth_obj
 
         mesh = self._meshes.get(level)
         if mesh is None:  # one per level: it caches its UV and face lines
-            lv = self.hierarchy.levels[level]
-            mesh = self._meshes[level] = (ClothMesh(lv.vertices, lv.faces, lv.uv, lv.face_uv)
-                                          if lv.face_uv is not None else ClothMesh(lv.vertices, lv.faces))
+            mesh = self._meshes[level] = level_mesh(self.hierarchy.levels[level])
         save_cloth_obj(self.level_dir(level) / "meshes" / f"{self.name}_{frame:05d}.obj", x, mesh)
 
     # ------------------------------------------------------------------ whole refine

@@ -687,3 +687,55 @@ def test_decimation_reaches_its_target_whatever_the_orientation(case):
     expect = [c0, c0 * np.sqrt(n / c0)]  # the coarsest, then geometric spacing
     assert all(abs(c - e) <= 0.05 * e for c, e in zip(counts, expect)), (counts, expect)
     assert all(P.rest_error() < 1e-12 for P in H.direct)
+
+
+def test_decimated_levels_get_uvs_from_per_corner_uvs_without_seams(tmp_path):
+    """An OBJ with ``f 1/1 2/2 3/3`` loads per-corner UVs (``face_uv``) even when every
+    vertex has one UV; decimation used to drop them, and the coarser levels were written
+    with no ``vt`` line. Folded into one UV per vertex, every level of a 3-level hierarchy
+    of a 1 m square stood up off the axes carries u = s / size + 1/2, v = t / size + 1/2
+    of its in-plane coordinates (s, t). Barycentric interpolation of an affine map at
+    points on the flat fine surface (decimated vertices stay on it) is exact, so the
+    tolerance is round-off (1e-12 against UVs of order 1). The UV list is shuffled so the
+    corners' UV indices are not the vertex indices (folding goes by value). A level's
+    frame file then has one ``vt`` per vertex and those UVs."""
+    from tisim.geometry.cloth import load_cloth_mesh, save_cloth_obj
+    from tisim.progressive import level_mesh
+
+    s, f = _square_grid(turn_deg=0.0)  # x-z plane, [-0.5, 0.5]^2
+    analytic = s[:, [0, 2]] + 0.5
+    R = Rotation.from_euler("xyz", [90, 3, 0], degrees=True).as_matrix()
+    x = s @ R.T + [0.0, 1.4, 0.0]
+    order = np.random.default_rng(3).permutation(len(s))  # uv[k] belongs to vertex order[k]
+    where = np.argsort(order)
+    fine = Level.from_mesh(x, f, RHO, uv=analytic[order], face_uv=where[f])
+    H = build_hierarchy(fine, 3)
+    assert [lv.vertex_count for lv in H.levels][-1] == 1225 and H.levels[0].vertex_count < 400
+    for lv in H.levels[:-1]:
+        assert lv.uv is not None and lv.face_uv is None and lv.uv.shape == (lv.vertex_count, 2)
+        inplane = (lv.vertices - [0.0, 1.4, 0.0]) @ R  # back to the x-z plane
+        np.testing.assert_allclose(lv.uv, inplane[:, [0, 2]] + 0.5, rtol=0, atol=1e-12)
+    coarse = H.levels[0]
+    path = tmp_path / "level_0.obj"
+    save_cloth_obj(path, coarse.vertices, level_mesh(coarse))
+    assert sum(line.startswith("vt ") for line in path.read_text().splitlines()) == coarse.vertex_count
+    back = load_cloth_mesh(str(path))
+    np.testing.assert_allclose(back.uv[back.face_uv], coarse.uv[coarse.faces], atol=1e-8)  # %.9g
+
+
+def test_seams_leave_decimated_levels_without_uvs():
+    """With a seam (vertices carrying two different UVs) the per-corner UVs cannot fold
+    into one per vertex; the coarse level gets none rather than a texture smeared across
+    the seam (documented limitation), and a level whose corners agree still folds."""
+    from tisim.geometry.hierarchy import _vertex_uv
+
+    s, f = _square_grid(n=35)
+    uv = s[:, [0, 2]] + 0.5
+    fine = Level.from_mesh(s, f, RHO, uv=uv, face_uv=f)
+    np.testing.assert_array_equal(_vertex_uv(fine), uv)
+    # cut along x = 0: faces right of it take u + 1 (their own copy of the UV list)
+    right = s[f].mean(axis=1)[:, 0] > 0
+    face_uv = np.where(right[:, None], f + len(s), f)
+    seamed = Level.from_mesh(s, f, RHO, uv=np.concatenate([uv, uv + [1.0, 0.0]]), face_uv=face_uv)
+    assert _vertex_uv(seamed) is None
+    assert decimate(seamed, 300).uv is None

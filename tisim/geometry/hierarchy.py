@@ -787,6 +787,34 @@ def loop_subdivide(
 # Decimation
 
 
+def _vertex_uv(level: Level) -> np.ndarray | None:
+    """(n, 2) one texture coordinate per vertex of ``level``, or None when it has no
+    UVs or has seams (some vertex carries two different UVs on two of its corners).
+
+    An OBJ's ``f v/vt`` corners always come as per-corner UVs (``face_uv``), even
+    when every corner of a vertex names the same ``vt``; those fold into one UV per
+    vertex, so coarser levels can get UVs interpolated from them."""
+    if level.uv is None:
+        return None
+    if level.face_uv is None:
+        return level.uv
+    corner = level.uv[level.face_uv].reshape(-1, 2)
+    v = level.faces.ravel()
+    uv = np.empty((level.vertex_count, 2))
+    uv[v] = corner  # every vertex is used by a face
+    if np.any(uv[v] != corner):
+        return None  # a seam: no single UV per vertex
+    return uv
+
+
+def _uv_at(level: Level, uv: np.ndarray, points: np.ndarray) -> np.ndarray:
+    """(k, 2) the per-vertex UVs ``uv`` of ``level`` interpolated (barycentric) at the
+    closest point of its surface to each of ``points`` (k, 3), metres: exact where
+    the UVs are affine over the host triangle (a flat sheet's u = x / size)."""
+    h, w, _ = _closest_on_surface(points, level.vertices, level.faces)
+    return np.einsum("ij,ijk->ik", w, uv[level.faces[h]])
+
+
 def _decimation_frame(x: np.ndarray):
     """(y, to_world): the vertices ``x`` (n, 3), metres, centred on their mean,
     rotated onto their principal axes (the smallest last, so a flat mesh's normal
@@ -847,9 +875,13 @@ def decimate(
     the level can get). ``aggressiveness`` is the library's ``agg``; the library
     sees the mesh in its principal frame at unit size (``_decimation_frame``), so
     the result does not depend on how the mesh is turned, placed or scaled. Masses are lumped with
-    ``areal_density`` (default: the level's mass/area). Per-vertex UVs are
-    interpolated at the closest fine surface point of every coarse vertex;
-    per-corner UVs (seams) are dropped (limitation).
+    ``areal_density`` (default: the level's mass/area). UVs: one per vertex (given
+    so, or per-corner ones that agree at every vertex, as an OBJ without seams
+    loads) are interpolated at the closest fine surface point of every coarse
+    vertex (``_uv_at``). With seams (a vertex with two different UVs) the coarse
+    level gets none (limitation: a coarse triangle may straddle a seam, and
+    interpolating across it would smear the texture; a seam-aware transfer would
+    have to keep the seam edges through the collapse).
     """
     try:
         import fast_simplification
@@ -886,10 +918,8 @@ def decimate(
         raise MeshError(f"decimating {n} vertices to {target} failed (got {len(v)} vertices)")
     v, t = collapse_needles(v, t)
     t = flip_slivers(v, t)
-    uv = None
-    if level.uv is not None and level.face_uv is None:
-        h, w, _ = _closest_on_surface(v, x, f)
-        uv = np.einsum("ij,ijk->ik", w, level.uv[f[h]])
+    fine_uv = _vertex_uv(level)
+    uv = None if fine_uv is None else _uv_at(level, fine_uv, v)
     rho = level.areal_density if areal_density is None else float(areal_density)
     coarse = Level.from_mesh(v, t, rho, uv=uv)
     log.debug("decimated %d -> %d vertices (target %d)", n, coarse.vertex_count, target)
@@ -1283,6 +1313,9 @@ def build_hierarchy(
             0, decimate(chain[0], targets[k], areal_density=rho, preserve_border=preserve_border)
         )
     _check_finer(chain)
+    fine_uv = _vertex_uv(level)
+    if fine_uv is not None:  # from the finest mesh itself, not level by level
+        chain[:-1] = [replace(c, uv=_uv_at(level, fine_uv, c.vertices)) for c in chain[:-1]]
     return _finish(
         chain, [None] * L, method, mass, rho, max_distance, zero_mean_tangent, embedded=True
     )
