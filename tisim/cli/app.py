@@ -399,9 +399,10 @@ def _refine_loops_as(previous: dict) -> None:
 def _refine_threads(single: bool) -> None:
     """Single-threaded Taichi kernels for ``refine --deterministic``: Taichi reads
     TI_CPU_MAX_NUM_THREADS when it initialises (here and in the pipelined schedule's
-    worker processes, which inherit the environment). On the CPU backend the cloth's
-    sums run on one thread anyway (``backend.SERIAL_SUMS``), so reruns repeat bit for
-    bit without it; the option stays for scripts that pass it."""
+    worker processes, which inherit the environment), and on one thread the kernel loops
+    compile serial (``backend.SERIAL_LOOPS``), as in the pipelined schedule's processes on
+    2 cores. On the CPU backend the cloth's sums run on one thread anyway
+    (``backend.SERIAL_SUMS``), so reruns repeat bit for bit without it."""
     if not single:
         return
     from tisim import backend
@@ -425,9 +426,9 @@ def refine(
                                                         "directly, for the speed-up and consistency."),
     resume: bool = typer.Option(False, "--resume", help="Continue an interrupted refine from its checkpoints."),
     deterministic: bool = typer.Option(False, "--deterministic",
-                                       help="Single-threaded Taichi kernels. Not needed for bit-identical "
-                                            "reruns and --resume on the CPU backend, whose sums run in a "
-                                            "fixed order at any thread count; kept for scripts."),
+                                       help="Single-threaded Taichi kernels, their loops compiled serial: "
+                                            "the sequential schedule then gives the pipelined one's bits on 2 "
+                                            "cores. Reruns and --resume repeat bit for bit without it."),
     drape_on: Optional[str] = typer.Option(None, "--drape-on",
                                            help="For a mesh file: sphere (the default), ground or box."),
     pin: Optional[str] = typer.Option(None, "--pin", help="For a mesh file: corners or top-edge."),
