@@ -86,11 +86,11 @@ class ProlongedShell:
         return self.P.U @ x + self._a
 
     def exact_energy(self, x: np.ndarray) -> float:
-        return float(self.fine.evaluate(self.P.apply(x), energy_only=True)[0])
+        return float(self.fine.evaluate(self.P.apply(x), energy_only=True, folded=False)[0])
 
     def evaluate(self, x: np.ndarray, hessian: bool = True, energy_only: bool = False):
         if energy_only:
-            return self.fine.evaluate(self._prolong(x, False), energy_only=True)[0], None, None
+            return self.fine.evaluate(self._prolong(x, False), energy_only=True, folded=False)[0], None, None
         last = self._last
         if last is not None and np.array_equal(last[0], x):
             # the same iterate as the last full evaluation: its offsets, energy and
@@ -98,7 +98,7 @@ class ProlongedShell:
             self._a = last[4]
             return last[1], last[2], (last[3] if hessian else None)
         y = self._prolong(x, True)
-        E, gf, Hf = self.fine.evaluate(y, hessian=hessian)
+        E, gf, Hf = self.fine.evaluate(y, hessian=hessian, folded=False)
         g = self.P.U.T @ gf
         if not hessian:
             return E, g, None
@@ -497,8 +497,9 @@ class ProgressiveRefiner:
     def _check_resumable(self) -> None:
         """ConfigError unless the refine in ``self.out`` is this one: the same number of
         levels, vertices per level and scene values (its run.json, written when it
-        started), or, without a run.json, checkpoints of this refine's sizes. The frame
-        count, rendering and camera may change."""
+        started; colliders included), and checkpoints of this refine's sizes. The frame
+        count, rendering and camera may change. (It builds no solver: building a finer
+        level's solver before a coarser level steps changed that level's last bits.)"""
         again = "; rerun without --resume, or into another --out"
         prev = _read_json(self.out / "run.json")
         if prev is not None:
@@ -519,14 +520,11 @@ class ProgressiveRefiner:
             if last < 0:
                 continue
             with np.load(self.checkpoint_path(level, last)) as d:
-                n, no = len(d["x"]), len(d["obstacles"])
+                n = len(d["x"])
             want = self.hierarchy.levels[level].vertex_count
             if n != want:
                 raise ConfigError("", f"cannot resume: level {level}'s checkpoints have {n} vertices, this refine's "
                                       f"level {level} has {want}{again}", str(self.out))
-            if no and no != self.solver(level).no:
-                raise ConfigError("", f"cannot resume: level {level}'s checkpoints have other obstacles than this "
-                                      f"refine's (a collider changed){again}", str(self.out))
 
     # ------------------------------------------------------------------ one level
     def run_level(self, level: int, frames: int, *, resume: bool = False, bar=None) -> dict:

@@ -246,18 +246,26 @@ class ShellTerm:
         self.strain = strain
         return True
 
-    def evaluate(self, x: np.ndarray, hessian: bool = True, energy_only: bool = False):
+    def evaluate(self, x: np.ndarray, hessian: bool = True, energy_only: bool = False, folded: bool = True):
+        """(E, g, H) of the shell energy at x; ``folded``: the gradient and Hessian include
+        a folded strain limit's (``fold_strain``; its energy is the solver's to add).
+        The progressive levels evaluate the finest level's term through prolongation with
+        ``folded=False``: the finest level's solver folds its strain limit into this very
+        object, and the coarser levels, which have strain limits of their own, must not
+        get that one's gradient (without its energy) depending on whether the finest
+        level's solver was built yet (a preview then differed by 3.8 mm after 3 frames)."""
         # A Newton step starts where the previous one converged, and the previous one's
         # last (confirming) iteration evaluated the Hessian right there: give it back.
+        strain = self.strain if folded else None
         last = self._last
-        if last is not None and last[4] == (self.gauss_newton_bending, self.strain) and np.array_equal(last[0], x):
+        if last is not None and last[4] == (self.gauss_newton_bending, strain) and np.array_equal(last[0], x):
             return last[1], (None if energy_only else last[2]), (last[3] if hessian and not energy_only else None)
-        E, g, H = self._evaluate(x, hessian, energy_only)
+        E, g, H = self._evaluate(x, hessian, energy_only, strain)
         if H is not None:
-            self._last = remember(x, E, g, H, (self.gauss_newton_bending, self.strain))
+            self._last = remember(x, E, g, H, (self.gauss_newton_bending, strain))
         return E, g, H
 
-    def _evaluate(self, x: np.ndarray, hessian: bool, energy_only: bool):
+    def _evaluate(self, x: np.ndarray, hessian: bool, energy_only: bool, strain=None):
         from tisim.linalg.psd import project_psd
 
         upload(self.x, x)
@@ -266,7 +274,7 @@ class ShellTerm:
             return E, None, None
         _zero(self.g)
         self.energy_obj.add_gradient(self.x, self.g)
-        st = self.strain
+        st = strain
         strain_on = st is not None and st.active(self.x)
         if strain_on:
             st.obj.add_gradient(self.x, self.g)
