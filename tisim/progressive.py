@@ -953,7 +953,7 @@ def _load_plotting() -> None:
         import matplotlib
 
         matplotlib.use("Agg")
-        import matplotlib.pyplot  # noqa: F401
+        import matplotlib.pyplot
     except ImportError:
         pass
 
@@ -1222,8 +1222,8 @@ def scene_for_mesh(mesh_path: Path, *, drape_on: str = "sphere", pin: str | None
     lift = 0.25 * size
     lines = [
         "[scene]", f'name = "{mesh_path.stem}"',
-        f'description = "{mesh_path.name} draped on {"the ground" if drape_on == "ground" else "a " + drape_on} '
-        '(written by tisim refine; edit freely)"', "",
+        (f'description = "{mesh_path.name} draped on {"the ground" if drape_on == "ground" else "a " + drape_on} '
+         '(written by tisim refine; edit freely)"'), "",
         "[sim]", "dt = 0.01", f"frames = {frames}", "",
         "[solver]", 'type = "cloth"', "",
         "[contact]", "mu = 0.2", f"dhat = {max(1e-4, 1e-3 * size):.3g}", f"thickness = {max(1e-4, 1e-3 * size):.3g}",
