@@ -6,6 +6,7 @@ lazily or only defines kernels; no module allocates fields at import time.
 
 from __future__ import annotations
 
+import ast
 import logging
 import os
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ class BackendInfo:
 
 
 _current: BackendInfo | None = None
+_requested: str | None = None  # the arch the first init asked for
 
 # True on the CPU backend: kernels that add floats into shared entries (energy sums,
 # gradient and Hessian scatters of the cloth and contact terms) run their loop on one
@@ -67,13 +69,14 @@ def init(arch: str = "auto", precision: str | None = None, *, debug: bool = Fals
     the existing backend; asking for a different one is an error, because
     fields and kernels already created belong to the first.
     """
-    global _current
+    global _current, _requested
     if arch not in ARCHES:
         raise BackendError(f"unknown arch {arch!r}: expected one of {', '.join(ARCHES)}")
     if precision is not None and precision not in PRECISIONS:
         raise BackendError(f"unknown precision {precision!r}: expected f64 or f32")
     if _current is not None:
-        same_arch = arch in ("auto", _current.arch)
+        # the arch asked for first also matches (CUDA asked for, the CPU got)
+        same_arch = arch in ("auto", _current.arch, _requested)
         same_prec = precision in (None, _current.precision)
         if same_arch and same_prec:
             return _current
@@ -86,6 +89,11 @@ def init(arch: str = "auto", precision: str | None = None, *, debug: bool = Fals
     chosen = arch
     if arch == "auto":
         chosen = "cuda" if cuda_available() else "cpu"
+    elif arch == "cuda" and not cuda_available():
+        # Taichi would fall back to the CPU itself, but after the precision was chosen for
+        # a GPU (f32): fall back here, so that the CPU's default (f64) applies
+        log.warning("no CUDA device: running on the CPU")
+        chosen = "cpu"
     if precision is None:
         precision = "f64" if chosen == "cpu" else "f32"
     ti_arch = {"cpu": ti.cpu, "cuda": ti.cuda, "vulkan": ti.vulkan}[chosen]
@@ -104,6 +112,7 @@ def init(arch: str = "auto", precision: str | None = None, *, debug: bool = Fals
     if actual != chosen:
         log.warning("Taichi could not use %s and fell back to %s", chosen, actual)
     _current = BackendInfo(arch=actual, precision=precision)
+    _requested = arch
     global SERIAL_SUMS
     SERIAL_SUMS = actual == "cpu"
     global SERIAL_LOOPS
@@ -198,9 +207,15 @@ def _serialize_loops() -> bool:
         return True
 
     def build_For(ctx, node):
-        # as ti.loop_config(serialize=True) before the loop; a loop inside another is
-        # serial anyway, and a ti.static loop is unrolled
-        if ASTTransformer.get_decorator(ctx, node.iter) != "static":
+        # as ti.loop_config(serialize=True) before a range or ndrange loop (a loop inside
+        # another is serial anyway; a ti.static loop is unrolled; Taichi warns that a loop
+        # over a field's cells does not serialize, and we have none that matter)
+        it = node.iter
+        deco = ASTTransformer.get_decorator(ctx, it)
+        ranged = isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "range"
+        if deco == "grouped" and len(it.args) == 1:
+            deco = ASTTransformer.get_decorator(ctx, it.args[0])
+        if ranged or deco == "ndrange":
             parallelize(1)
         return build_for(ctx, node)
 
@@ -258,13 +273,13 @@ def is_initialized() -> bool:
 
 def reset() -> None:
     """Tear Taichi down (tests use this between modules that need a clean runtime)."""
-    global _current
+    global _current, _requested
     if _current is None:
         return
     import taichi as ti
 
     ti.reset()
-    _current = None
+    _current = _requested = None
 
 
 def real():

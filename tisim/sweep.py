@@ -270,6 +270,10 @@ def plan(scene_path: Path | str, varies: list[Vary], *, sets: list[str] | tuple[
     from tisim.runner import scene_precision
     from tisim.scene import apply_overrides, load_scene, scene_from_dict
 
+    from tisim.backend import ARCHES
+
+    if arch not in ARCHES:
+        raise ConfigError("--arch", f"unknown arch {arch!r}: expected one of {', '.join(ARCHES)}")
     p = Path(scene_path)
     # the scene and --set alone first, so their errors read as such (a cloth in f32 too)
     scene_precision(load_scene(p, list(sets)), precision)

@@ -151,3 +151,20 @@ def test_one_thread_compiles_every_loop_serial_with_the_same_results(tmp_path):
     assert one["a"] == two["a"] == a.tolist()
     assert one["b"] == two["b"] == b.tolist()
     assert one["s"] == two["s"] == float(b[:, 2].sum())
+
+
+def test_cuda_asked_for_without_a_device_runs_on_the_cpu_in_f64():
+    """Taichi falls back to the CPU by itself, but the precision was then a GPU's (f32):
+    a teacher's `--arch cuda` on a laptop ran f32 physics. The fallback now happens before
+    the precision is chosen, and a second init asking for CUDA again (a sweep's run after
+    its planner's) is the same backend, not an error."""
+    from tisim.backend import cuda_available
+
+    if cuda_available():
+        pytest.skip("this machine has a CUDA device")
+    code = ("import json\nfrom tisim import backend\nb = backend.init('cuda')\nc = backend.init('cuda')\n"
+            "print(json.dumps([b.arch, b.precision, c.arch]))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == ["cpu", "f64", "cpu"]
+    assert "no CUDA device" in out.stderr

@@ -236,3 +236,15 @@ def test_a_cloth_starting_through_a_collider_names_it(tmp_path):
                  'position = [0.0, 0.3, 0.0]\nradius = 0.1\n')
     r = tisim("run", str(p), "--no-render", "-n", "1")
     assert_one_line_error(r, "through.toml", "the cloth intersects collider 'rock'")
+
+
+def test_compare_needs_an_integrator_and_runs_each_once(tmp_path):
+    """`-i ,` was an internal error (exit 1); `-i admm,admm` ran admm twice into one folder."""
+    r = tisim("compare", "spinning-bar", "-i", ",", "-n", "1", "--out", str(tmp_path / "c"))
+    assert_one_line_error(r, "--integrators", "one or more")
+    r = tisim("compare", "spinning-bar", "-i", "admm,admm", "-n", "1", "--out", str(tmp_path / "c"))
+    assert r.returncode == 0, r.stderr
+    import json
+
+    summary = json.loads((tmp_path / "c" / "compare.json").read_text())
+    assert "admm" in json.dumps(summary) and json.dumps(summary).count('"admm"') <= 2, summary

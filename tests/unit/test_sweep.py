@@ -161,6 +161,13 @@ def test_unknown_key_is_one_line_before_any_run(tiny, tmp_path):
     assert not (tmp_path / "o").exists()
 
 
+def test_unknown_arch_is_one_line_before_any_run(tiny, tmp_path):
+    """Every run failed with "unknown arch" and the sweep exited 0."""
+    r = tisim("sweep", str(tiny), "--vary", "contact.mu=0.1,0.2", "--arch", "metal", "--out", str(tmp_path / "o"))
+    one_line_error(r, "--arch", "metal", "cpu")
+    assert not (tmp_path / "o").exists()
+
+
 def test_unreachable_scheduler_is_one_line(tiny):
     r = tisim("sweep", str(tiny), "--vary", "contact.mu=0.1,0.2", "--scheduler", "tcp://127.0.0.1:9",
               "--timeout", "1", "--out", "o")

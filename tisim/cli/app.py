@@ -288,7 +288,9 @@ def compare(
         if not path.exists() and (demos_dir() / f"{scene}.toml").exists():
             path = demos_dir() / f"{scene}.toml"
         sc = load_scene(path, set)
-        chosen = [s.strip() for s in integrators.split(",") if s.strip()]
+        chosen = list(dict.fromkeys(s.strip() for s in integrators.split(",") if s.strip()))  # once each
+        if not chosen:
+            raise ConfigError("--integrators", f"expected one or more of {', '.join(names())}, got {integrators!r}")
         for s in chosen:
             if s not in names():
                 raise ConfigError("--integrators", f"unknown integrator {s!r}: expected some of {', '.join(names())}")
