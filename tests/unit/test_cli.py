@@ -244,7 +244,4 @@ def test_compare_needs_an_integrator_and_runs_each_once(tmp_path):
     assert_one_line_error(r, "--integrators", "one or more")
     r = tisim("compare", "spinning-bar", "-i", "admm,admm", "-n", "1", "--out", str(tmp_path / "c"))
     assert r.returncode == 0, r.stderr
-    import json
-
-    summary = json.loads((tmp_path / "c" / "compare.json").read_text())
-    assert "admm" in json.dumps(summary) and json.dumps(summary).count('"admm"') <= 2, summary
+    assert (r.stdout + r.stderr).count("running spinning-bar with admm") == 1, r.stderr
