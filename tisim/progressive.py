@@ -501,7 +501,7 @@ class ProgressiveRefiner:
         count, rendering and camera may change. (It builds no solver: building a finer
         level's solver before a coarser level steps changed that level's last bits.)"""
         again = "; rerun without --resume, or into another --out"
-        prev = _read_json(self.out / "run.json")
+        prev = read_json(self.out / "run.json")
         if prev is not None:
             vertices = [lv.vertex_count for lv in self.hierarchy.levels]
             had = (prev.get("hierarchy") or {}).get("vertices")
@@ -883,7 +883,8 @@ def _first_difference(a, b, ignore=(), key=""):
     return None, None, None
 
 
-def _read_json(path: Path) -> dict | None:
+def read_json(path: Path) -> dict | None:
+    """A JSON object from ``path`` (a run.json); None when missing, unreadable or not an object."""
     try:
         info = json.loads(Path(path).read_text())
     except (OSError, ValueError):

@@ -373,13 +373,9 @@ def _spare_name(path: Path) -> Path:
 
 def _previous_refine(out_dir: Path) -> dict:
     """The run.json of the refine in ``out_dir`` ({} when there is none)."""
-    import json
+    from tisim.progressive import read_json
 
-    try:
-        info = json.loads((out_dir / "run.json").read_text())
-    except (OSError, ValueError):
-        return {}
-    return info if isinstance(info, dict) else {}
+    return read_json(out_dir / "run.json") or {}
 
 
 def _refine_loops_as(previous: dict) -> None:
