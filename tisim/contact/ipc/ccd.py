@@ -192,6 +192,11 @@ def _additive_ccd(a0, b0, c0, d0, da, db, dc, dd, l_p, thickness, t_max, edge_ed
             if l_p <= 0:
                 break  # no relative motion: toi stays t_max
             gap = (1.0 - s) * f  # eta (d_0 - xi)
+            if s * f / l_p > t_max:
+                # the first advancement already passes t_max (the common case of a
+                # candidate that is not approaching): the loop below would take it and
+                # stop there with toi = t_max, after a second distance
+                break
         else:
             # f <= 0 cannot happen in exact arithmetic (t_l is a lower bound of the time
             # to reach xi); if rounding makes it so, stop at the last safe time.
@@ -304,8 +309,12 @@ def _max_step_kernel(
             toi, cap = edge_edge_ccd_capped(
                 X[i0], X[i1], X[i2], X[i3], DX[i0], DX[i1], DX[i2], DX[i3], thickness, t_max
             )
-        ti.atomic_min(toi_min[0], toi)
-        ti.atomic_add(capped[0], cap)
+        # (only pairs that lower the bound or hit the cap touch the shared cells: an
+        # atomic per pair on one cache line costs the threads more than the ACCD)
+        if toi < t_max:
+            ti.atomic_min(toi_min[0], toi)
+        if cap != 0:
+            ti.atomic_add(capped[0], cap)
 
 
 class _Workspace:
