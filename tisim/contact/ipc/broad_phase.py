@@ -343,9 +343,12 @@ def _entry_less(entries: ti.template(), a, b):
 
 
 @ti.kernel
-def _sort_buckets(buckets: ti.types.ndarray(), entries: ti.types.ndarray()):
+def _sort_buckets(buckets: ti.types.ndarray(), entries: ti.types.ndarray(), first_edge: ti.i32):
     """Insertion-sort each bucket's entries (a few rows each), so that the order of the
-    candidates a query visits does not depend on the scatter's atomic cursors."""
+    candidates a query visits does not depend on the scatter's atomic cursors; then
+    buckets[h, 2] (the fill cursor, no longer needed) = the index of the bucket's first
+    edge entry (box id >= first_edge): the faces come before it, so a point visits only
+    [start, buckets[h, 2]) and an edge only [buckets[h, 2], end)."""
     for h in range(buckets.shape[0]):
         start = buckets[h, 1]
         end = start + buckets[h, 0]
@@ -360,6 +363,11 @@ def _sort_buckets(buckets: ti.types.ndarray(), entries: ti.types.ndarray()):
                     entries[j, c] = entries[j - 1, c]
                     entries[j - 1, c] = tmp
                 j -= 1
+        split = end
+        for k in range(start, end):
+            if entries[k, 0] >= first_edge and split == end:
+                split = k
+        buckets[h, 2] = split
 
 
 @ti.func
@@ -383,26 +391,28 @@ def _visit(
         c1 = c0 - 1  # outside the grid's domain: no candidate
     for cx, cy, cz in ti.ndrange((c0[0], c1[0] + 1), (c0[1], c1[1] + 1), (c0[2], c1[2] + 1)):
         h = _hash(cx, cy, cz, mask)
-        for k in range(buckets[h, 1], buckets[h, 1] + buckets[h, 0]):
+        # a bucket lists its faces, then its edges (from buckets[h, 2]; _sort_buckets)
+        k0 = buckets[h, 1]
+        k1 = buckets[h, 2]
+        if not is_point:
+            k0 = buckets[h, 2]
+            k1 = buckets[h, 1] + buckets[h, 0]
+        for k in range(k0, k1):
             other = entries[k, 0]
-            # the entry must be this cell (not a hash collision) and of the right kind
+            if ti.static(not static_grid):  # noqa: SIM102 (a compile-time branch)
+                if not is_point and other <= box:
+                    continue  # each pair of dynamic edges from the smaller one
+            # the entry must be this cell (not a hash collision)
             same_cell = entries[k, 1] == cx and entries[k, 2] == cy and entries[k, 3] == cz
             if not same_cell:
                 continue
             row = ti.Vector([0, 0, 0, 0])
             if is_point:
-                if other >= n + nf:
-                    continue  # an edge
                 f0, f1, f2 = faces[other - n, 0], faces[other - n, 1], faces[other - n, 2]
                 if a0 == f0 or a0 == f1 or a0 == f2:
                     continue
                 row = ti.Vector([a0, f0, f1, f2])
             else:
-                if other < n + nf:
-                    continue  # a face
-                if ti.static(not static_grid):  # noqa: SIM102 (a compile-time branch)
-                    if other <= box:
-                        continue  # each pair of dynamic edges from the smaller one
                 eb0 = edges[other - n - nf, 0]
                 eb1 = edges[other - n - nf, 1]
                 if a0 == eb0 or a0 == eb1 or a1 == eb0 or a1 == eb1:
@@ -548,9 +558,10 @@ class _Grid:
         self.inv_cell = 1.0
         self.cell_size = 0.0
 
-    def build(self, lo, hi, ids, count: int, stats: np.ndarray) -> None:
+    def build(self, lo, hi, ids, count: int, stats: np.ndarray, first_edge: int) -> None:
         """Insert the count boxes listed in ids; stats: ``_prim_boxes``' statistics of
-        those boxes (the cells' size follows their mean largest side)."""
+        those boxes (the cells' size follows their mean largest side); first_edge: the
+        smallest edge box id (faces have smaller ids)."""
         mean_ext, max_ext = stats[0] / max(1, count), stats[1]
         domain = float(np.max(stats[5:8] - stats[2:5]))
         cell = max(CELL_SCALE * mean_ext, max_ext / MAX_CELLS_PER_AXIS, domain / _MAX_GRID_CELLS, 1e-12)
@@ -569,7 +580,7 @@ class _Grid:
         _count_buckets(self._raw, total, self.buckets)
         _scan_buckets(self.buckets, self._block_sums)
         _fill_entries(self._raw, total, self.buckets, self.entries)
-        _sort_buckets(self.buckets, self.entries)
+        _sort_buckets(self.buckets, self.entries, first_edge)
 
 
 class BroadPhase:
@@ -743,10 +754,10 @@ class BroadPhase:
             sst = self._boxes(self._static, self._n_static, self._sstats)
             if not np.all(np.isfinite(sst[:8])):
                 raise FloatingPointError("broad phase: non-finite obstacle positions")
-            self._sgrid.build(self._lo, self._hi, self._static, self._n_static, sst)
+            self._sgrid.build(self._lo, self._hi, self._static, self._n_static, sst, n + nf)
             self._static_valid = True
             self.static_builds += 1
-        self._dgrid.build(self._lo, self._hi, self._dynamic, self._n_dyn, st)
+        self._dgrid.build(self._lo, self._hi, self._dynamic, self._n_dyn, st, n + nf)
         t1 = time.perf_counter()
         d, s = self._dgrid, self._sgrid
         args = (
