@@ -91,7 +91,7 @@ class DeviceAssembler:
     (3 s x 3 s) local Hessians; size: number of scalar dofs (3 n). Each group gets a
     ``slots`` ndarray (k, 3 s, 3 s) of positions in the CSR value array ``data``
     (``ti.ndarray(real, nnz)``); kernels add local Hessians into ``data`` there
-    (``shell_kernels.scatter_blocks`` / ``scatter_face_hessians``), and :meth:`matrix`
+    (``shell_kernels.scatter_blocks`` / ``gather_face_hessians``), and :meth:`matrix`
     reads the nnz values back once. This replaces copying every local Hessian to the host
     (9 x 9 per face, 12 x 12 per hinge) and summing them there with ``bincount``.
     """
@@ -107,15 +107,20 @@ class DeviceAssembler:
         self.pattern = PatternAssembler(size, rows, cols)
         self.size = size
         self.slots = []
+        slot_arrays = []
         start = 0
         for st in parts:
             k, d = len(st), 3 * st.shape[1]
             sl = self.pattern._slot[start:start + k * d * d].reshape(k, d, d).astype(np.int32)
             start += k * d * d
+            slot_arrays.append(sl)
             a = ti.ndarray(ti.i32, shape=(max(k, 1), d, d))
             upload(a, sl if k else np.full((1, d, d), -1, np.int32))
             self.slots.append(a)
         self.data = ti.ndarray(backend.real(), shape=max(self.pattern._nnz, 1))
+        # per group: each vertex's (element, local index) pairs by increasing element, for
+        # the kernels that sum the rows of a vertex in parallel (``gather_*``)
+        self.incidence = [_incidence(st, size // 3, sl) for st, sl in zip(parts, slot_arrays)]
 
     def zero(self) -> None:
         from tisim.energies.shell_kernels import zero_scalars
@@ -128,6 +133,36 @@ class DeviceAssembler:
         p = self.pattern
         data = download(self.data)[: p._nnz].astype(np.float64, copy=False)
         return sp.csr_matrix((data, p._indices, p._indptr), shape=(self.size, self.size))
+
+
+def _incidence(stencils: np.ndarray, n: int, slots: np.ndarray):
+    """(ptr (n + 1,), pairs (K, 2), rows (K, 3, 3 s)) as i32 ndarrays: vertex v's
+    (element, local index) pairs are pairs[ptr[v]:ptr[v + 1]], by increasing element,
+    and rows[j] the CSR slots of pair j's three rows of its element's local Hessian
+    (slots[element, 3 local + k, :]), stored in pair order so that a vertex reads its
+    slots contiguously (read through the elements, they were scattered over memory)."""
+    import taichi as ti
+
+    st = np.asarray(stencils, dtype=np.int64).reshape(len(stencils), -1)
+    k, s = st.shape
+    elem = np.repeat(np.arange(k), s)
+    local = np.tile(np.arange(s), k)
+    vert = st.ravel()
+    keep = vert >= 0
+    elem, local, vert = elem[keep], local[keep], vert[keep]
+    order = np.lexsort((local, elem, vert))
+    pairs = np.stack([elem[order], local[order]], axis=1).astype(np.int32)
+    ptr = np.zeros(n + 1, dtype=np.int32)
+    np.cumsum(np.bincount(vert, minlength=n)[:n], out=ptr[1:])
+    d = 3 * s
+    rows = slots.reshape(k, s, 3, d)[pairs[:, 0], pairs[:, 1]] if len(pairs) else np.full((1, 3, d), -1)
+    p_nd = ti.ndarray(ti.i32, shape=n + 1)
+    upload(p_nd, ptr)
+    q_nd = ti.ndarray(ti.i32, shape=(max(len(pairs), 1), 2))
+    upload(q_nd, pairs if len(pairs) else np.zeros((1, 2), np.int32))
+    r_nd = ti.ndarray(ti.i32, shape=(max(len(pairs), 1), 3, d))
+    upload(r_nd, np.ascontiguousarray(rows, dtype=np.int32))
+    return p_nd, q_nd, r_nd
 
 
 class SystemAssembler:

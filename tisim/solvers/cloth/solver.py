@@ -232,6 +232,8 @@ class ShellTerm:
         self.assembler = DeviceAssembler(3 * vertex_count, parts)
         # F-space (6 x 6) membrane Hessians, projected there (see shell_kernels.shell_hessian_f)
         self._hf = ti.ndarray(real, shape=(max(len(faces), 1), 6, 6))
+        # per hinge: grad theta (12) and the Gauss-Newton factor c (bending_gauss_newton_factors)
+        self._gn = ti.ndarray(real, shape=(max(len(hinges), 1), 13))
         # a strain limit on the same faces whose gradient and F-space Hessian are added
         # here (one projection of the sum); set by the solver, see fold_strain
         self.strain = None
@@ -291,9 +293,10 @@ class ShellTerm:
         K.shell_hessian_f(self.x, e.faces, e.face_data, e.face_data if o is None else o.face_data, 1,
                           int(strain_on), 0.0 if o is None else o.s_max, 0.0 if o is None else o.s_hat,
                           0.0 if o is None else o._tol, 1, self._hf)
-        K.scatter_face_hessians(e.face_data, self._hf, asm.slots[0], asm.data)
+        K.gather_face_hessians(e.face_data, self._hf, *asm.incidence[0], asm.data)
         if len(self.hinges) and self.gauss_newton_bending:
-            K.scatter_bending_gauss_newton(self.x, e.hinges, e.hinge_data, len(self.hinges), asm.slots[1], asm.data)
+            K.bending_gauss_newton_factors(self.x, e.hinges, e.hinge_data, len(self.hinges), self._gn)
+            K.gather_bending_gauss_newton(self._gn, *asm.incidence[1], asm.data)
         elif len(self.hinges):
             K.bending_hessian(self.x, e.hinges, e.hinge_data, e.bending_hessians, True)
             self._psd_b = project_psd(e.bending_hessians, len(self.hinges), self._psd_b)
@@ -1050,7 +1053,7 @@ class _StrainTerm:
         K.shell_hessian_f(self.x, o.faces, o.face_data, o.face_data, 0, 1, o.s_max, o.s_hat, o._tol, 1, self._hf)
         asm = self.assembler
         asm.zero()
-        K.scatter_face_hessians(o.face_data, self._hf, asm.slots[0], asm.data)
+        K.gather_face_hessians(o.face_data, self._hf, *asm.incidence[0], asm.data)
         return download(self.g)[: self.n], asm.matrix()
 
     def active(self, x) -> bool:
