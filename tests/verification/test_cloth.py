@@ -383,3 +383,32 @@ def test_line_search_start_reused_changes_nothing():
     assert ka > 0  # the sheet reached the ball: the barrier acted
     assert ia == ib and ka == kb
     np.testing.assert_array_equal(xa, xb)
+
+
+def test_contact_terms_read_the_pair_list_in_the_buffers():
+    """The barrier's gradient and Hessian read the broad phase's pair buffers with the
+    counts the solver keeps. Putting held vertices on their targets checks that move with
+    a detection of its own, which replaces the buffers' list: the next iteration had kept
+    the line search's counts, so it read a truncated list (or stale rows past its end).
+    Every call must pass the counts of the list the buffers hold."""
+    region = {"region_min": [0.19, -1, -1], "region_max": [0.21, 1, 1]}
+    handle = {"angular_velocity": [math.pi, 0, 0], "velocity": [-0.05, 0, 0]}
+    _, model, solver = _build({"c": _cloth(cloth_normal="z", cloth_size=[0.4, 0.2], cloth_resolution=[8, 4],
+                                           pin="x-min", handles={"h": {**region, **handle}})},
+                              sim={"dt": 0.01, "gravity": [0, 0, 0]})
+    calls = {"compact": 0, "move": 0}
+    compact, move = solver.barrier.compact_active, solver._move_is_safe
+
+    def checked_compact(x, pt, n_pt, ee, n_ee, *args):
+        assert (n_pt, n_ee) == (solver.broad.n_pt, solver.broad.n_ee), "counts of another list"
+        calls["compact"] += 1
+        return compact(x, pt, n_pt, ee, n_ee, *args)
+
+    def counted_move(*args):
+        calls["move"] += 1
+        return move(*args)
+
+    solver.barrier.compact_active = checked_compact
+    solver._move_is_safe = counted_move
+    _run(model, solver, 4, 0.01)
+    assert calls["move"] > 0 and calls["compact"] > calls["move"]  # the case was exercised

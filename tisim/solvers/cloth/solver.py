@@ -402,6 +402,7 @@ class SolverCloth(Solver):
         active = np.zeros(self.n, dtype=bool)
         active[: self.nc] = True
         self.broad = BroadPhase(self.n, faces_all, edges_all.astype(np.int32), active)
+        self._last_pairs = (0, 0)  # the counts of the list in the broad phase's buffers
         self.cloth_mass = np.asarray(cp.mass, dtype=np.float64)
         x0_obs = self.obstacles.positions(0.0, model.initial_positions)
         rest_all = np.concatenate([cp.rest, x0_obs]) if self.no else cp.rest.copy()
@@ -894,6 +895,9 @@ class SolverCloth(Solver):
                         d[near] = target[near] - x[near]
                         if self._move_is_safe(x, d, inflation):
                             done |= near
+                        # its detection replaced the pair buffers: their list covers x -> x + d,
+                        # so every pair near x, and x once the near vertices move
+                        pairs = self._last_pairs
                     if done.any():
                         x[done] = target[done]
                         fixed |= done
@@ -947,6 +951,7 @@ class SolverCloth(Solver):
             n_pt, n_ee = self.broad.detect(self.x, inflation, dx=self.dx, alpha=alpha)
         if not self.self_contact:
             n_pt, n_ee = self._drop_self_pairs(n_pt, n_ee)
+        self._last_pairs = (n_pt, n_ee)
         return n_pt, n_ee
 
     def _drop_self_pairs(self, n_pt, n_ee):
