@@ -27,9 +27,11 @@ _current: BackendInfo | None = None
 _requested: str | None = None  # the arch the first init asked for
 
 # True on the CPU backend: kernels that add floats into shared entries (energy sums,
-# gradient and Hessian scatters of the cloth and contact terms) run their loop on one
-# thread there (``ti.loop_config(serialize=backend.SERIAL_SUMS)``, read when a kernel
-# compiles), so the additions come in a fixed order and two runs agree bit for bit.
+# gradient scatters of the cloth and contact terms, the contact Hessians' scatter) run
+# their loop on one thread there (``ti.loop_config(serialize=backend.SERIAL_SUMS)``, read
+# when a kernel compiles), so the additions come in a fixed order and two runs agree bit
+# for bit. (The shell Hessians' sums are parallel gathers in a fixed order instead:
+# ``shell_kernels.gather_face_hessians``.)
 # On the CPU backend that costs little: a serial scatter of plain adds is faster than
 # a parallel one of atomic compare-and-swap loops. GPU backends sum in parallel with
 # atomics (reproducible only to round-off). Set by ``init``.
