@@ -145,6 +145,16 @@ def bench_tisim(cells: int, frames: int, arch: str, overrides: list[str]) -> tup
         "iterations_median": _median([r["iterations"] for r in warm]),
         "iterations_contact_median": _median([r["iterations"] for r in contact]),
         "iterations_max": int(max(r["iterations"] for r in rows)),
+        # the machine-independent part of a contact frame's cost, and what each costs: the
+        # median frame is the fifth-fastest contact frame, so it moves with how the
+        # iterations fall on the frames as much as with their total
+        "iterations_contact_total": int(sum(r["iterations"] for r in contact)),
+        "contact_ms_per_iteration": (float(sum(r["wall_ms"] for r in contact) / sum(r["iterations"] for r in contact))
+                                     if contact and sum(r["iterations"] for r in contact) else None),
+        "phase_ms_per_contact_iteration": {
+            k: float(sum(r[f"{k}_ms"] for r in contact) / max(1, sum(r["iterations"] for r in contact)))
+            for k in PHASES
+        } if contact else None,
         "phase_ms_median": {"all": phase(warm), "contact": phase(contact), "free": phase(free)},
         "phase_ms_mean": {
             k: float(np.mean([r[f"{k}_ms"] for r in warm])) if warm else None for k in PHASES
@@ -442,6 +452,10 @@ def main(argv=None) -> int:
     tot = sum(v for v in mean.values() if v)
     if tot:
         print("share of the mean frame: " + ", ".join(f"{k} {100 * mean[k] / tot:.0f}%" for k in PHASES))
+    per = tis.get("phase_ms_per_contact_iteration")
+    if per:
+        print(f"contact frames: {tis['iterations_contact_total']} Newton iterations, "
+              f"{tis['contact_ms_per_iteration']:.1f} ms each (" + ", ".join(f"{k} {per[k]:.1f}" for k in PHASES) + ")")
 
     m["loadavg_end"] = list(os.getloadavg())
     args.json.parent.mkdir(parents=True, exist_ok=True)
