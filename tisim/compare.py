@@ -195,10 +195,15 @@ def compare(
 
     Returns {"scene": name, "integrators": {name: summary}, "plots": [paths], "energy":
     {material: energy} shared by all (None when mixed), "same_energy": bool}, where a
-    summary holds the run's end state ("completed"/"diverged"/...), its folder, the
-    energy it integrated ({material: energy}, :func:`integrated_energies`) and the
-    drifts of :func:`summarize`.
+    summary holds the run's end state ("completed"/"diverged"/"stalled"/"interrupted", the
+    runner's, or "failed": an exception, named in ``error``; or "not run": after a Ctrl-C)
+    with its message, its folder, the energy it integrated ({material: energy},
+    :func:`integrated_energies`) and the drifts of :func:`summarize`. A run that diverges
+    or fails does not stop the others; the plots and compare.json hold every run that
+    stepped. A :class:`ConfigError` or :class:`MeshError` (the scene's mistake) is raised.
     """
+    from tisim.config import ConfigError
+    from tisim.geometry.mesh import MeshError
     from tisim.model import Model
     from tisim.runner import run_scene
 
@@ -212,8 +217,6 @@ def compare(
     if not same:
         text = "; ".join(f"{n}: " + ", ".join(f"{m} -> {e}" for m, e in en.items()) for n, en in energies.items())
         if not mixed_energies:
-            from tisim.config import ConfigError
-
             raise ConfigError(
                 "--integrators",
                 f"these integrators do not integrate the same energy ({text}); compare integrators that "
@@ -225,19 +228,36 @@ def compare(
     out.mkdir(parents=True, exist_ok=True)
     results: dict[str, dict] = {}
     curves: dict[str, dict[str, np.ndarray]] = {}
+    stopped = False  # a Ctrl-C: the integrators after it are not run
     for i, name in enumerate(integrators):
+        run_dir = out / name
+        summary = {"ended": "not run", "message": "", "out_dir": str(run_dir), "energy": energies[name]}
+        results[name] = summary
+        if stopped:
+            continue
         sc = scenes[name]
         if callable(progress):
             progress(name, i, len(integrators))
-        run_dir = out / name
         log.info("compare: running %s with %s", scene.name, name)
-        res = run_scene(sc, run_dir, frames=frames, progress=bool(progress) and not callable(progress))
+        try:
+            res = run_scene(sc, run_dir, frames=frames, progress=bool(progress) and not callable(progress))
+        except (ConfigError, MeshError):
+            raise  # the scene's mistake, the same for every integrator: one line, nothing more to run
+        except KeyboardInterrupt:  # before the first step (the runner keeps the frames of one after it)
+            summary.update(ended="interrupted", message=f"{name} interrupted before its first frame")
+            stopped = True
+            continue
+        except Exception as e:  # one integrator's failure; the others still run
+            log.debug("compare: %s failed", name, exc_info=True)
+            summary.update(ended="failed", message=f"{type(e).__name__}: {' '.join(str(e).split())}",
+                           error=type(e).__name__)
+            continue
+        summary.update(ended=res.ended, message=res.message)
+        stopped = res.ended == "interrupted"
         stats = read_stats(run_dir / "stats.csv")
-        summary = {"ended": res.ended, "message": res.message, "out_dir": str(run_dir), "energy": energies[name]}
         if stats and len(stats.get("frame", [])) > 1:
             summary.update(summarize(stats, total_mass))
             curves[name] = stats
-        results[name] = summary
     plots = []
     if curves:
         t = {k: v["time"] for k, v in curves.items()}

@@ -245,3 +245,63 @@ def test_compare_needs_an_integrator_and_runs_each_once(tmp_path):
     r = tisim("compare", "spinning-bar", "-i", "admm,admm", "-n", "1", "--out", str(tmp_path / "c"))
     assert r.returncode == 0, r.stderr
     assert (r.stdout + r.stderr).count("running spinning-bar with admm") == 1, r.stderr
+
+
+def test_compare_with_a_diverged_run_writes_everything_and_exits_as_run_does(tmp_path):
+    """One integrator diverging (implicit Euler limited to one Newton iteration against a
+    tolerance it cannot meet: the runner stops it after 20 unconverged steps, at frame 10)
+    exited 0. The other still runs, both keep their frames, the plots and compare.json are
+    written, stderr names the diverged integrator, and the exit code is run's (3)."""
+    import json
+
+    from tisim.runner import EXIT_DIVERGED
+
+    out = tmp_path / "c"
+    r = tisim("compare", "spinning-bar", "-i", "implicit-euler,xpbd", "-n", "12", "--out", str(out),
+              "--set", "solver.type=implicit-euler", "--set", "solver.max_iterations=1",
+              "--set", "solver.tolerance=1e-300", "--set", "objects.bar.resolution=[2,1,1]")
+    assert r.returncode == EXIT_DIVERGED == 3, (r.returncode, r.stdout, r.stderr)
+    errors = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
+    assert len(errors) == 1 and "Traceback" not in r.stderr, r.stderr
+    assert errors[0].startswith("error: implicit-euler diverged: ") and "frame 10" in errors[0], errors[0]
+    summary = json.loads((out / "compare.json").read_text())
+    assert {k: v["ended"] for k, v in summary["integrators"].items()} == {"implicit-euler": "diverged",
+                                                                          "xpbd": "completed"}
+    rows = {k: (out / k / "stats.csv").read_text().splitlines() for k in ("implicit-euler", "xpbd")}
+    assert len(rows["implicit-euler"]) == 1 + 10  # header, frame 0 and the 9 frames before the divergence
+    assert len(rows["xpbd"]) == 1 + 13
+    for png in ("energy.png", "linear_momentum.png", "angular_momentum.png"):
+        assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "implicit-euler   diverged" in r.stdout
+
+
+def test_compare_with_a_failed_run_runs_the_others_and_exits_1(tmp_path, monkeypatch):
+    """An integrator that raises (a bug, not the user's mistake) no longer ends the comparison
+    with the runs after it unrun and no compare.json: it is a failed row, the others run, and
+    the exit code is run's for an internal error (1)."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from tisim import runner
+    from tisim.cli.app import app
+
+    real_build = runner.build
+
+    def build(scene, *a, **kw):
+        if scene.solver.type == "implicit-euler":
+            raise RuntimeError("a made-up failure\nover two lines")
+        return real_build(scene, *a, **kw)
+
+    monkeypatch.setattr(runner, "build", build)
+    out = tmp_path / "c"
+    r = CliRunner().invoke(app, ["compare", "spinning-bar", "-i", "implicit-euler,xpbd", "-n", "2", "--out", str(out),
+                                 "--set", "objects.bar.resolution=[2,1,1]"])
+    assert r.exit_code == 1, r.output
+    assert [ln for ln in r.stderr.splitlines() if ln.startswith("error:")] == [
+        "error: implicit-euler failed: RuntimeError: a made-up failure over two lines"], r.stderr
+    summary = json.loads((out / "compare.json").read_text())
+    assert summary["integrators"]["implicit-euler"]["ended"] == "failed"
+    assert summary["integrators"]["xpbd"]["ended"] == "completed"
+    assert len((out / "xpbd" / "stats.csv").read_text().splitlines()) == 1 + 3
+    assert not (out / "implicit-euler" / "stats.csv").exists() and (out / "energy.png").exists()

@@ -147,6 +147,24 @@ def _run(
     return result.exit_code
 
 
+def _ended_code(ended: str, error: str | None = None) -> int:
+    """The exit code ``tisim run`` gives a run that ended so (tisim.runner.RunResult):
+    diverged 3, stalled 4, interrupted 130; a run that raised: 2 for the user's mistake
+    (``error``, the exception's class name, one of _user_errors), else 1 (internal)."""
+    from tisim.runner import RunResult
+
+    if ended == "failed":
+        return 2 if error in {c.__name__ for c in _user_errors()} else 1
+    return RunResult(Path(), 0, ended).exit_code
+
+
+def _overall_code(codes) -> int:
+    """One exit code for several runs (compare, sweep): 0 when all completed, else the
+    first of Ctrl-C (130), a failure (1, 2), a divergence (3), a stall (4) found."""
+    bad = {c for c in codes if c}
+    return next((c for c in (130, 1, 2, 3, 4) if c in bad), max(bad, default=0))
+
+
 def _size_overrides(size: Optional[str]) -> List[str]:
     """``--size WxH`` as the overrides render.width=W, render.height=H."""
     if size is None:
@@ -304,7 +322,15 @@ def compare(
 
         typer.echo("\n".join(format_table(summary)))  # with the energy each integrator integrated
         typer.echo(f"wrote {out_dir}/ (per-integrator stats.csv, energy/momentum plots)")
-        return 0
+        codes = []
+        for name, v in summary["integrators"].items():
+            codes.append(_ended_code(v["ended"], v.get("error")))
+            if v["ended"] not in ("completed", "not run"):  # as run says it, naming the integrator
+                typer.echo(f"error: {name} {v['ended']}: {v['message']}", err=True)
+        not_run = [n for n, v in summary["integrators"].items() if v["ended"] == "not run"]
+        if not_run:
+            typer.echo(f"error: not run: {', '.join(not_run)}", err=True)
+        return _overall_code(codes)
 
     raise typer.Exit(_guard(go))
 
