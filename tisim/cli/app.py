@@ -374,7 +374,14 @@ def sweep(
         counts = ", ".join(f"{n} {k}" for k, n in res.counts().items())
         typer.echo(f"{len(res.rows)} runs ({counts}); ran {res.ran}, skipped {res.skipped} finished before")
         typer.echo(f"wrote {out_dir}/ (sweep.csv, sweep.png, sweep.json, runs/*/stats.csv and run.json)")
-        return 130 if res.interrupted else 0
+        bad = [r["ended"] for r in res.rows if r["ended"] != "completed"]
+        if bad:  # every row is written; the exit code is the one run gives such a run
+            what = ", ".join(f"{n} {k}" for k, n in res.counts().items() if k != "completed")
+            typer.echo(f"error: {len(bad)} of {len(res.rows)} runs did not complete ({what}): "
+                       f"see {out_dir / 'sweep.csv'}", err=True)
+        if res.interrupted:
+            return 130
+        return _overall_code(_ended_code("failed" if e == "not run" else e) for e in bad)
 
     raise typer.Exit(_guard(go))
 
