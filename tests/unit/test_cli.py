@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -305,3 +306,70 @@ def test_compare_with_a_failed_run_runs_the_others_and_exits_1(tmp_path, monkeyp
     assert summary["integrators"]["xpbd"]["ended"] == "completed"
     assert len((out / "xpbd" / "stats.csv").read_text().splitlines()) == 1 + 3
     assert not (out / "implicit-euler" / "stats.csv").exists() and (out / "energy.png").exists()
+
+
+QUIET_SCENE = ('[sim]\ndt = 0.01\nframes = 1\n[solver]\ntype = "implicit-euler"\nmax_iterations = 1\n'
+               'tolerance = 1e-300\n[objects.a]\nmesh = "gone.msh"\n')
+
+
+def _quiet_cases(tmp_path, demos_dir):
+    """Per command that takes --quiet: arguments that log an INFO line (a --set note, the
+    refine's consistent masses) and, for run, a WARNING too (Newton capped at one iteration)."""
+    scene = tmp_path / "q.toml"
+    scene.write_text(QUIET_SCENE)
+    tiny = tmp_path / "tiny.toml"
+    tiny.write_text('[objects.box]\ngenerator = "box"\nresolution = [1, 1, 1]\n')
+    return {
+        "run": ["run", str(scene), "-n", "1", "--no-render", "--set", "objects.a.generator=box",
+                "--set", "objects.a.resolution=[1,1,1]", "--out", str(tmp_path / "r")],
+        "demo": ["demo", "spinning-bar", "-n", "1", "--no-render", "--set", "objects.bar.generator=ball",
+                 "--set", "objects.bar.ball_resolution=2", "--out", str(tmp_path / "d")],
+        # the note comes while the runs are planned; the unreachable scheduler ends it there
+        "sweep": ["sweep", str(tiny), "--vary", "contact.mu=0.1,0.2", "--set", "objects.box.generator=ball",
+                  "--scheduler", "tcp://127.0.0.1:9", "--timeout", "1", "--out", str(tmp_path / "s")],
+        "refine": ["refine", str(demos_dir / "refine-drape.toml"), "-n", "1", "--levels", "2", "--no-render",
+                   "--out", str(tmp_path / "f")],
+    }
+
+
+@pytest.mark.parametrize("command", ["run", "demo", "sweep", "refine"])
+def test_quiet_shows_only_warnings_errors_and_the_result(tmp_path, demos_dir, command):
+    """--quiet hid the progress bar only: tisim's INFO lines and Taichi's banner still
+    reached the terminal. Now only warnings, errors and the result lines do; without
+    --quiet the same command prints its INFO line (the case does log one)."""
+    args = _quiet_cases(tmp_path, demos_dir)[command]
+    loud = tisim(*args, cwd=tmp_path)
+    quiet = tisim(*args, "--quiet", cwd=tmp_path)
+    assert quiet.returncode == loud.returncode, (quiet.stderr, loud.stderr)
+    assert "INFO:" in loud.stderr, loud.stderr
+    assert "INFO:" not in quiet.stderr and "[Taichi]" not in quiet.stdout + quiet.stderr, quiet.stdout + quiet.stderr
+    # what is left: warnings, errors and the command's own result lines, the same as without --quiet
+    assert [ln for ln in quiet.stderr.splitlines() if ln.strip()] == [
+        ln for ln in loud.stderr.splitlines() if ln.startswith(("WARNING:", "error:"))]
+    def lines(text):  # without the timings, which differ from run to run
+        return [re.sub(r"[0-9.]+ (ms|s)\b", "T", ln) for ln in text.splitlines() if ln.strip()]
+
+    assert lines(quiet.stdout) == [ln for ln in lines(loud.stdout) if not ln.startswith("[Taichi]") and "━" not in ln]
+    if command == "run":
+        assert quiet.returncode == 0 and "WARNING: implicit Euler: Newton did not converge" in quiet.stderr
+    if command == "sweep":
+        assert quiet.returncode == 2 and "cannot reach the Dask scheduler" in quiet.stderr
+
+
+def test_quiet_in_process_leaves_the_environment_and_log_level_as_they_were(tmp_path, monkeypatch):
+    """--quiet sets TISIM_QUIET and ENABLE_TAICHI_HEADER_PRINT for the processes a command
+    starts, and the WARNING level; called in-process (tests, scripts), it restores them."""
+    import logging
+    import os
+
+    from typer.testing import CliRunner
+
+    from tisim.cli.app import app
+
+    monkeypatch.delenv("TISIM_QUIET", raising=False)
+    monkeypatch.setenv("ENABLE_TAICHI_HEADER_PRINT", "True")
+    monkeypatch.setattr(logging.getLogger(), "level", logging.INFO)
+    r = CliRunner().invoke(app, ["run", str(tmp_path / "nope.toml"), "--quiet"])
+    assert r.exit_code == 2 and "no such scene file" in r.stderr, r.output
+    assert "TISIM_QUIET" not in os.environ and os.environ["ENABLE_TAICHI_HEADER_PRINT"] == "True"
+    assert logging.getLogger().level == logging.INFO

@@ -43,9 +43,33 @@ def _user_errors():
 
 
 def _setup_logging(debug: bool, quiet: bool = False) -> None:
-    level = logging.DEBUG if debug else (logging.ERROR if quiet else logging.INFO)
+    level = logging.DEBUG if debug else (logging.WARNING if quiet else logging.INFO)
     logging.basicConfig(level=level, format="%(levelname)s: %(message)s" if not debug else
                         "%(levelname)s %(name)s: %(message)s", force=True)
+
+
+def _quiet(quiet: bool, ctx: typer.Context) -> None:
+    """``--quiet``: only warnings and errors reach the terminal besides the command's
+    result lines: no INFO logs and no Taichi banner (in this process and in the ones it
+    starts, which inherit the environment: Taichi reads ENABLE_TAICHI_HEADER_PRINT when
+    imported, tisim.backend.init TISIM_QUIET). ``--debug`` wins. The environment and the
+    log level are restored when the command (``ctx``) ends: it may run in-process (tests)."""
+    if not quiet or _DEBUG["on"]:
+        return
+    saved = {k: os.environ.get(k) for k in ("ENABLE_TAICHI_HEADER_PRINT", "TISIM_QUIET")}
+    level = logging.getLogger().level
+    _setup_logging(False, quiet=True)
+    os.environ.update(ENABLE_TAICHI_HEADER_PRINT="False", TISIM_QUIET="1")
+
+    def restore() -> None:
+        logging.getLogger().setLevel(level)
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+    ctx.call_on_close(restore)
 
 
 @app.callback()
@@ -202,12 +226,14 @@ _EXPORT = typer.Option(False, "--export-meshes", help="Write every frame's meshe
 _ARCH = typer.Option("auto", "--arch", help="Taichi backend: auto, cpu, cuda, vulkan.")
 _PREC = typer.Option(None, "--precision", help="f64 (CPU default) or f32 (GPU default).")
 _SET = typer.Option([], "--set", "-s", help="Override a scene value: --set contact.mu=0.3 (repeatable).")
-_QUIET = typer.Option(False, "--quiet", "-q", help="No progress bar.")
+_QUIET = typer.Option(False, "--quiet", "-q", help="No progress bar and no INFO lines: only warnings, errors "
+                                                     "and the result.")
 _SIZE = typer.Option(None, "--size", help="Image size in pixels, WxH (e.g. 1280x720; default: the scene's).")
 
 
 @app.command()
 def run(
+    ctx: typer.Context,
     scene: Path = typer.Argument(..., help="A scene file (TOML)."),
     frames: Optional[int] = _FRAMES,
     headless: bool = _HEADLESS,
@@ -221,6 +247,7 @@ def run(
     size: Optional[str] = _SIZE,
 ):
     """Run a scene file."""
+    _quiet(quiet, ctx)
     code = _guard(_run, scene, frames=frames, headless=headless, out=out, no_render=no_render,
                   export_meshes=export_meshes, arch=arch, precision=precision, sets=set, quiet=quiet, size=size)
     raise typer.Exit(code)
@@ -228,6 +255,7 @@ def run(
 
 @app.command()
 def demo(
+    ctx: typer.Context,
     name: Optional[str] = typer.Argument(None, help="Demo name (see --list)."),
     list_: bool = typer.Option(False, "--list", "-l", help="List the demos."),
     frames: Optional[int] = _FRAMES,
@@ -244,6 +272,7 @@ def demo(
     """Run a bundled demo (tisim demo --list shows them). A progressive cloth demo (one
     with a [refine] table) opens its coarse preview live with the parameter panel, as
     tisim preview does; --headless or --no-render run its coarse mesh plainly."""
+    _quiet(quiet, ctx)
     demos = list_demos()
     if list_ or name is None:
         width = max((len(n) for n, _ in demos), default=0)
@@ -337,6 +366,7 @@ def compare(
 
 @app.command()
 def sweep(
+    ctx: typer.Context,
     scene: Path = typer.Argument(..., help="A scene file, or the name of a demo."),
     vary: List[str] = typer.Option([], "--vary", "-v", help="KEY=START:STOP:COUNT or KEY=V1,V2,... "
                                    "(repeatable: the runs are every combination)."),
@@ -353,10 +383,11 @@ def sweep(
     arch: str = typer.Option("cpu", "--arch", help="Taichi backend of each run: cpu (default), cuda, vulkan."),
     precision: Optional[str] = _PREC,
     set: List[str] = _SET,  # noqa: A002
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
+    quiet: bool = _QUIET,
 ):
     """Run a scene over a grid of parameter values on Dask; write sweep.csv and sweep.png.
     Rerunning the same sweep skips the runs already finished."""
+    _quiet(quiet, ctx)
 
     def go() -> int:
         from tisim.sweep import parse_metric, parse_vary
@@ -446,6 +477,7 @@ def _refine_threads(single: bool) -> None:
 
 @app.command()
 def refine(
+    ctx: typer.Context,
     source: Path = typer.Argument(..., help="A cloth scene (TOML), or a cloth mesh file (.obj, .ply, ...)."),
     levels: Optional[int] = typer.Option(None, "--levels", "-L", min=1, max=6,
                                          help="Levels including the preview (default: the scene's, 3)."),
@@ -473,6 +505,7 @@ def refine(
 ):
     """Preview a cloth animation on a coarse mesh, then refine it to finer levels that
     follow the same motion (progressive dynamics)."""
+    _quiet(quiet, ctx)
 
     said: list[str] = []  # what the mesh command wrote, told once the refine is set up
 
