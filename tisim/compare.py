@@ -50,6 +50,35 @@ def scene_for(scene, integrator: str, options: dict | None = None):
     return dataclasses.replace(scene, solver=from_dict(cls, data, "solver"))
 
 
+def comparable_integrators() -> list[str]:
+    """The registered solvers compare runs: all but the cloth solver, which is the only one
+    that runs cloth (so a cloth scene has no second integrator to compare it with) and runs
+    nothing else."""
+    from tisim.solvers.registry import names
+
+    return [n for n in names() if n != "cloth"]
+
+
+def check_comparable(scene, integrators) -> None:
+    """Raise :class:`ConfigError` (one line, naming the scene file) for a scene with cloth
+    objects or an integrator compare does not run, before anything runs. (A cloth scene
+    ended in "solver.type: cloth objects need solver.type = 'cloth', got 'admm'", a type
+    compare had set, not the user.)"""
+    from tisim.config import ConfigError
+
+    ok = comparable_integrators()
+    cloths = [k for k, o in scene.objects.items() if getattr(o, "kind", "solid") == "cloth"]
+    if cloths:
+        raise ConfigError("", f"tisim compare compares the solid integrators ({', '.join(ok)}) on scenes "
+                              f"without cloth; objects.{cloths[0]} is a cloth (kind = 'cloth'), which only the "
+                              "cloth solver runs: nothing to compare (run the scene with tisim run)", scene.path)
+    for name in integrators:
+        if name not in ok:
+            what = (f"{name!r} is the cloth solver, which runs only cloth scenes" if name == "cloth"
+                    else f"unknown integrator {name!r}")
+            raise ConfigError("--integrators", f"{what}: expected some of {', '.join(ok)}")
+
+
 def integrated_energies(scene) -> dict[str, str]:
     """{scene material: name of the energy the scene's solver integrates for it}, for the
     materials of the scene's solid objects: a :mod:`tisim.materials` name when the solver
@@ -209,6 +238,7 @@ def compare(
 
     if not integrators:
         raise ValueError("compare needs at least one integrator")
+    check_comparable(scene, integrators)
     scenes = {name: scene_for(scene, name, (options or {}).get(name)) for name in integrators}
     energies = {name: integrated_energies(sc) for name, sc in scenes.items()}
     distinct = {tuple(sorted(e.items())) for e in energies.values()}

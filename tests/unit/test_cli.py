@@ -373,3 +373,22 @@ def test_quiet_in_process_leaves_the_environment_and_log_level_as_they_were(tmp_
     assert r.exit_code == 2 and "no such scene file" in r.stderr, r.output
     assert "TISIM_QUIET" not in os.environ and os.environ["ENABLE_TAICHI_HEADER_PRINT"] == "True"
     assert logging.getLogger().level == logging.INFO
+
+
+def test_compare_on_a_cloth_scene_says_what_compare_runs(tmp_path, demos_dir):
+    """compare put its first integrator (admm) into a cloth scene, and the user read
+    "solver.type: cloth objects need solver.type = 'cloth', got 'admm'", a type they never
+    set. The cloth solver is the only one that runs cloth, so there is nothing to compare:
+    one line naming the scene file, the cloth object and the integrators compare runs,
+    before anything is written; -i cloth on a solid scene names the cloth solver."""
+    out = tmp_path / "c"
+    for args in ([str(demos_dir / "cloth-drape.toml")], ["cloth-on-ball", "-i", "cloth"]):
+        r = tisim("compare", *args, "-n", "1", "--out", str(out))
+        assert_one_line_error(r, ".toml: tisim compare compares the solid integrators (admm, implicit-euler, pd, xpbd)",
+                              "objects.cloth is a cloth", "tisim run")
+        assert "solver.type" not in r.stderr
+    assert not out.exists()
+    r = tisim("compare", "spinning-bar", "-i", "admm,cloth", "-n", "1", "--out", str(out))
+    assert_one_line_error(r, "--integrators", "'cloth' is the cloth solver, which runs only cloth scenes",
+                          "admm, implicit-euler, pd, xpbd")
+    assert not out.exists()
