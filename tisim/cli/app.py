@@ -675,14 +675,24 @@ def preview(
 def _preview_live(path: Path, sets: List[str], *, out_root: Path, arch: str, precision: Optional[str],
                   command: str, instead: str) -> int:
     """The live coarse preview with its panel (``tisim preview``, and ``tisim demo`` on a
-    progressive scene); without a display or Vulkan, one line and exit code 2."""
-    from tisim.preview import live_unavailable_reason, make_preview_viewer, run_preview
+    progressive scene); a scene it cannot preview, or no display or Vulkan: one line and
+    exit code 2, before any window."""
+    from tisim import preview as pv
+    from tisim.config import ConfigError
+    from tisim.scene import load_scene
 
-    reason = live_unavailable_reason()
+    sc = load_scene(path, list(sets))
+    if not any(o.kind == "cloth" for o in sc.objects.values()):
+        # it said "refine.object: the scene has 0 cloth objects: name one"
+        raise ConfigError("", f"{command} needs a progressive cloth scene: a cloth object (kind = 'cloth', with "
+                              "solver.type = 'cloth'), whose levels the scene's [refine] table sets; this scene has "
+                              "no cloth object (tisim run runs it)", sc.path)
+    pv.cloth_object(sc)  # several cloths: refine.object names the one to preview
+    reason = pv.live_unavailable_reason()
     if reason is not None:
         _die(f"{command} needs a live window: {reason} (use {instead})")
-    run_preview(path, list(sets), viewer=make_preview_viewer(), out_root=out_root, arch=arch, precision=precision,
-                echo=typer.echo)
+    pv.run_preview(path, list(sets), viewer=pv.make_preview_viewer(), out_root=out_root, arch=arch,
+                   precision=precision, echo=typer.echo)
     return 0
 
 
