@@ -274,7 +274,7 @@ def compare(
         except (ConfigError, MeshError):
             raise  # the scene's mistake, the same for every integrator: one line, nothing more to run
         except KeyboardInterrupt:  # before the first step (the runner keeps the frames of one after it)
-            summary.update(ended="interrupted", message=f"{name} interrupted before its first frame")
+            summary.update(ended="interrupted", message="interrupted before its first frame")
             stopped = True
             continue
         except Exception as e:  # one integrator's failure; the others still run

@@ -392,3 +392,27 @@ def test_compare_on_a_cloth_scene_says_what_compare_runs(tmp_path, demos_dir):
     assert_one_line_error(r, "--integrators", "'cloth' is the cloth solver, which runs only cloth scenes",
                           "admm, implicit-euler, pd, xpbd")
     assert not out.exists()
+
+
+def test_compare_stops_at_a_ctrl_c_and_still_writes_its_summary(tmp_path, monkeypatch):
+    """A Ctrl-C while an integrator sets up (before the runner's own handler) ended the
+    comparison with no compare.json; now the integrators after it are "not run", the
+    summary is written and the exit code is run's for an interrupt (130)."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from tisim import runner
+    from tisim.cli.app import app
+
+    def build(scene, *a, **kw):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(runner, "build", build)
+    out = tmp_path / "c"
+    r = CliRunner().invoke(app, ["compare", "spinning-bar", "-i", "implicit-euler,xpbd", "-n", "1", "--out", str(out)])
+    assert r.exit_code == 130, r.output
+    assert [ln for ln in r.stderr.splitlines() if ln.startswith("error:")] == [
+        "error: implicit-euler interrupted: interrupted before its first frame", "error: not run: xpbd"], r.stderr
+    ended = {k: v["ended"] for k, v in json.loads((out / "compare.json").read_text())["integrators"].items()}
+    assert ended == {"implicit-euler": "interrupted", "xpbd": "not run"}
