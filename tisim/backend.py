@@ -7,6 +7,8 @@ lazily or only defines kernels; no module allocates fields at import time.
 from __future__ import annotations
 
 import ast
+import contextlib
+import io
 import logging
 import os
 from dataclasses import dataclass
@@ -101,15 +103,18 @@ def init(arch: str = "auto", precision: str | None = None, *, debug: bool = Fals
     ti_arch = {"cpu": ti.cpu, "cuda": ti.cuda, "vulkan": ti.vulkan}[chosen]
     fp = ti.f64 if precision == "f64" else ti.f32
     _lighten_taichi_front_end(short_positions=not debug)
-    ti.init(
-        arch=ti_arch,
-        default_fp=fp,
-        default_ip=ti.i32,
-        offline_cache=True,
-        debug=debug,
-        log_level=ti.WARN,
-        random_seed=0,
-    )
+    # `tisim ... --quiet` (TISIM_QUIET=1): without Taichi's "[Taichi] Starting on arch=..." line
+    quiet = os.environ.get("TISIM_QUIET") == "1"
+    with contextlib.redirect_stdout(io.StringIO()) if quiet else contextlib.nullcontext():
+        ti.init(
+            arch=ti_arch,
+            default_fp=fp,
+            default_ip=ti.i32,
+            offline_cache=True,
+            debug=debug,
+            log_level=ti.WARN,
+            random_seed=0,
+        )
     actual = _arch_name(ti.lang.impl.current_cfg().arch)
     if actual != chosen:
         log.warning("Taichi could not use %s and fell back to %s", chosen, actual)

@@ -50,6 +50,35 @@ def scene_for(scene, integrator: str, options: dict | None = None):
     return dataclasses.replace(scene, solver=from_dict(cls, data, "solver"))
 
 
+def comparable_integrators() -> list[str]:
+    """The registered solvers compare runs: all but the cloth solver, which is the only one
+    that runs cloth (so a cloth scene has no second integrator to compare it with) and runs
+    nothing else."""
+    from tisim.solvers.registry import names
+
+    return [n for n in names() if n != "cloth"]
+
+
+def check_comparable(scene, integrators) -> None:
+    """Raise :class:`ConfigError` (one line, naming the scene file) for a scene with cloth
+    objects or an integrator compare does not run, before anything runs. (A cloth scene
+    ended in "solver.type: cloth objects need solver.type = 'cloth', got 'admm'", a type
+    compare had set, not the user.)"""
+    from tisim.config import ConfigError
+
+    ok = comparable_integrators()
+    cloths = [k for k, o in scene.objects.items() if getattr(o, "kind", "solid") == "cloth"]
+    if cloths:
+        raise ConfigError("", f"tisim compare compares the solid integrators ({', '.join(ok)}) on scenes "
+                              f"without cloth; objects.{cloths[0]} is a cloth (kind = 'cloth'), which only the "
+                              "cloth solver runs: nothing to compare (run the scene with tisim run)", scene.path)
+    for name in integrators:
+        if name not in ok:
+            what = (f"{name!r} is the cloth solver, which runs only cloth scenes" if name == "cloth"
+                    else f"unknown integrator {name!r}")
+            raise ConfigError("--integrators", f"{what}: expected some of {', '.join(ok)}")
+
+
 def integrated_energies(scene) -> dict[str, str]:
     """{scene material: name of the energy the scene's solver integrates for it}, for the
     materials of the scene's solid objects: a :mod:`tisim.materials` name when the solver
@@ -195,15 +224,21 @@ def compare(
 
     Returns {"scene": name, "integrators": {name: summary}, "plots": [paths], "energy":
     {material: energy} shared by all (None when mixed), "same_energy": bool}, where a
-    summary holds the run's end state ("completed"/"diverged"/...), its folder, the
-    energy it integrated ({material: energy}, :func:`integrated_energies`) and the
-    drifts of :func:`summarize`.
+    summary holds the run's end state ("completed"/"diverged"/"stalled"/"interrupted", the
+    runner's, or "failed": an exception, named in ``error``; or "not run": after a Ctrl-C)
+    with its message, its folder, the energy it integrated ({material: energy},
+    :func:`integrated_energies`) and the drifts of :func:`summarize`. A run that diverges
+    or fails does not stop the others; the plots and compare.json hold every run that
+    stepped. A :class:`ConfigError` or :class:`MeshError` (the scene's mistake) is raised.
     """
+    from tisim.config import ConfigError
+    from tisim.geometry.mesh import MeshError
     from tisim.model import Model
     from tisim.runner import run_scene
 
     if not integrators:
         raise ValueError("compare needs at least one integrator")
+    check_comparable(scene, integrators)
     scenes = {name: scene_for(scene, name, (options or {}).get(name)) for name in integrators}
     energies = {name: integrated_energies(sc) for name, sc in scenes.items()}
     distinct = {tuple(sorted(e.items())) for e in energies.values()}
@@ -212,8 +247,6 @@ def compare(
     if not same:
         text = "; ".join(f"{n}: " + ", ".join(f"{m} -> {e}" for m, e in en.items()) for n, en in energies.items())
         if not mixed_energies:
-            from tisim.config import ConfigError
-
             raise ConfigError(
                 "--integrators",
                 f"these integrators do not integrate the same energy ({text}); compare integrators that "
@@ -225,19 +258,36 @@ def compare(
     out.mkdir(parents=True, exist_ok=True)
     results: dict[str, dict] = {}
     curves: dict[str, dict[str, np.ndarray]] = {}
+    stopped = False  # a Ctrl-C: the integrators after it are not run
     for i, name in enumerate(integrators):
+        run_dir = out / name
+        summary = {"ended": "not run", "message": "", "out_dir": str(run_dir), "energy": energies[name]}
+        results[name] = summary
+        if stopped:
+            continue
         sc = scenes[name]
         if callable(progress):
             progress(name, i, len(integrators))
-        run_dir = out / name
         log.info("compare: running %s with %s", scene.name, name)
-        res = run_scene(sc, run_dir, frames=frames, progress=bool(progress) and not callable(progress))
+        try:
+            res = run_scene(sc, run_dir, frames=frames, progress=bool(progress) and not callable(progress))
+        except (ConfigError, MeshError):
+            raise  # the scene's mistake, the same for every integrator: one line, nothing more to run
+        except KeyboardInterrupt:  # before the first step (the runner keeps the frames of one after it)
+            summary.update(ended="interrupted", message="interrupted before its first frame")
+            stopped = True
+            continue
+        except Exception as e:  # one integrator's failure; the others still run
+            log.debug("compare: %s failed", name, exc_info=True)
+            summary.update(ended="failed", message=f"{type(e).__name__}: {' '.join(str(e).split())}",
+                           error=type(e).__name__)
+            continue
+        summary.update(ended=res.ended, message=res.message)
+        stopped = res.ended == "interrupted"
         stats = read_stats(run_dir / "stats.csv")
-        summary = {"ended": res.ended, "message": res.message, "out_dir": str(run_dir), "energy": energies[name]}
         if stats and len(stats.get("frame", [])) > 1:
             summary.update(summarize(stats, total_mass))
             curves[name] = stats
-        results[name] = summary
     plots = []
     if curves:
         t = {k: v["time"] for k, v in curves.items()}

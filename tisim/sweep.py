@@ -11,7 +11,8 @@ order given) and writes into ``out_dir``:
   and any ``COLUMN:REDUCTION`` of a stats.csv column);
 * ``sweep.png``: each metric against each varied parameter (one line per combination of
   the other varied parameters; runs that did not complete are marked with a red x);
-* ``sweep.json``: what was swept (scene, overrides, frames, metrics) and the counts.
+* ``sweep.json``: what was swept (scene, overrides, frames, metrics), the counts and the
+  runs that did not complete (``not_completed``, their folder names).
 
 The runs go to a ``distributed.LocalCluster`` of worker processes (one per core, one
 Taichi thread each: ``TI_CPU_MAX_NUM_THREADS=1`` is set before Taichi initialises, once
@@ -738,6 +739,7 @@ def sweep(
         "frames": frames, "arch": arch, "precision": precision, "metrics": [m.name for m in all_metrics],
         "scheduler": scheduler or f"LocalCluster({workers or os.cpu_count()} workers, 1 thread each)",
         "runs": len(runs), "ran": len(todo), "skipped": skipped, "counts": result.counts(),
+        "not_completed": [r["run"] for r in rows if r["ended"] != "completed"],
         "interrupted": interrupted, "seconds": time.perf_counter() - t0, "machine": machine(),
     })
     return result

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -245,3 +246,173 @@ def test_compare_needs_an_integrator_and_runs_each_once(tmp_path):
     r = tisim("compare", "spinning-bar", "-i", "admm,admm", "-n", "1", "--out", str(tmp_path / "c"))
     assert r.returncode == 0, r.stderr
     assert (r.stdout + r.stderr).count("running spinning-bar with admm") == 1, r.stderr
+
+
+def test_compare_with_a_diverged_run_writes_everything_and_exits_as_run_does(tmp_path):
+    """One integrator diverging (implicit Euler limited to one Newton iteration against a
+    tolerance it cannot meet: the runner stops it after 20 unconverged steps, at frame 10)
+    exited 0. The other still runs, both keep their frames, the plots and compare.json are
+    written, stderr names the diverged integrator, and the exit code is run's (3)."""
+    import json
+
+    from tisim.runner import EXIT_DIVERGED
+
+    out = tmp_path / "c"
+    r = tisim("compare", "spinning-bar", "-i", "implicit-euler,xpbd", "-n", "12", "--out", str(out),
+              "--set", "solver.type=implicit-euler", "--set", "solver.max_iterations=1",
+              "--set", "solver.tolerance=1e-300", "--set", "objects.bar.resolution=[2,1,1]")
+    assert r.returncode == EXIT_DIVERGED == 3, (r.returncode, r.stdout, r.stderr)
+    errors = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
+    assert len(errors) == 1 and "Traceback" not in r.stderr, r.stderr
+    assert errors[0].startswith("error: implicit-euler diverged: ") and "frame 10" in errors[0], errors[0]
+    summary = json.loads((out / "compare.json").read_text())
+    assert {k: v["ended"] for k, v in summary["integrators"].items()} == {"implicit-euler": "diverged",
+                                                                          "xpbd": "completed"}
+    rows = {k: (out / k / "stats.csv").read_text().splitlines() for k in ("implicit-euler", "xpbd")}
+    assert len(rows["implicit-euler"]) == 1 + 10  # header, frame 0 and the 9 frames before the divergence
+    assert len(rows["xpbd"]) == 1 + 13
+    for png in ("energy.png", "linear_momentum.png", "angular_momentum.png"):
+        assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "implicit-euler   diverged" in r.stdout
+
+
+def test_compare_with_a_failed_run_runs_the_others_and_exits_1(tmp_path, monkeypatch):
+    """An integrator that raises (a bug, not the user's mistake) no longer ends the comparison
+    with the runs after it unrun and no compare.json: it is a failed row, the others run, and
+    the exit code is run's for an internal error (1)."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from tisim import runner
+    from tisim.cli.app import app
+
+    real_build = runner.build
+
+    def build(scene, *a, **kw):
+        if scene.solver.type == "implicit-euler":
+            raise RuntimeError("a made-up failure\nover two lines")
+        return real_build(scene, *a, **kw)
+
+    monkeypatch.setattr(runner, "build", build)
+    out = tmp_path / "c"
+    r = CliRunner().invoke(app, ["compare", "spinning-bar", "-i", "implicit-euler,xpbd", "-n", "2", "--out", str(out),
+                                 "--set", "objects.bar.resolution=[2,1,1]"])
+    assert r.exit_code == 1, r.output
+    assert [ln for ln in r.stderr.splitlines() if ln.startswith("error:")] == [
+        "error: implicit-euler failed: RuntimeError: a made-up failure over two lines"], r.stderr
+    summary = json.loads((out / "compare.json").read_text())
+    assert summary["integrators"]["implicit-euler"]["ended"] == "failed"
+    assert summary["integrators"]["xpbd"]["ended"] == "completed"
+    assert len((out / "xpbd" / "stats.csv").read_text().splitlines()) == 1 + 3
+    assert not (out / "implicit-euler" / "stats.csv").exists() and (out / "energy.png").exists()
+
+
+QUIET_SCENE = ('[sim]\ndt = 0.01\nframes = 1\n[solver]\ntype = "implicit-euler"\nmax_iterations = 1\n'
+               'tolerance = 1e-300\n[objects.a]\nmesh = "gone.msh"\n')
+
+
+def _quiet_cases(tmp_path, demos_dir):
+    """Per command that takes --quiet: arguments that log an INFO line (a --set note, the
+    refine's consistent masses) and, for run, a WARNING too (Newton capped at one iteration)."""
+    scene = tmp_path / "q.toml"
+    scene.write_text(QUIET_SCENE)
+    tiny = tmp_path / "tiny.toml"
+    tiny.write_text('[objects.box]\ngenerator = "box"\nresolution = [1, 1, 1]\n')
+    return {
+        "run": ["run", str(scene), "-n", "1", "--no-render", "--set", "objects.a.generator=box",
+                "--set", "objects.a.resolution=[1,1,1]", "--out", str(tmp_path / "r")],
+        "demo": ["demo", "spinning-bar", "-n", "1", "--no-render", "--set", "objects.bar.generator=ball",
+                 "--set", "objects.bar.ball_resolution=2", "--out", str(tmp_path / "d")],
+        # the note comes while the runs are planned; the unreachable scheduler ends it there
+        "sweep": ["sweep", str(tiny), "--vary", "contact.mu=0.1,0.2", "--set", "objects.box.generator=ball",
+                  "--scheduler", "tcp://127.0.0.1:9", "--timeout", "1", "--out", str(tmp_path / "s")],
+        "refine": ["refine", str(demos_dir / "refine-drape.toml"), "-n", "1", "--levels", "2", "--no-render",
+                   "--out", str(tmp_path / "f")],
+    }
+
+
+@pytest.mark.parametrize("command", ["run", "demo", "sweep", "refine"])
+def test_quiet_shows_only_warnings_errors_and_the_result(tmp_path, demos_dir, command):
+    """--quiet hid the progress bar only: tisim's INFO lines and Taichi's banner still
+    reached the terminal. Now only warnings, errors and the result lines do; without
+    --quiet the same command prints its INFO line (the case does log one)."""
+    args = _quiet_cases(tmp_path, demos_dir)[command]
+    loud = tisim(*args, cwd=tmp_path)
+    quiet = tisim(*args, "--quiet", cwd=tmp_path)
+    assert quiet.returncode == loud.returncode, (quiet.stderr, loud.stderr)
+    assert "INFO:" in loud.stderr, loud.stderr
+    assert "INFO:" not in quiet.stderr and "[Taichi]" not in quiet.stdout + quiet.stderr, quiet.stdout + quiet.stderr
+    # what is left: warnings, errors and the command's own result lines, the same as without --quiet
+    assert [ln for ln in quiet.stderr.splitlines() if ln.strip()] == [
+        ln for ln in loud.stderr.splitlines() if ln.startswith(("WARNING:", "error:"))]
+    def lines(text):  # without the timings, which differ from run to run
+        return [re.sub(r"[0-9.]+ (ms|s)\b", "T", ln) for ln in text.splitlines() if ln.strip()]
+
+    assert lines(quiet.stdout) == [ln for ln in lines(loud.stdout) if not ln.startswith("[Taichi]") and "━" not in ln]
+    if command == "run":
+        assert quiet.returncode == 0 and "WARNING: implicit Euler: Newton did not converge" in quiet.stderr
+    if command == "sweep":
+        assert quiet.returncode == 2 and "cannot reach the Dask scheduler" in quiet.stderr
+
+
+def test_quiet_in_process_leaves_the_environment_and_log_level_as_they_were(tmp_path, monkeypatch):
+    """--quiet sets TISIM_QUIET and ENABLE_TAICHI_HEADER_PRINT for the processes a command
+    starts, and the WARNING level; called in-process (tests, scripts), it restores them."""
+    import logging
+    import os
+
+    from typer.testing import CliRunner
+
+    from tisim.cli.app import app
+
+    monkeypatch.delenv("TISIM_QUIET", raising=False)
+    monkeypatch.setenv("ENABLE_TAICHI_HEADER_PRINT", "True")
+    monkeypatch.setattr(logging.getLogger(), "level", logging.INFO)
+    r = CliRunner().invoke(app, ["run", str(tmp_path / "nope.toml"), "--quiet"])
+    assert r.exit_code == 2 and "no such scene file" in r.stderr, r.output
+    assert "TISIM_QUIET" not in os.environ and os.environ["ENABLE_TAICHI_HEADER_PRINT"] == "True"
+    assert logging.getLogger().level == logging.INFO
+
+
+def test_compare_on_a_cloth_scene_says_what_compare_runs(tmp_path, demos_dir):
+    """compare put its first integrator (admm) into a cloth scene, and the user read
+    "solver.type: cloth objects need solver.type = 'cloth', got 'admm'", a type they never
+    set. The cloth solver is the only one that runs cloth, so there is nothing to compare:
+    one line naming the scene file, the cloth object and the integrators compare runs,
+    before anything is written; -i cloth on a solid scene names the cloth solver."""
+    out = tmp_path / "c"
+    for args in ([str(demos_dir / "cloth-drape.toml")], ["cloth-on-ball", "-i", "cloth"]):
+        r = tisim("compare", *args, "-n", "1", "--out", str(out))
+        assert_one_line_error(r, ".toml: tisim compare compares the solid integrators (admm, implicit-euler, pd, xpbd)",
+                              "objects.cloth is a cloth", "tisim run")
+        assert "solver.type" not in r.stderr
+    assert not out.exists()
+    r = tisim("compare", "spinning-bar", "-i", "admm,cloth", "-n", "1", "--out", str(out))
+    assert_one_line_error(r, "--integrators", "'cloth' is the cloth solver, which runs only cloth scenes",
+                          "admm, implicit-euler, pd, xpbd")
+    assert not out.exists()
+
+
+def test_compare_stops_at_a_ctrl_c_and_still_writes_its_summary(tmp_path, monkeypatch):
+    """A Ctrl-C while an integrator sets up (before the runner's own handler) ended the
+    comparison with no compare.json; now the integrators after it are "not run", the
+    summary is written and the exit code is run's for an interrupt (130)."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from tisim import runner
+    from tisim.cli.app import app
+
+    def build(scene, *a, **kw):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(runner, "build", build)
+    out = tmp_path / "c"
+    r = CliRunner().invoke(app, ["compare", "spinning-bar", "-i", "implicit-euler,xpbd", "-n", "1", "--out", str(out)])
+    assert r.exit_code == 130, r.output
+    assert [ln for ln in r.stderr.splitlines() if ln.startswith("error:")] == [
+        "error: implicit-euler interrupted: interrupted before its first frame", "error: not run: xpbd"], r.stderr
+    ended = {k: v["ended"] for k, v in json.loads((out / "compare.json").read_text())["integrators"].items()}
+    assert ended == {"implicit-euler": "interrupted", "xpbd": "not run"}

@@ -46,6 +46,42 @@ def test_preview_without_a_display_is_one_line_and_exit_2(demos_dir, tmp_path):
     assert r.stderr.strip().count("\n") == 0 and "needs a live window" in r.stderr, r.stderr
 
 
+@pytest.mark.parametrize("display", [None, ":99"])
+def test_preview_of_a_scene_without_cloth_says_what_a_progressive_scene_needs(demos_dir, tmp_path, display):
+    """squeeze-ball (a PD ball) ended in "refine.object: the scene has 0 cloth objects: name
+    one" with a display, and in "needs a live window" without one. One line naming the
+    file and what a progressive scene needs, exit code 2, before any window is opened
+    (with or without a display)."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY")}
+    if display:
+        env["DISPLAY"] = display
+    r = subprocess.run([sys.executable, "-m", "tisim", "preview", "squeeze-ball"], env=env, check=False,
+                       capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
+    for frag in (f"error: {demos_dir / 'squeeze-ball.toml'}: tisim preview needs a progressive cloth scene",
+                 "a cloth object (kind = 'cloth'", "[refine] table", "this scene has no cloth object"):
+        assert frag in lines[0], lines[0]
+    assert "refine.object" not in lines[0] and "live window" not in lines[0]
+
+
+def test_demo_of_a_scene_made_progressive_without_cloth_is_one_line(monkeypatch):
+    """`tisim demo squeeze-ball --set refine.levels=2` has a [refine] table, so the demo goes
+    to the live preview: the same one line, naming the demo's command, and no preview."""
+    from typer.testing import CliRunner
+
+    from tisim.cli.app import app
+
+    calls = _fake_live(monkeypatch)
+    r = CliRunner().invoke(app, ["demo", "squeeze-ball", "--set", "refine.levels=2"])
+    assert r.exit_code == 2, r.output
+    assert "tisim demo squeeze-ball needs a progressive cloth scene" in r.stderr, r.stderr
+    assert calls == {"preview": [], "run": []}
+
+
 def _fake_live(monkeypatch):
     """Route ``tisim demo``'s two paths into recorders: the live preview (with a
     display and Vulkan claimed available) and the plain run."""

@@ -87,6 +87,72 @@ def test_non_manifold_mesh(tmp_path):
     _assert_one_line_error(r, "fan.obj", "non-manifold")
 
 
+def _pieces(faces):
+    """Each vertex's piece (faces joined across shared edges), -1 where pieces touch."""
+    import scipy.sparse as sp
+    from scipy.sparse.csgraph import connected_components
+
+    m, n = len(faces), int(faces.max()) + 1
+    vf = sp.csr_matrix((np.ones(3 * m), (np.repeat(np.arange(m), 3), faces.ravel())), shape=(m, n))
+    ff = vf @ vf.T
+    ff.data = (ff.data >= 2).astype(float)  # faces sharing an edge
+    ff.eliminate_zeros()
+    _, face_piece = connected_components(ff)
+    pairs = np.unique(np.stack([faces.ravel(), np.repeat(face_piece, 3)], 1), axis=0)  # (vertex, piece)
+    vertex, count = np.unique(pairs[:, 0], return_counts=True)
+    piece = np.full(n, -1)
+    piece[vertex[count == 1]] = pairs[np.isin(pairs[:, 0], vertex[count == 1]), 1]
+    return piece
+
+
+def test_a_bowtie_mesh_refines_with_its_sheets_kept_apart(tmp_path):
+    """Two 18 x 18 sheets touching at one corner only (a non-manifold vertex, accepted with
+    a warning). Decimation keeps the touching vertex and the two sheets on the coarse level,
+    every fine vertex follows coarse vertices of its own sheet only, and no level's frames
+    intersect."""
+    import json
+
+    from tisim.geometry.cloth import find_intersections, load_cloth_mesh
+    from tisim.geometry.topology import nonmanifold_vertices
+    from tisim.model import Model
+    from tisim.progressive import build_levels
+    from tisim.scene import load_scene
+
+    m = cloth_rectangle(size=(0.3, 0.3), resolution=(18, 18))
+    v = m.vertices
+    a, b = v - [v[:, 0].max(), 0.0, v[:, 2].max()], v - [v[:, 0].min(), 0.0, v[:, 2].min()]
+    ka, kb = int(np.argmin(np.linalg.norm(a, axis=1))), int(np.argmin(np.linalg.norm(b, axis=1)))
+    keep = np.arange(len(b)) != kb
+    to = np.where(keep, np.cumsum(keep) - 1 + len(a), ka)
+    x, f = np.concatenate([a, b[keep]]), np.concatenate([m.faces, to[m.faces]])
+    mesh = tmp_path / "bowtie.obj"
+    mesh.write_text("".join(f"v {p[0]:.17g} {p[1]:.17g} {p[2]:.17g}\n" for p in x)
+                    + "".join(f"f {t[0] + 1} {t[1] + 1} {t[2] + 1}\n" for t in f))
+    assert nonmanifold_vertices(f).tolist() == [ka] and len(x) == 721
+
+    out = tmp_path / "o"
+    r = _refine(str(mesh), "--frames", "2", "--levels", "2", "--out", str(out))
+    assert r.exit_code == 0, r.output
+    assert "2 levels (" in r.output and "721 vertices)" in r.output, r.output
+    for level in (0, 1):
+        frames = sorted((out / f"level_{level}" / "meshes").glob("*.obj"))
+        assert len(frames) == 3
+        for p in frames:
+            c = load_cloth_mesh(p)
+            assert len(nonmanifold_vertices(c.faces)) == 1, p  # the sheets still touch at one vertex
+            assert set(_pieces(c.faces).tolist()) == {-1, 0, 1}, p  # two sheets and the shared vertex
+            assert not find_intersections(c.vertices, c.faces, c.edges), p
+    assert json.loads((out / "run.json").read_text())["ended"] == "completed"
+
+    sc = load_scene(out / "bowtie.toml")
+    hierarchy, _, _ = build_levels(sc, Model.from_scene(sc), 2)
+    coarse, fine = (_pieces(lv.faces) for lv in hierarchy.levels)
+    U = hierarchy.prolongations[0].U.tocsr()
+    U.eliminate_zeros()
+    leans = {(int(fine[i]), int(coarse[j])) for i, j in zip(*U.nonzero()) if fine[i] >= 0 and coarse[j] >= 0}
+    assert len(leans) == 2 and len({p for p, _ in leans}) == 2, leans  # sheet to sheet, one to one
+
+
 @pytest.mark.slow
 def test_mesh_file_gets_a_scene_and_runs(tmp_path):
     mesh = _sheet(tmp_path / "my.obj", 5, 5, size=(0.3, 0.3))

@@ -114,7 +114,8 @@ def test_sweep_on_local_cluster_writes_summary_and_resumes(tmp_path, tiny):
     args = ["sweep", str(tiny), "--vary", "contact.mu=0.1:0.3:2", "--vary", "solver.tolerance=0,1e-300",
             "--metric", "n_contacts:max", "--metric", "final_displacement", "--workers", "2", "--out", str(out)]
     r = tisim(*args)
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 3, r.stderr  # two runs diverged: run's exit code for a divergence
+    assert "error: 2 of 4 runs did not complete (2 diverged)" in r.stderr, r.stderr
     with open(out / "sweep.csv", newline="") as f:
         rows = list(csv.DictReader(f))
     assert len(rows) == 4
@@ -144,10 +145,45 @@ def test_sweep_on_local_cluster_writes_summary_and_resumes(tmp_path, tiny):
             assert row["ended"] == "diverged" and "did not converge" in row["message"], row
             assert row["frames_done"] == "1"
     again = tisim(*args)
-    assert again.returncode == 0, again.stderr
+    assert again.returncode == 3, again.stderr  # the same table, the same verdict
     assert "ran 0, skipped 4" in again.stdout
     with open(out / "sweep.csv", newline="") as f:
         assert [r["ended"] for r in csv.DictReader(f)] == [r["ended"] for r in rows]
+
+
+def test_a_sweep_with_diverged_or_failed_rows_finishes_them_all_and_exits_non_zero(tiny, tmp_path, monkeypatch):
+    """It exited 0 whatever its rows did. Every row is still run and written (sweep.csv,
+    sweep.json name the ones that did not complete), one line on stderr counts them, and
+    the exit code is run's: 3 for a diverged row (PD held to a tolerance of 1e-300 with one
+    iteration: 20 unconverged steps, frame 2), 1 for a failed one (a run that raised or was
+    never done: here an in-process cluster without workers)."""
+    from distributed import LocalCluster
+    from typer.testing import CliRunner
+
+    import tisim.sweep as sw
+    from tisim.cli.app import app
+    from tisim.runner import EXIT_DIVERGED
+
+    out = tmp_path / "o"
+    r = tisim("sweep", str(tiny), "--vary", "solver.tolerance=0,1e-300", "--workers", "1", "--out", str(out), "-q")
+    assert r.returncode == EXIT_DIVERGED == 3, (r.returncode, r.stdout, r.stderr)
+    assert [ln for ln in r.stderr.splitlines() if ln.startswith("error:")] == [
+        f"error: 1 of 2 runs did not complete (1 diverged): see {out / 'sweep.csv'}"], r.stderr
+    with open(out / "sweep.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [(row["ended"], row["frames_done"]) for row in rows] == [("completed", "2"), ("diverged", "1")]
+    info = json.loads((out / "sweep.json").read_text())
+    assert info["counts"] == {"completed": 1, "diverged": 1} and info["not_completed"] == [rows[1]["run"]]
+    assert all((out / "runs" / row["run"] / "stats.csv").exists() for row in rows)  # both runs' frames
+
+    monkeypatch.setattr(sw, "NO_WORKERS_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(sw, "_POLL_S", 0.5)
+    with LocalCluster(n_workers=0, processes=False, dashboard_address=":0") as cluster:
+        r = CliRunner().invoke(app, ["sweep", str(tiny), "--vary", "contact.mu=0.1,0.2", "--out", str(tmp_path / "f"),
+                                     "--scheduler", cluster.scheduler_address, "-q"])
+    assert r.exit_code == 1, r.output
+    assert "error: 2 of 2 runs did not complete (2 failed)" in r.stderr, r.stderr
+    assert (tmp_path / "f" / "sweep.csv").exists()
 
 
 def test_bad_range_is_one_line(tiny):

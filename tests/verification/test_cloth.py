@@ -227,6 +227,56 @@ def test_unseen_irregular_mesh_draped_on_a_sphere_never_intersects(tmp_path):
     assert np.linalg.norm(x - [0, 0.06, 0], axis=1).min() < 0.06 + 3e-3
 
 
+def _bowtie_obj(path, n=4, size=0.1):
+    """Two n x n sheets, lying flat, touching at one corner only (a bow-tie vertex: no edge
+    in common); written as a plain OBJ. Returns (path, the shared vertex, sheet A's vertex
+    count)."""
+    m = cloth_rectangle(size=(size, size), resolution=(n, n))
+    v = m.vertices
+    a = v - [v[:, 0].max(), 0.0, v[:, 2].max()]  # A's corner at the origin, the sheet at x, z < 0
+    b = v - [v[:, 0].min(), 0.0, v[:, 2].min()]  # B's at the origin, at x, z > 0
+    ka, kb = int(np.argmin(np.linalg.norm(a, axis=1))), int(np.argmin(np.linalg.norm(b, axis=1)))
+    keep = np.arange(len(b)) != kb
+    to = np.where(keep, np.cumsum(keep) - 1 + len(a), ka)  # B's vertices after A's, its corner is A's
+    x, f = np.concatenate([a, b[keep]]), np.concatenate([m.faces, to[m.faces]])
+    path.write_text("".join(f"v {p[0]:.17g} {p[1]:.17g} {p[2]:.17g}\n" for p in x)
+                    + "".join(f"f {t[0] + 1} {t[1] + 1} {t[2] + 1}\n" for t in f))
+    return path, ka, len(a)
+
+
+def test_bowtie_flaps_pinned_at_their_shared_vertex_swing_together_without_intersecting(tmp_path, caplog):
+    """A cloth mesh file with a non-manifold (bow-tie) vertex is accepted with a warning:
+    two sheets touching at one corner, pinned there, swing down about it into the same
+    vertical plane and meet face to face. Every energy and contact pair is defined there
+    (pairs sharing a vertex are skipped, as within a sheet): ipctk finds no intersection,
+    no distance below the thickness and no crossing step on any step, and the sheets end
+    hanging from the pin one contact thickness apart."""
+    import logging
+
+    from tisim.geometry.cloth import find_intersections
+    from tisim.geometry.topology import nonmanifold_vertices
+
+    path, knot, na = _bowtie_obj(tmp_path / "bowtie.obj")
+    with caplog.at_level(logging.WARNING, logger="tisim.geometry.cloth"):
+        _, model, solver = _build({"c": {**_cloth(), "generator": None, "mesh": str(path),
+                                          "translation": [0.0, 0.5, 0.0],
+                                          "handles": {"knot": {"vertices": [knot]}}}})
+    assert f"1 non-manifold vertices where separate sheets touch (first: vertex {knot} " in caplog.text
+    cp = model.cloth
+    assert nonmanifold_vertices(cp.faces).tolist() == [knot]
+    thickness = solver.contact.thickness
+    st = _run(model, solver, 20, 0.01, _ipc_check(solver, 0.9 * thickness))
+    x = st.positions[cp.vertex_slice]
+    assert not find_intersections(x, cp.faces, cp.edges)
+    np.testing.assert_allclose(x[knot], [0.0, 0.5, 0.0], atol=1e-12)  # the pin holds
+    a, b = np.setdiff1d(np.arange(na), [knot]), np.arange(na, len(x))
+    # both hang below the pin (the far corners 0.1 * sqrt(2) m down) ...
+    assert x[0, 1] < 0.5 - 0.13 and x[-1, 1] < 0.5 - 0.13, (x[0], x[-1])
+    # ... and met: their closest vertices are a contact thickness apart, not more, not less
+    gap = np.linalg.norm(x[a][:, None] - x[b][None], axis=2).min()
+    assert 0.9 * thickness < gap < 3 * thickness, (gap, thickness)
+
+
 def test_vertex_shot_through_a_triangle_at_100_m_per_s(tmp_path):
     """A small sheet fired at 100 m/s (1 m per step) at a pinned sheet: no tunnelling."""
     sc, model, solver = _build({

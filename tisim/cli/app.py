@@ -43,9 +43,33 @@ def _user_errors():
 
 
 def _setup_logging(debug: bool, quiet: bool = False) -> None:
-    level = logging.DEBUG if debug else (logging.ERROR if quiet else logging.INFO)
+    level = logging.DEBUG if debug else (logging.WARNING if quiet else logging.INFO)
     logging.basicConfig(level=level, format="%(levelname)s: %(message)s" if not debug else
                         "%(levelname)s %(name)s: %(message)s", force=True)
+
+
+def _quiet(quiet: bool, ctx: typer.Context) -> None:
+    """``--quiet``: only warnings and errors reach the terminal besides the command's
+    result lines: no INFO logs and no Taichi banner (in this process and in the ones it
+    starts, which inherit the environment: Taichi reads ENABLE_TAICHI_HEADER_PRINT when
+    imported, tisim.backend.init TISIM_QUIET). ``--debug`` wins. The environment and the
+    log level are restored when the command (``ctx``) ends: it may run in-process (tests)."""
+    if not quiet or _DEBUG["on"]:
+        return
+    saved = {k: os.environ.get(k) for k in ("ENABLE_TAICHI_HEADER_PRINT", "TISIM_QUIET")}
+    level = logging.getLogger().level
+    _setup_logging(False, quiet=True)
+    os.environ.update(ENABLE_TAICHI_HEADER_PRINT="False", TISIM_QUIET="1")
+
+    def restore() -> None:
+        logging.getLogger().setLevel(level)
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+    ctx.call_on_close(restore)
 
 
 @app.callback()
@@ -147,6 +171,24 @@ def _run(
     return result.exit_code
 
 
+def _ended_code(ended: str, error: str | None = None) -> int:
+    """The exit code ``tisim run`` gives a run that ended so (tisim.runner.RunResult):
+    diverged 3, stalled 4, interrupted 130; a run that raised: 2 for the user's mistake
+    (``error``, the exception's class name, one of _user_errors), else 1 (internal)."""
+    from tisim.runner import RunResult
+
+    if ended == "failed":
+        return 2 if error in {c.__name__ for c in _user_errors()} else 1
+    return RunResult(Path(), 0, ended).exit_code
+
+
+def _overall_code(codes) -> int:
+    """One exit code for several runs (compare, sweep): 0 when all completed, else the
+    first of Ctrl-C (130), a failure (1, 2), a divergence (3), a stall (4) found."""
+    bad = {c for c in codes if c}
+    return next((c for c in (130, 1, 2, 3, 4) if c in bad), max(bad, default=0))
+
+
 def _size_overrides(size: Optional[str]) -> List[str]:
     """``--size WxH`` as the overrides render.width=W, render.height=H."""
     if size is None:
@@ -184,12 +226,14 @@ _EXPORT = typer.Option(False, "--export-meshes", help="Write every frame's meshe
 _ARCH = typer.Option("auto", "--arch", help="Taichi backend: auto, cpu, cuda, vulkan.")
 _PREC = typer.Option(None, "--precision", help="f64 (CPU default) or f32 (GPU default).")
 _SET = typer.Option([], "--set", "-s", help="Override a scene value: --set contact.mu=0.3 (repeatable).")
-_QUIET = typer.Option(False, "--quiet", "-q", help="No progress bar.")
+_QUIET = typer.Option(False, "--quiet", "-q", help="No progress bar and no INFO lines: only warnings, errors "
+                                                     "and the result.")
 _SIZE = typer.Option(None, "--size", help="Image size in pixels, WxH (e.g. 1280x720; default: the scene's).")
 
 
 @app.command()
 def run(
+    ctx: typer.Context,
     scene: Path = typer.Argument(..., help="A scene file (TOML)."),
     frames: Optional[int] = _FRAMES,
     headless: bool = _HEADLESS,
@@ -203,6 +247,7 @@ def run(
     size: Optional[str] = _SIZE,
 ):
     """Run a scene file."""
+    _quiet(quiet, ctx)
     code = _guard(_run, scene, frames=frames, headless=headless, out=out, no_render=no_render,
                   export_meshes=export_meshes, arch=arch, precision=precision, sets=set, quiet=quiet, size=size)
     raise typer.Exit(code)
@@ -210,6 +255,7 @@ def run(
 
 @app.command()
 def demo(
+    ctx: typer.Context,
     name: Optional[str] = typer.Argument(None, help="Demo name (see --list)."),
     list_: bool = typer.Option(False, "--list", "-l", help="List the demos."),
     frames: Optional[int] = _FRAMES,
@@ -226,6 +272,7 @@ def demo(
     """Run a bundled demo (tisim demo --list shows them). A progressive cloth demo (one
     with a [refine] table) opens its coarse preview live with the parameter panel, as
     tisim preview does; --headless or --no-render run its coarse mesh plainly."""
+    _quiet(quiet, ctx)
     demos = list_demos()
     if list_ or name is None:
         width = max((len(n) for n, _ in demos), default=0)
@@ -279,10 +326,10 @@ def compare(
     """Run one scene with several integrators; write stats and energy/momentum plots."""
 
     def go() -> int:
+        from tisim.compare import check_comparable, comparable_integrators
         from tisim.compare import compare as do_compare
         from tisim.config import ConfigError
         from tisim.scene import load_scene
-        from tisim.solvers.registry import names
 
         path = scene
         if not path.exists() and (demos_dir() / f"{scene}.toml").exists():
@@ -290,10 +337,9 @@ def compare(
         sc = load_scene(path, set)
         chosen = list(dict.fromkeys(s.strip() for s in integrators.split(",") if s.strip()))  # once each
         if not chosen:
-            raise ConfigError("--integrators", f"expected one or more of {', '.join(names())}, got {integrators!r}")
-        for s in chosen:
-            if s not in names():
-                raise ConfigError("--integrators", f"unknown integrator {s!r}: expected some of {', '.join(names())}")
+            raise ConfigError("--integrators", f"expected one or more of {', '.join(comparable_integrators())}, "
+                                               f"got {integrators!r}")
+        check_comparable(sc, chosen)  # a cloth scene, an integrator compare does not run
         from tisim import backend
         from tisim.runner import scene_precision
 
@@ -304,13 +350,22 @@ def compare(
 
         typer.echo("\n".join(format_table(summary)))  # with the energy each integrator integrated
         typer.echo(f"wrote {out_dir}/ (per-integrator stats.csv, energy/momentum plots)")
-        return 0
+        codes = []
+        for name, v in summary["integrators"].items():
+            codes.append(_ended_code(v["ended"], v.get("error")))
+            if v["ended"] not in ("completed", "not run"):  # as run says it, naming the integrator
+                typer.echo(f"error: {name} {v['ended']}: {v['message']}", err=True)
+        not_run = [n for n, v in summary["integrators"].items() if v["ended"] == "not run"]
+        if not_run:
+            typer.echo(f"error: not run: {', '.join(not_run)}", err=True)
+        return _overall_code(codes)
 
     raise typer.Exit(_guard(go))
 
 
 @app.command()
 def sweep(
+    ctx: typer.Context,
     scene: Path = typer.Argument(..., help="A scene file, or the name of a demo."),
     vary: List[str] = typer.Option([], "--vary", "-v", help="KEY=START:STOP:COUNT or KEY=V1,V2,... "
                                    "(repeatable: the runs are every combination)."),
@@ -327,10 +382,11 @@ def sweep(
     arch: str = typer.Option("cpu", "--arch", help="Taichi backend of each run: cpu (default), cuda, vulkan."),
     precision: Optional[str] = _PREC,
     set: List[str] = _SET,  # noqa: A002
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
+    quiet: bool = _QUIET,
 ):
     """Run a scene over a grid of parameter values on Dask; write sweep.csv and sweep.png.
     Rerunning the same sweep skips the runs already finished."""
+    _quiet(quiet, ctx)
 
     def go() -> int:
         from tisim.sweep import parse_metric, parse_vary
@@ -348,7 +404,14 @@ def sweep(
         counts = ", ".join(f"{n} {k}" for k, n in res.counts().items())
         typer.echo(f"{len(res.rows)} runs ({counts}); ran {res.ran}, skipped {res.skipped} finished before")
         typer.echo(f"wrote {out_dir}/ (sweep.csv, sweep.png, sweep.json, runs/*/stats.csv and run.json)")
-        return 130 if res.interrupted else 0
+        bad = [r["ended"] for r in res.rows if r["ended"] != "completed"]
+        if bad:  # every row is written; the exit code is the one run gives such a run
+            what = ", ".join(f"{n} {k}" for k, n in res.counts().items() if k != "completed")
+            typer.echo(f"error: {len(bad)} of {len(res.rows)} runs did not complete ({what}): "
+                       f"see {out_dir / 'sweep.csv'}", err=True)
+        if res.interrupted:
+            return 130
+        return _overall_code(_ended_code("failed" if e == "not run" else e) for e in bad)
 
     raise typer.Exit(_guard(go))
 
@@ -413,6 +476,7 @@ def _refine_threads(single: bool) -> None:
 
 @app.command()
 def refine(
+    ctx: typer.Context,
     source: Path = typer.Argument(..., help="A cloth scene (TOML), or a cloth mesh file (.obj, .ply, ...)."),
     levels: Optional[int] = typer.Option(None, "--levels", "-L", min=1, max=6,
                                          help="Levels including the preview (default: the scene's, 3)."),
@@ -440,6 +504,7 @@ def refine(
 ):
     """Preview a cloth animation on a coarse mesh, then refine it to finer levels that
     follow the same motion (progressive dynamics)."""
+    _quiet(quiet, ctx)
 
     said: list[str] = []  # what the mesh command wrote, told once the refine is set up
 
@@ -610,14 +675,24 @@ def preview(
 def _preview_live(path: Path, sets: List[str], *, out_root: Path, arch: str, precision: Optional[str],
                   command: str, instead: str) -> int:
     """The live coarse preview with its panel (``tisim preview``, and ``tisim demo`` on a
-    progressive scene); without a display or Vulkan, one line and exit code 2."""
-    from tisim.preview import live_unavailable_reason, make_preview_viewer, run_preview
+    progressive scene); a scene it cannot preview, or no display or Vulkan: one line and
+    exit code 2, before any window."""
+    from tisim import preview as pv
+    from tisim.config import ConfigError
+    from tisim.scene import load_scene
 
-    reason = live_unavailable_reason()
+    sc = load_scene(path, list(sets))
+    if not any(o.kind == "cloth" for o in sc.objects.values()):
+        # it said "refine.object: the scene has 0 cloth objects: name one"
+        raise ConfigError("", f"{command} needs a progressive cloth scene: a cloth object (kind = 'cloth', with "
+                              "solver.type = 'cloth'), whose levels the scene's [refine] table sets; this scene has "
+                              "no cloth object (tisim run runs it)", sc.path)
+    pv.cloth_object(sc)  # several cloths: refine.object names the one to preview
+    reason = pv.live_unavailable_reason()
     if reason is not None:
         _die(f"{command} needs a live window: {reason} (use {instead})")
-    run_preview(path, list(sets), viewer=make_preview_viewer(), out_root=out_root, arch=arch, precision=precision,
-                echo=typer.echo)
+    pv.run_preview(path, list(sets), viewer=pv.make_preview_viewer(), out_root=out_root, arch=arch,
+                   precision=precision, echo=typer.echo)
     return 0
 
 
