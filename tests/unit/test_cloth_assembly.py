@@ -61,15 +61,27 @@ def _reference(term, x, strain=None):
     return sp.csr_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=(3 * n, 3 * n))
 
 
-@pytest.mark.parametrize("case", ["stretched", "compressed"])
+@pytest.mark.parametrize("case", ["stretched", "compressed", "irregular"])
 def test_projected_elastic_hessian_matches_numpy(case):
-    mesh = cloth_grid((0.3, 0.3), (3, 3), normal="z")
+    """The device assembly (each vertex sums its own rows, ``shell_kernels.gather_*``)
+    against numpy; "irregular": an unstructured disc, vertices of 3 to 8 faces, the
+    faces and hinges in no spatial order."""
+    if case == "irregular":
+        from tisim.geometry.generate import cloth_disc
+
+        mesh = cloth_disc(radius=0.15, target_edge=0.05, seed=3, normal="z")
+    else:
+        mesh = cloth_grid((0.3, 0.3), (3, 3), normal="z")
     X, F = np.asarray(mesh.vertices, dtype=np.float64), np.asarray(mesh.faces, dtype=np.int32)
     rng = np.random.default_rng(7)
     x = X.copy()
     if case == "stretched":
         x[:, 0] *= 1.08
         x += 1e-4 * rng.standard_normal(x.shape)
+    elif case == "irregular":  # stretched, sheared and bent out of plane
+        x[:, 0] *= 1.05
+        x[:, 0] += 0.2 * x[:, 1]
+        x[:, 2] += 2.0 * x[:, 0] ** 2 + 1e-3 * rng.standard_normal(len(x))
     else:  # compression and shear: membrane Hessians with negative eigenvalues
         x[:, 0] *= 0.7
         x += 0.01 * rng.standard_normal(x.shape)
