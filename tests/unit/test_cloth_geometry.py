@@ -546,3 +546,27 @@ def test_touching_and_coplanar_overlap_count_as_intersections():
     assert find_intersections(y, f, inside) == [(0, 0, False)]
     y[3] = [0.2, 1e-6, 0.2]  # now 1 micrometre above
     assert find_intersections(y, f, inside) == []
+
+
+def test_a_mesh_note_is_told_once_per_file(tmp_path, caplog, monkeypatch):
+    """``tisim refine my.obj`` reads the mesh to build its scene and again as that scene's
+    mesh, by the name given and by its absolute path: each note reached the terminal
+    twice. Now once per file and process (the second time in the debug log); a mesh not
+    read from a file is always told."""
+    import logging
+
+    from tisim.geometry.cloth import load_cloth_mesh, validate_cloth
+
+    V = np.array([[0, 0, 0], [1, 0, 0], [0, 1, 0], [-1, 0, 0], [0, -1, 0]], float)
+    F = np.array([[0, 1, 2], [0, 3, 4]])  # two triangles sharing vertex 0 only
+    path = tmp_path / "bow.obj"
+    lines = [f"v {a} {b} {c}\n" for a, b, c in V] + [f"f {a + 1} {b + 1} {c + 1}\n" for a, b, c in F]
+    path.write_text("".join(lines))
+    monkeypatch.chdir(tmp_path)
+    with caplog.at_level(logging.WARNING, logger="tisim.geometry.cloth"):
+        load_cloth_mesh("bow.obj")
+        load_cloth_mesh(path)
+        assert caplog.text.count("non-manifold vertices") == 1
+        validate_cloth(V, F)
+        validate_cloth(V, F)
+        assert caplog.text.count("non-manifold vertices") == 3

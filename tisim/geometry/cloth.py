@@ -26,6 +26,23 @@ from tisim.geometry.mesh import MeshError, TriMesh, _as_cells, _as_vertices
 
 log = logging.getLogger(__name__)
 
+_WARNED: set[tuple[str, str]] = set()  # (file, note) already told in this process
+
+
+def _warn(src: str, note: str) -> None:
+    """Log a mesh note once per file and process: ``tisim refine my.obj`` reads the mesh to
+    build its scene and again as that scene's mesh (once by the name given, once by the
+    absolute path); the second reading's notes go to the debug log."""
+    if not src or src.startswith("<"):  # a mesh not from a file: nothing to know it by
+        log.warning("%s: %s", src, note)
+        return
+    key = (os.path.abspath(src), note)
+    if key in _WARNED:
+        log.debug("%s: %s", src, note)
+        return
+    _WARNED.add(key)
+    log.warning("%s: %s", src, note)
+
 # A face is degenerate when 2A <= DEGENERATE_TOL * (its longest edge)^2 (a
 # sliver or a repeated point; same tolerance as tisim.geometry.io) or when
 # A <= AREA_TOL * L^2 with L the diagonal of the mesh's bounding box (a face
@@ -316,7 +333,7 @@ def _validate(vertices, faces, source: str | None, names: _Names | None = None):
             f"flipped {int(flip.sum())} of {m} faces to make the orientation consistent "
             f"(first: {names.face(int(np.argmax(flip)))})"
         )
-        log.warning("%s: %s", src, note)
+        _warn(src, note)
         notes.append(note)
         f = f.copy()
         f[flip] = f[flip][:, [0, 2, 1]]
@@ -327,12 +344,12 @@ def _validate(vertices, faces, source: str | None, names: _Names | None = None):
             f"{len(bowties)} non-manifold vertices where separate sheets touch "
             f"(first: {names.vertex(int(bowties[0]))})"
         )
-        log.warning("%s: %s", src, note)
+        _warn(src, note)
         notes.append(note)
 
     if len(used) < n:
         note = f"dropped {n - len(used)} unreferenced vertices"
-        log.warning("%s: %s", src, note)
+        _warn(src, note)
         notes.append(note)
         x, f = x[used], np.searchsorted(used, f)
     return np.ascontiguousarray(x), f.astype(np.int32), notes, flip
@@ -517,7 +534,7 @@ def _read_obj(path: Path, src: str):
             )
     elif uvs and no_uv:
         note = f"texture coordinates dropped: {no_uv} faces have none"
-        log.warning("%s: %s", src, note)
+        _warn(src, note)
         notes.append(note)
     return x, f, uv, fuv, notes, _Names(np.asarray(flines), np.asarray(vlines))
 
