@@ -88,10 +88,11 @@ class DeviceAssembler:
     """A fixed-pattern CSR matrix whose values are summed on the device.
 
     parts: list of stencils arrays (k, s) (vertex indices, no -1) of element groups with
-    (3 s x 3 s) local Hessians; size: number of scalar dofs (3 n). Each group gets a
-    ``slots`` ndarray (k, 3 s, 3 s) of positions in the CSR value array ``data``
-    (``ti.ndarray(real, nnz)``); kernels add local Hessians into ``data`` there
-    (``shell_kernels.scatter_blocks`` / ``gather_face_hessians``), and :meth:`matrix`
+    (3 s x 3 s) local Hessians; size: number of scalar dofs (3 n). Each group gets the
+    positions of its local Hessians' entries in the CSR value array ``data``
+    (``ti.ndarray(real, nnz)``), per vertex in ``incidence`` and per element in ``slots``;
+    kernels add local Hessians into ``data`` there (``shell_kernels.gather_*`` /
+    ``scatter_blocks``), and :meth:`matrix`
     reads the nnz values back once. This replaces copying every local Hessian to the host
     (9 x 9 per face, 12 x 12 per hinge) and summing them there with ``bincount``.
     """
@@ -106,21 +107,33 @@ class DeviceAssembler:
         cols = np.concatenate([t[1] for t in triplets])
         self.pattern = PatternAssembler(size, rows, cols)
         self.size = size
-        self.slots = []
         slot_arrays = []
         start = 0
         for st in parts:
             k, d = len(st), 3 * st.shape[1]
-            sl = self.pattern._slot[start:start + k * d * d].reshape(k, d, d).astype(np.int32)
+            slot_arrays.append(self.pattern._slot[start:start + k * d * d].reshape(k, d, d).astype(np.int32))
             start += k * d * d
-            slot_arrays.append(sl)
-            a = ti.ndarray(ti.i32, shape=(max(k, 1), d, d))
-            upload(a, sl if k else np.full((1, d, d), -1, np.int32))
-            self.slots.append(a)
+        self._slot_arrays = slot_arrays
+        self._slots = None
         self.data = ti.ndarray(backend.real(), shape=max(self.pattern._nnz, 1))
         # per group: each vertex's (element, local index) pairs by increasing element, for
         # the kernels that sum the rows of a vertex in parallel (``gather_*``)
         self.incidence = [_incidence(st, size // 3, sl) for st, sl in zip(parts, slot_arrays)]
+
+    @property
+    def slots(self) -> list:
+        """Per group, the slots ndarray (k, 3 s, 3 s), for ``scatter_blocks`` (stored local
+        Hessians: the exact bending Hessian); copied to the device at the first use."""
+        import taichi as ti
+
+        if self._slots is None:
+            self._slots = []
+            for sl in self._slot_arrays:
+                k, d = sl.shape[0], sl.shape[1]
+                a = ti.ndarray(ti.i32, shape=(max(k, 1), d, d))
+                upload(a, sl if k else np.full((1, d, d), -1, np.int32))
+                self._slots.append(a)
+        return self._slots
 
     def zero(self) -> None:
         from tisim.energies.shell_kernels import zero_scalars
