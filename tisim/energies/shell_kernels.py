@@ -21,9 +21,10 @@ loops there); GPU backends keep the parallel atomic loop. The Hessians' sums int
 CSR values (``gather_*``) are parallel everywhere and still in a fixed order: each
 vertex sums its own rows, from its elements in increasing order (the 64 x 64 drape's
 two serial scatters took 4.2 ms of a 40 ms Newton iteration, the gathers with the
-hinge factors they read 2.9 ms on two cores). A gather's ``csr[s] = csr[s] + t`` is written out: ``+=`` on an ndarray in
-a parallel loop compiles to an atomic add (a compare-and-swap loop for floats on the
-CPU), which made the first version 3x slower than the serial scatter.
+hinge factors they read 2.9 ms on two cores). A gather's ``csr[s] = csr[s] + t`` is
+written out: ``+=`` on an ndarray in a parallel loop compiles to an atomic add (a
+compare-and-swap loop for floats on the CPU), which made the first version 3x slower
+than the serial scatter.
 
 Conventions shared by every kernel:
 
