@@ -291,3 +291,50 @@ def test_mixed_precision_without_mkl_says_so_and_solves_in_double(monkeypatch, c
     assert solver.linear.backend != "pardiso" and solver.linear._pardiso32 is None
     assert any("linear_precision" in r.getMessage() for r in caplog.records)
 
+
+
+def test_block_upper_holds_the_upper_blocks_of_a_blocked_matrix():
+    """BlockUpper: the block upper triangle of a matrix made of whole 3 x 3 blocks (diagonal
+    blocks full, row-major within a block), the same as scipy's BSR conversion; a second
+    matrix with the same pattern reuses the map; a pattern that is not made of whole blocks
+    (an entry taken out) gives None."""
+    A, _ = spd_system(n_side=5, seed=3)
+    bu = pardiso.BlockUpper(3)
+    U = bu(A)
+    assert U is not None and U.blocksize == (3, 3)
+    ref = sp.bsr_matrix(A, blocksize=(3, 3))
+    ref.sort_indices()
+    keep = ref.indices >= np.repeat(np.arange(A.shape[0] // 3), np.diff(ref.indptr))
+    np.testing.assert_array_equal(U.data, ref.data[keep])
+    np.testing.assert_array_equal(U.indices, ref.indices[keep])
+    # densely: A's entries whose block column is at or right of their block row, the rest 0
+    r, c = np.indices(A.shape)
+    np.testing.assert_array_equal(sp.csr_matrix(U).toarray(), np.where(c // 3 >= r // 3, A.toarray(), 0.0))
+    B = A.copy()
+    B.data = B.data * 2.0 + 1.0
+    np.testing.assert_array_equal(bu(B).data, 2.0 * U.data + 1.0)
+    C = A.tolil()
+    C[0, 4] = 0.0  # keep the value, lose the entry: the (0, 1) block is no longer whole
+    C = sp.csr_matrix(C)
+    C.eliminate_zeros()
+    assert bu(C) is None
+    assert pardiso.BlockUpper(3)(sp.csr_matrix(np.eye(4))) is None  # 4 is not a multiple of 3
+
+
+@needs_mkl
+def test_block_input_solves_like_the_triangle():
+    """The BSR input (iparm[36] = 3) solves the same system as the CSR triangle, to
+    round-off, and a solver switches between the two inputs with a fresh analysis."""
+    A, b = spd_system(seed=4)
+    ref = np.linalg.solve(A.toarray(), b)
+    s = pardiso.Pardiso()
+    s.factorize(pardiso.BlockUpper(3)(A))
+    x = s.solve(b)
+    assert np.linalg.norm(x - ref) <= 1e-12 * np.linalg.norm(ref)
+    assert s.factor_nonzeros >= (A.nnz + A.shape[0]) // 2
+    s.factorize(pardiso.UpperTriangle()(A))
+    assert s.analysed == 2
+    assert np.linalg.norm(s.solve(b) - ref) <= 1e-12 * np.linalg.norm(ref)
+    s.factorize(pardiso.BlockUpper(3)(A))
+    assert s.analysed == 3
+    assert np.linalg.norm(s.solve(b) - ref) <= 1e-12 * np.linalg.norm(ref)

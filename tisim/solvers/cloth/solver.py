@@ -96,7 +96,8 @@ class SPDSolver:
         self._pardiso = pardiso.Pardiso() if backend == "pardiso" else None
         self._pardiso32 = pardiso.Pardiso(single=True) if backend == "pardiso" and mixed else None
         self.fallbacks = 0  # mixed-precision solves redone in double precision
-        self._upper = pardiso.UpperTriangle()
+        self._blocks = pardiso.BlockUpper(3)
+        self._triangle = pardiso.UpperTriangle()
         self._factor = None
         self._pattern = None
 
@@ -123,6 +124,12 @@ class SPDSolver:
                 return x
         log.debug("mixed-precision refinement did not settle: double precision")
         return None
+
+    def _upper(self, A: sp.csr_matrix):
+        """A's upper part for PARDISO: 3 x 3 blocks (BSR; the cloth's systems) when A is
+        made of them, else the upper triangle (CSR)."""
+        U = self._blocks(A)
+        return U if U is not None else self._triangle(A)
 
     def _factorize(self, A: sp.csc_matrix) -> None:
         from sksparse.cholmod import cholesky
@@ -162,11 +169,14 @@ class SPDSolver:
 
             U = self._upper(A)
             if self._pardiso32 is not None:
-                x = self._mixed(A, U, b)
+                # (the float32 factorisation takes the CSR triangle: with 3 x 3 blocks it
+                # failed with error -13 on a pinned sheet)
+                x = self._mixed(A, self._triangle(A), b)
                 if x is not None:
                     return x
                 self.fallbacks += 1
-            self._shifted(U, self._pardiso.factorize, NotPositiveDefinite)
+            # (a shifted A's upper part is made again: a shift is rare)
+            self._shifted(A, lambda M: self._pardiso.factorize(U if M is A else self._upper(M)), NotPositiveDefinite)
             return self._pardiso.solve(b)
         A = sp.csc_matrix(A)
         if self.backend == "cholmod":
