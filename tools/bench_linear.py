@@ -1,6 +1,6 @@
 """Benchmark of the cloth's sparse linear solvers on real Newton systems: CHOLMOD against
-MKL PARDISO (double precision, and single precision refined in double, as the cloth
-solver runs it: "mixed").
+MKL PARDISO (double precision on the CSR upper triangle, on the 3 x 3 block upper
+triangle as the cloth solver runs it, and single precision refined in double: "mixed").
 
 Runs the cloth-drape demo (default 64 x 64 vertices, the cloth benchmark's size) until
 the sheet has been on the sphere for a few frames, records the Newton systems of the last
@@ -41,10 +41,11 @@ def record_systems(cells: int, frames: int, keep_from: int) -> list[tuple[sp.csr
     systems, frame = [], [0]
     solve = solver.linear.solve
 
-    def record(A, b):
-        if frame[0] >= keep_from:
+    def record(system, b):
+        if frame[0] >= keep_from:  # (the solver hands over its SystemAssembler)
+            A = system if sp.issparse(system) else system.matrix()
             systems.append((sp.csr_matrix(A, copy=True), np.array(b, copy=True)))
-        return solve(A, b)
+        return solve(system, b)
 
     solver.linear.solve = record
     st, spare = model.initial_state(), model.initial_state()
@@ -78,18 +79,28 @@ def time_cholmod(A, b, repeat):
     return out, x
 
 
-def time_pardiso(A, b, repeat):
-    from tisim.linalg.pardiso import Pardiso, UpperTriangle
+def time_pardiso(A, b, repeat, blocks: bool = False):
+    """PARDISO in double precision on the CSR upper triangle, or (blocks) on the 3 x 3
+    block upper triangle (BSR), as the cloth solver runs it; convert_ms: building that
+    input for a new pattern (the map from A's values; a known pattern costs one gather)."""
+    from tisim.linalg.pardiso import BlockUpper, Pardiso, UpperTriangle
 
-    U = UpperTriangle()(A)
+    make = (lambda: BlockUpper(3)(A)) if blocks else (lambda: UpperTriangle()(A))
+    U = make()
+    if U is None:
+        raise ValueError("the system is not made of whole 3 x 3 blocks")
     s = Pardiso()
-    out = {"analyse_ms": _median_ms(lambda: s.analyse(U), repeat)}
+    out = {"convert_ms": _median_ms(make, repeat), "analyse_ms": _median_ms(lambda: s.analyse(U), repeat)}
     out["factor_ms"] = _median_ms(lambda: s.factorize(U), repeat)
     out["solve_ms"] = _median_ms(lambda: s.solve(b), repeat)
     x = s.solve(b)
     out["factor_nonzeros"] = s.factor_nonzeros
     s.release()
     return out, x
+
+
+def time_pardiso_blocks(A, b, repeat):
+    return time_pardiso(A, b, repeat, blocks=True)
 
 
 def time_mixed(A, b, repeat):
@@ -132,6 +143,7 @@ def main(argv=None) -> int:
     pick = np.unique(np.linspace(0, len(systems) - 1, min(a.systems, len(systems))).round().astype(int))
     backends = [(name, fn) for name, fn, ok in (("cholmod", time_cholmod, cholmod_available()),
                                                  ("pardiso", time_pardiso, pardiso.available()),
+                                                 ("pardiso-3x3", time_pardiso_blocks, pardiso.available()),
                                                  ("mixed", time_mixed, pardiso.available())) if ok]
     rows = []
     for i in pick:
@@ -144,10 +156,11 @@ def main(argv=None) -> int:
         rows.append(row)
 
     def med(name, key):
-        vals = [r[name][key] for r in rows if name in r]
+        vals = [r[name][key] for r in rows if name in r and key in r[name]]
         return float(np.median(vals)) if vals else None
 
-    summary = {name: {k: med(name, k) for k in ("analyse_ms", "factor_ms", "solve_ms", "factor_nonzeros")}
+    summary = {name: {k: med(name, k) for k in ("convert_ms", "analyse_ms", "factor_ms", "solve_ms",
+                                                 "factor_nonzeros")}
                for name, _ in backends}
     out = {"scene": "cloth-drape", "cells": a.cells, "frames": a.frames, "keep_from": a.keep_from,
            "systems_recorded": len(systems), "distinct_patterns": patterns, "record_s": record_s,
@@ -155,9 +168,10 @@ def main(argv=None) -> int:
            "summary": summary, "rows": rows}
     print(f"cloth-drape {a.cells + 1} x {a.cells + 1} vertices: {len(systems)} Newton systems of frames "
           f">= {a.keep_from}, {patterns} distinct patterns; {len(rows)} timed, median of {a.repeat} runs each")
-    print(f"  {'back-end':<10}{'analyse ms':>12}{'factor ms':>12}{'solve ms':>10}{'nnz(L)':>12}")
+    print(f"  {'back-end':<12}{'convert ms':>11}{'analyse ms':>12}{'factor ms':>12}{'solve ms':>10}{'nnz(L)':>12}")
     for name, s in summary.items():
-        print(f"  {name:<10}{s['analyse_ms']:12.1f}{s['factor_ms']:12.1f}{s['solve_ms']:10.2f}"
+        conv = "" if s["convert_ms"] is None else f"{s['convert_ms']:.1f}"
+        print(f"  {name:<12}{conv:>11}{s['analyse_ms']:12.1f}{s['factor_ms']:12.1f}{s['solve_ms']:10.2f}"
               f"{s['factor_nonzeros']:12.0f}")
     if "cholmod" in summary and "pardiso" in summary:
         print(f"  factorisation ratio cholmod / pardiso: {summary['cholmod']['factor_ms'] / summary['pardiso']['factor_ms']:.2f}x")

@@ -376,3 +376,70 @@ def test_exact_bending_option_assembles_the_projected_full_hessian():
     got = (H_full - H_gn).toarray()
     assert np.abs(diff).max() > 1e-6 * abs(H_gn).max()  # the two assemblies differ here
     np.testing.assert_allclose(got, diff, atol=1e-9 * abs(H_gn).max())
+
+
+def test_system_block_upper_equals_the_blocks_of_the_matrix():
+    """SystemAssembler.block_upper (built at the blocks' level, for PARDISO) holds the
+    same blocks, pattern and values bit for bit, as pardiso.BlockUpper of the CSR
+    matrix, with contact blocks outside the elastic pattern and without; the solver's
+    linear solve of the assembler equals that of the CSR matrix; a base that is not
+    made of whole 3 x 3 blocks gives None (the CSR path)."""
+    import taichi as ti
+
+    from tisim import backend
+    from tisim.linalg import pardiso
+    from tisim.solvers.cloth.assembly import SystemAssembler, structural_sum
+    from tisim.solvers.cloth.solver import SPDSolver
+
+    mesh = cloth_grid((0.3, 0.3), (4, 4), normal="z")
+    F = np.asarray(mesh.faces, dtype=np.int32)
+    n = len(mesh.vertices)
+    rng = np.random.default_rng(5)
+    sysvert = np.arange(n, dtype=np.int32)
+    sysvert[[3, 7]] = -1
+    sysvert[sysvert >= 0] = np.arange(int((sysvert >= 0).sum()))
+    m = int((sysvert >= 0).sum())
+    r0, c0, v0 = [], [], []
+    for f in F:  # an SPD base: element blocks [[K, -K], [-K, K]] and a mass
+        for a in f:
+            for b in f:
+                if a < b and sysvert[a] >= 0 and sysvert[b] >= 0:
+                    B = rng.standard_normal((3, 3))
+                    K = B @ B.T
+                    for (i, j), sgn in (((a, a), 1), ((b, b), 1), ((a, b), -1), ((b, a), -1)):
+                        r0.append(np.repeat(3 * sysvert[i] + np.arange(3), 3))
+                        c0.append(np.tile(3 * sysvert[j] + np.arange(3), 3))
+                        v0.append(sgn * K.ravel())
+    A = sp.csr_matrix((np.concatenate(v0), (np.concatenate(r0), np.concatenate(c0))), shape=(3 * m, 3 * m))
+    A.sum_duplicates()
+    k = 12
+    st = rng.integers(0, n, size=(k, 4)).astype(np.int32)
+    st[:4] = F[:4][:, [0, 1, 2, 0]]  # inside the pattern; the others mostly outside
+    H = np.zeros((k, 12, 12))
+    for q in range(k):  # PSD pair Hessians
+        B = rng.standard_normal((12, 12))
+        H[q] = B @ B.T
+    Hd = ti.ndarray(backend.real(), shape=(k, 12, 12))
+    Hd.from_numpy(H)
+    Sd = ti.Vector.ndarray(4, ti.i32, shape=k)
+    Sd.from_numpy(st)
+    asm = SystemAssembler(n)
+    asm.set_unknowns(sysvert)
+    for pairs in (0, k):
+        asm.begin(A)
+        asm.add_pairs(Hd, Sd, pairs)
+        asm.add_diagonal(np.full(3 * m, 2.0))
+        S, U = asm.matrix(), asm.block_upper()
+        ref = pardiso.BlockUpper(3)(S)
+        assert U is not None and ref is not None
+        np.testing.assert_array_equal(U.indptr, ref.indptr)
+        np.testing.assert_array_equal(U.indices, ref.indices)
+        np.testing.assert_array_equal(U.data, ref.data)
+        if pardiso.available():
+            b = rng.standard_normal(3 * m)
+            x = SPDSolver("pardiso").solve(asm, b)
+            np.testing.assert_allclose(x, np.linalg.solve(S.toarray(), b), rtol=1e-9, atol=0)
+    assert S.nnz > A.nnz  # the second round had blocks outside the base
+    ragged = structural_sum(A, np.array([1]), np.array([6]), np.array([0.5]))
+    asm.begin(ragged)
+    assert asm.block_upper() is None

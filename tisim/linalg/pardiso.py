@@ -138,8 +138,9 @@ class BlockUpper:
     analyses the vertex graph instead of the dof graph, 9x fewer edges: on the drape's
     systems (12k dofs, frames 20-25, 100 systems, 39 patterns) the analysis took 2.7-3.0
     ms against 12.9-14.7 ms in CSR, the factorisation 12.0 against 10.7-11.4 ms, the solve
-    2.5 against 2.8 ms (``tools/bench_linear.py --format``). The map from A's values to the
-    blocks is built once per pattern; then each matrix costs one gather.
+    2.5 against 2.8 ms (``tools/bench_linear.py`` times both). The map from A's values to
+    the blocks is built once per pattern (about as long as the CSR triangle's); then each
+    matrix costs one gather.
     """
 
     def __init__(self, block: int = 3):

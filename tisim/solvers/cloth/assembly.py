@@ -193,7 +193,8 @@ class SystemAssembler:
     and of its vertex blocks are found once and kept.
 
     Use: :meth:`set_unknowns` (vertex -> system vertex, -1: not an unknown), then per
-    Newton iteration :meth:`begin` with the base, the ``add_*`` calls, :meth:`matrix`.
+    Newton iteration :meth:`begin` with the base, the ``add_*`` calls, :meth:`matrix`
+    (CSR) or :meth:`block_upper` (the 3 x 3 block upper triangle that PARDISO reads).
     """
 
     def __init__(self, n: int):
@@ -248,6 +249,15 @@ class SystemAssembler:
                              "the device assembly searches")
         self._block_slots = np.searchsorted(keys, want).reshape(-1, 3, 3)
         self.diag_slots = self._block_slots[:, [0, 1, 2], [0, 1, 2]].ravel()
+        # the base's 3 x 3 block upper triangle: where its values are (None when the base is
+        # not made of whole blocks) and its blocks' keys (block row * blocks + block column)
+        from tisim.linalg.pardiso import BlockUpper
+
+        pattern = sp.csr_matrix((np.zeros(len(indices)), self.indices, self.indptr), shape=(size, size))
+        self._bmap = BlockUpper(3)._map(pattern)
+        if self._bmap[0] is not None:
+            nb = size // 3
+            self._bkeys = np.repeat(np.arange(nb, dtype=np.int64), np.diff(self._bmap[1])) * nb + self._bmap[2]
         self._d_indptr = ti.ndarray(ti.i32, shape=max(size + 1, 1))
         self._d_indices = ti.ndarray(ti.i32, shape=max(len(indices), 1))
         upload(self._d_indptr, self.indptr)
@@ -323,6 +333,31 @@ class SystemAssembler:
         scatter_pairs(H, stencils, 0, self.unknowns, ip, ix, np.zeros(1), i32)
         emit_outside(H, stencils, i32, 0, self.unknowns, ip, ix, i32, i32.copy(), i32.copy(),
                      np.zeros(1, dtype=backend.np_real()))
+
+    def block_upper(self) -> sp.bsr_matrix | None:
+        """The sum's 3 x 3 block upper triangle (BSR, row-major blocks; what
+        ``pardiso.BlockUpper`` makes of :meth:`matrix`, the same values), or None when the
+        base is not made of whole blocks. Built at the blocks' level: the base's map is kept
+        per base pattern and the blocks outside it are inserted, 9x fewer keys than the
+        CSR's entries (with self-contact the pattern changes at most Newton iterations)."""
+        if self._bmap[0] is None:
+            return None
+        gather, indptr, indices = self._bmap
+        size, nb = self.size, self.size // 3
+        blocks = self.data[gather].reshape(-1, 3, 3)
+        if self._extra:
+            r = np.concatenate([t[0] for t in self._extra]).astype(np.int64)
+            c = np.concatenate([t[1] for t in self._extra]).astype(np.int64)
+            v = np.concatenate([t[2] for t in self._extra]).astype(np.float64)
+            up = c // 3 >= r // 3  # (the base holds every diagonal block: these are off it)
+            r, c, v = r[up], c[up], v[up]
+            keys, inv = np.unique((r // 3) * nb + c // 3, return_inverse=True)
+            vals = np.bincount(inv.ravel() * 9 + (r % 3) * 3 + c % 3, weights=v, minlength=9 * len(keys))
+            pos = np.searchsorted(self._bkeys, keys)
+            blocks = np.insert(blocks, pos, vals.reshape(-1, 3, 3), axis=0)
+            indices = np.insert(indices, pos, (keys % nb).astype(indices.dtype))
+            indptr = indptr + np.concatenate([[0], np.cumsum(np.bincount(keys // nb, minlength=nb))]).astype(indptr.dtype)
+        return sp.bsr_matrix((blocks, indices, indptr), shape=(size, size))
 
     def matrix(self) -> sp.csr_matrix:
         """The sum (CSR, sorted indices, float64): the base's pattern plus the entries

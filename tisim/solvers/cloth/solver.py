@@ -161,11 +161,25 @@ class SPDSolver:
                 continue
         raise np.linalg.LinAlgError("Newton system not positive definite, even shifted by 1e-4 of its diagonal")
 
-    def solve(self, A: sp.csr_matrix, b: np.ndarray) -> np.ndarray:
+    def solve(self, A, b: np.ndarray) -> np.ndarray:
+        """A^-1 b. A: the SPD system (scipy sparse), or the ``SystemAssembler`` that holds
+        it: then PARDISO in double precision takes its 3 x 3 block upper triangle
+        (``block_upper``) and the CSR matrix is not formed unless needed."""
+        from tisim.linalg.pardiso import NotPositiveDefinite
+
+        if not sp.issparse(A):
+            system = A
+            blocks = system.block_upper() if self.backend == "pardiso" and self._pardiso32 is None else None
+            if blocks is not None and blocks.shape[0] > 0:
+                try:
+                    self._pardiso.factorize(blocks)
+                    return self._pardiso.solve(b)
+                except NotPositiveDefinite:
+                    pass  # shifted below, on the CSR matrix
+            A = system.matrix()
         if A.shape[0] == 0:  # every vertex fixed: nothing to solve
             return np.zeros(0)
         if self.backend == "pardiso":
-            from tisim.linalg.pardiso import NotPositiveDefinite
 
             U = self._upper(A)
             if self._pardiso32 is not None:
@@ -814,12 +828,11 @@ class SolverCloth(Solver):
                     diag[pulled] += w_al
                     g[pulled] += w_al * (x[pulled] - target[pulled])
                 system.add_diagonal(diag.ravel()[dofs])
-                A = system.matrix()
                 b = -g.ravel()[dofs]
                 T["assemble"] += time.perf_counter() - t_
                 t_ = time.perf_counter()
                 p = np.zeros(3 * n)
-                p[dofs] = self.linear.solve(A, b)
+                p[dofs] = self.linear.solve(system, b)
                 p = p.reshape(n, 3)
                 T["linear"] += time.perf_counter() - t_
 
