@@ -412,27 +412,40 @@ def test_a_handle_the_strain_limit_blocks_stops_where_the_limit_does():
 
 def test_line_search_start_reused_changes_nothing():
     """Each line search starts from the potential the last one accepted (not a second
-    evaluation at the same x): through impact, friction and barrier-stiffness doubling the
-    trajectory is the same, bit for bit, as with every start evaluated."""
+    evaluation at the same x), and each step from the pair list the last step's statistics
+    detected at the same positions (not a second detection): through impact, friction and
+    barrier-stiffness doubling the trajectory is the same, bit for bit, as with every start
+    evaluated and every detection run."""
     runs = []
-    for reuse in (True, False):
+    for reuse_energy, reuse_detection in ((True, True), (False, True), (True, False)):
         sc, model, solver = _build(
             {"sheet": _cloth(cloth_resolution=[6, 6], translation=[0.03, 0.075, 0.0])},
             {"ball": {"type": "sphere", "position": [0, 0, 0], "radius": 0.06}},
             contact={"mu": 0.3},
         )
-        solver.reuse_start_energy = reuse
+        solver.reuse_start_energy = reuse_energy
+        solver.reuse_detection = reuse_detection
+        detections = [0]
+        detect = solver.broad.detect
+
+        def counted(*a, _detect=detect, _n=detections, **k):
+            _n[0] += 1
+            return _detect(*a, **k)
+
+        solver.broad.detect = counted
         st, spare = model.initial_state(), model.initial_state()
         its = 0
         for _ in range(12):
             out = solver.step(st, spare, 0.01)
             st, spare = spare, st
             its += out.iterations
-        runs.append((st.positions.copy(), its, solver.kappa))
-    (xa, ia, ka), (xb, ib, kb) = runs
+        runs.append((st.positions.copy(), its, solver.kappa, detections[0]))
+    (xa, ia, ka, da), (xb, ib, kb, db), (xc, ic, kc, dc) = runs
     assert ka > 0  # the sheet reached the ball: the barrier acted
-    assert ia == ib and ka == kb
+    assert ia == ib == ic and ka == kb == kc
     np.testing.assert_array_equal(xa, xb)
+    np.testing.assert_array_equal(xa, xc)
+    assert da == dc - 11  # each step after the first reused the last one's final detection
 
 
 def test_contact_terms_read_the_pair_list_in_the_buffers():

@@ -427,6 +427,8 @@ class SolverCloth(Solver):
         active[: self.nc] = True
         self.broad = BroadPhase(self.n, faces_all, edges_all.astype(np.int32), active)
         self._last_pairs = (0, 0)  # the counts of the list in the broad phase's buffers
+        # (inflation, positions) of the static detection the buffers hold, None after any other
+        self._detected_at = None
         self.cloth_mass = np.asarray(cp.mass, dtype=np.float64)
         x0_obs = self.obstacles.positions(0.0, model.initial_positions)
         rest_all = np.concatenate([cp.rest, x0_obs]) if self.no else cp.rest.copy()
@@ -467,6 +469,7 @@ class SolverCloth(Solver):
                         "the Newton systems are solved in double precision by %s", self.linear.backend)
         self.system = SystemAssembler(self.n)
         self.reuse_start_energy = True  # False: every line search evaluates its start (tests)
+        self.reuse_detection = True  # False: a step's first detection is never the last step's (tests)
         # the scene's scale for tolerances: the cloth's size (a large ground plane or
         # obstacle must not loosen the Newton tolerance)
         self.bbox_diag = max(_diag(cp.rest), 1e-6)
@@ -674,7 +677,7 @@ class SolverCloth(Solver):
         upload(self.x, x)
         upload(self.x_ref, x)
         t_ = time.perf_counter()
-        n_pt, n_ee = self._detect(inflation)
+        n_pt, n_ee = self._detect(inflation, at=x)
         planes = self.planes
         near_plane = bool(planes) and planes.active_count(x[:nc], dhat, xi) > 0
         use_friction = self.contact.friction_iterations > 0
@@ -939,9 +942,9 @@ class SolverCloth(Solver):
                             fixed |= pulled
                             pulled[:] = False
 
-        # contact statistics at the result
+        # contact statistics at the result (the next step starts from this detection)
         upload(self.x, x)
-        n_pt, n_ee = self._detect(inflation)
+        n_pt, n_ee = self._detect(inflation, at=x)
         dmin = math.inf
         n_active = 0
         if n_pt + n_ee:
@@ -966,8 +969,17 @@ class SolverCloth(Solver):
         )
 
     # ------------------------------------------------------------------ contact helpers
-    def _detect(self, inflation: float, alpha: float | None = None) -> tuple[int, int]:
-        """Candidate pairs near self.x (swept along self.dx * alpha when alpha is given)."""
+    def _detect(self, inflation: float, alpha: float | None = None, at: np.ndarray | None = None) -> tuple[int, int]:
+        """Candidate pairs near self.x (swept along self.dx * alpha when alpha is given).
+        at: self.x's values (n, 3), given for a static detection that may repeat the last
+        one (a step starts where the last one's statistics detected): then the buffers,
+        which still hold that list, are kept."""
+        key = None if at is None or alpha is not None else (float(inflation), np.array(at, dtype=np.float64))
+        last = self._detected_at
+        if (key is not None and last is not None and self.reuse_detection and last[0] == key[0]
+                and np.array_equal(last[1], key[1])):
+            return self._last_pairs
+        self._detected_at = None
         if alpha is None:
             n_pt, n_ee = self.broad.detect(self.x, inflation)
         else:
@@ -975,6 +987,7 @@ class SolverCloth(Solver):
         if not self.self_contact:
             n_pt, n_ee = self._drop_self_pairs(n_pt, n_ee)
         self._last_pairs = (n_pt, n_ee)
+        self._detected_at = key
         return n_pt, n_ee
 
     def _drop_self_pairs(self, n_pt, n_ee):
