@@ -443,3 +443,41 @@ def test_system_block_upper_equals_the_blocks_of_the_matrix():
     ragged = structural_sum(A, np.array([1]), np.array([6]), np.array([0.5]))
     asm.begin(ragged)
     assert asm.block_upper() is None
+
+
+def test_block_solve_survives_a_system_singular_to_round_off():
+    """The assembler's block path (PARDISO on 3 x 3 blocks) meets the same singular
+    system as test_newton_solve_survives_a_system_singular_to_round_off: the failed block
+    factorisation falls back to the CSR matrix, shifted, and still gives a descent
+    direction that solves the regular block exactly; the next, regular system is solved
+    on the blocks again."""
+    from tisim.linalg import pardiso
+    from tisim.solvers.cloth.assembly import SystemAssembler
+    from tisim.solvers.cloth.solver import SPDSolver
+
+    if not pardiso.available():
+        pytest.skip("MKL PARDISO not installed")
+    u = np.array([1.0, -2.0, 0.5])
+    A = np.eye(6)
+    A[3:, 3:] = 1e12 * np.outer(u, u)
+    r, c = np.indices((6, 6))
+    keep = (r // 3) == (c // 3)  # the two diagonal blocks, zeros kept as entries
+    base = sp.csr_matrix((A[keep], (r[keep], c[keep])), shape=(6, 6))
+    assert base.nnz == 18
+    b = np.array([1.0, 2.0, 3.0, 1.0, 0.0, -1.0])
+    asm = SystemAssembler(2)
+    asm.set_unknowns(np.array([0, 1], dtype=np.int32))
+    asm.begin(base)
+    assert asm.block_upper() is not None
+    s = SPDSolver("pardiso")
+    p = s.solve(asm, b)
+    assert np.all(np.isfinite(p)) and b @ p > 0
+    np.testing.assert_allclose(p[:3], b[:3], rtol=1e-9)
+    assert np.abs(A @ p - b)[3:].max() > 0  # shifted
+    asm.begin(base)
+    asm.add_diagonal(np.ones(6))  # regular now
+    p = s.solve(asm, b)
+    r = (A + np.eye(6)) @ p - b  # backward stable (cond ~1e12: the residual, not p, is tight)
+    assert np.abs(r).max() <= 1e-12 * 1e12 * np.abs(p).max()
+    np.testing.assert_allclose(p[:3], b[:3] / 2, rtol=1e-12)
+    assert s._pardiso._block == 3  # back on the blocks

@@ -165,7 +165,7 @@ class SPDSolver:
         """A^-1 b. A: the SPD system (scipy sparse), or the ``SystemAssembler`` that holds
         it: then PARDISO in double precision takes its 3 x 3 block upper triangle
         (``block_upper``) and the CSR matrix is not formed unless needed."""
-        from tisim.linalg.pardiso import NotPositiveDefinite
+        from tisim.linalg.pardiso import NotPositiveDefinite, PardisoError
 
         if not sp.issparse(A):
             system = A
@@ -174,8 +174,10 @@ class SPDSolver:
                 try:
                     self._pardiso.factorize(blocks)
                     return self._pardiso.solve(b)
-                except NotPositiveDefinite:
-                    pass  # shifted below, on the CSR matrix
+                except PardisoError as e:
+                    # a pivot at round-off: with blocks PARDISO reports -4 or -13 (a rank-one
+                    # 1e12 block over a massless vertex gave -13); the CSR path below shifts
+                    log.debug("block factorisation failed (%s): the CSR matrix, shifted", e)
             A = system.matrix()
         if A.shape[0] == 0:  # every vertex fixed: nothing to solve
             return np.zeros(0)
