@@ -440,7 +440,7 @@ def test_line_search_start_reused_changes_nothing():
             st, spare = spare, st
             its += out.iterations
         runs.append((st.positions.copy(), its, solver.kappa, detections[0]))
-    (xa, ia, ka, da), (xb, ib, kb, db), (xc, ic, kc, dc) = runs
+    (xa, ia, ka, da), (xb, ib, kb, _), (xc, ic, kc, dc) = runs
     assert ka > 0  # the sheet reached the ball: the barrier acted
     assert ia == ib == ic and ka == kb == kc
     np.testing.assert_array_equal(xa, xb)
