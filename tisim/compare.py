@@ -172,7 +172,8 @@ def summarize(stats: dict[str, np.ndarray], total_mass: float | None = None) -> 
         "max_iterations": float(np.max(it)) if len(it) else math.nan,
         "mean_wall_ms": float(np.mean(wall)) if len(wall) else math.nan,
         "median_wall_ms": float(np.median(wall)) if len(wall) else math.nan,
-        "min_volume_ratio": float(np.nanmin(stats["min_volume_ratio"])),
+        # (empty for cloth: no volume; np.nanmin would warn on the all-NaN column)
+        "min_volume_ratio": float(np.nanmin(v)) if np.isfinite(v := stats["min_volume_ratio"]).any() else math.nan,
     }
     if "admm_stalled" in stats:
         out["stalled_frames"] = int(np.nansum(stats["admm_stalled"][1:] > 0))

@@ -362,7 +362,8 @@ def run_task(data: dict, scene_path: str, frames: int | None, arch: str, precisi
         out.update(ended=res.ended, message=res.message)
     except Exception as e:  # a run's failure is a row, never a lost sweep
         msg = str(e) if isinstance(e, ConfigError) else f"{type(e).__name__}: {e}"
-        out.update(ended="failed", message=" ".join(msg.split()), traceback=traceback.format_exc())
+        out.update(ended="failed", message=" ".join(msg.split()), traceback=traceback.format_exc(),
+                   error=type(e).__name__)
     out["seconds"] = time.perf_counter() - t0
     return out
 
@@ -391,6 +392,8 @@ def store(folder: Path, run: SweepRun, res: dict) -> None:
                      "seconds": res.get("seconds")}
     if res.get("traceback"):
         info["traceback"] = res["traceback"]
+    if res.get("error"):
+        info["error"] = res["error"]  # the exception's class: a user's mistake or ours (exit code)
     _write_json(folder / "run.json", info)
 
 
@@ -439,7 +442,7 @@ def _row(out: Path, run: SweepRun, metrics: list[Metric]) -> dict:
         info = None
     if info is not None and info.get("sweep", {}).get("signature") == run.signature:
         row.update(ended=info.get("ended", "failed"), frames_done=info.get("frames_done", ""),
-                   message=info.get("message", ""))
+                   message=info.get("message", ""), error=info.get("error"))
         row.update(run_metrics(folder, metrics))
     else:
         row.update({m.name: math.nan for m in metrics})

@@ -186,6 +186,49 @@ def test_a_sweep_with_diverged_or_failed_rows_finishes_them_all_and_exits_non_ze
     assert (tmp_path / "f" / "sweep.csv").exists()
 
 
+# A 3 x 3 sheet above a sphere; at radius 0.2 the sphere reaches through it (a mistake the
+# scene's validation cannot see: the cloth solver finds it when it is built).
+TINY_CLOTH = """
+[sim]
+dt = 0.01
+frames = 2
+
+[solver]
+type = "cloth"
+
+[objects.sheet]
+kind = "cloth"
+generator = "cloth"
+cloth_size = [0.1, 0.1]
+cloth_resolution = [2, 2]
+youngs_modulus = 1e5
+translation = [0.0, 0.2, 0.0]
+
+[colliders.ball]
+type = "sphere"
+radius = 0.05
+"""
+
+
+def test_a_row_that_fails_on_the_users_mistake_exits_2(tmp_path):
+    """A run that raised on the user's mistake (a cloth that starts inside a collider at
+    one of the swept values) makes the sweep exit 2, as `tisim run` of that scene would,
+    not 1 (an internal failure); the row says why, and the cloth rows' empty volume column
+    warns nothing."""
+    p = tmp_path / "cloth.toml"
+    p.write_text(TINY_CLOTH)
+    out = tmp_path / "o"
+    r = tisim("sweep", str(p), "--vary", "colliders.ball.radius=0.05,0.2", "--workers", "1", "--out", str(out), "-q")
+    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
+    assert "Warning" not in r.stderr, r.stderr
+    with open(out / "sweep.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [row["ended"] for row in rows] == ["completed", "failed"]
+    assert rows[1]["message"].startswith("MeshError: ") and "intersects collider 'ball'" in rows[1]["message"]
+    info = json.loads((out / "runs" / rows[1]["run"] / "run.json").read_text())
+    assert info["error"] == "MeshError"
+
+
 def test_bad_range_is_one_line(tiny):
     one_line_error(tisim("sweep", str(tiny), "--vary", "contact.mu=0.15:0.20", "--out", "o"),
                    "--vary", "malformed range", "START:STOP:COUNT")

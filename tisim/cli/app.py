@@ -404,14 +404,16 @@ def sweep(
         counts = ", ".join(f"{n} {k}" for k, n in res.counts().items())
         typer.echo(f"{len(res.rows)} runs ({counts}); ran {res.ran}, skipped {res.skipped} finished before")
         typer.echo(f"wrote {out_dir}/ (sweep.csv, sweep.png, sweep.json, runs/*/stats.csv and run.json)")
-        bad = [r["ended"] for r in res.rows if r["ended"] != "completed"]
+        bad = [(r["ended"], r.get("error")) for r in res.rows if r["ended"] != "completed"]
         if bad:  # every row is written; the exit code is the one run gives such a run
             what = ", ".join(f"{n} {k}" for k, n in res.counts().items() if k != "completed")
             typer.echo(f"error: {len(bad)} of {len(res.rows)} runs did not complete ({what}): "
                        f"see {out_dir / 'sweep.csv'}", err=True)
         if res.interrupted:
             return 130
-        return _overall_code(_ended_code("failed" if e == "not run" else e) for e in bad)
+        # a run that raised on the user's mistake (a cloth that starts inside a collider at
+        # one of the values) exits 2, as `tisim run` would
+        return _overall_code(_ended_code("failed" if e == "not run" else e, err) for e, err in bad)
 
     raise typer.Exit(_guard(go))
 
