@@ -27,6 +27,7 @@ import dataclasses
 import json
 import logging
 import math
+import time
 from pathlib import Path
 from typing import Callable
 
@@ -204,6 +205,15 @@ def _plot(curves: dict[str, tuple[np.ndarray, np.ndarray]], ylabel: str, title: 
     plt.close(fig)
 
 
+def _drop_stale(run_dir: Path, started: float) -> None:
+    """Remove an integrator folder's stats.csv and run.json left by an earlier compare when
+    this one's run failed before writing its own: they would pass for this run's."""
+    for f in ("stats.csv", "run.json"):
+        p = run_dir / f
+        if p.exists() and p.stat().st_mtime < started:
+            p.unlink()
+
+
 def compare(
     scene,
     integrators: list[str] | tuple[str, ...] = DEFAULT_INTEGRATORS,
@@ -270,6 +280,7 @@ def compare(
         if callable(progress):
             progress(name, i, len(integrators))
         log.info("compare: running %s with %s", scene.name, name)
+        started = time.time()
         try:
             res = run_scene(sc, run_dir, frames=frames, progress=bool(progress) and not callable(progress))
         except (ConfigError, MeshError):
@@ -277,11 +288,13 @@ def compare(
         except KeyboardInterrupt:  # before the first step (the runner keeps the frames of one after it)
             summary.update(ended="interrupted", message="interrupted before its first frame")
             stopped = True
+            _drop_stale(run_dir, started)
             continue
         except Exception as e:  # one integrator's failure; the others still run
             log.debug("compare: %s failed", name, exc_info=True)
             summary.update(ended="failed", message=f"{type(e).__name__}: {' '.join(str(e).split())}",
                            error=type(e).__name__)
+            _drop_stale(run_dir, started)
             continue
         summary.update(ended=res.ended, message=res.message)
         stopped = res.ended == "interrupted"

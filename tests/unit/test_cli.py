@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -279,7 +280,8 @@ def test_compare_with_a_diverged_run_writes_everything_and_exits_as_run_does(tmp
 def test_compare_with_a_failed_run_runs_the_others_and_exits_1(tmp_path, monkeypatch):
     """An integrator that raises (a bug, not the user's mistake) no longer ends the comparison
     with the runs after it unrun and no compare.json: it is a failed row, the others run, and
-    the exit code is run's for an internal error (1)."""
+    the exit code is run's for an internal error (1). Its folder keeps no earlier comparison's
+    stats.csv or run.json."""
     import json
 
     from typer.testing import CliRunner
@@ -296,9 +298,17 @@ def test_compare_with_a_failed_run_runs_the_others_and_exits_1(tmp_path, monkeyp
 
     monkeypatch.setattr(runner, "build", build)
     out = tmp_path / "c"
+    # an earlier comparison's output in the failing integrator's folder: removed, not left
+    # to pass for this run's
+    stale = out / "implicit-euler"
+    stale.mkdir(parents=True)
+    for f in ("stats.csv", "run.json"):
+        (stale / f).write_text("frame\n0\n1\n" if f == "stats.csv" else "{}")
+        os.utime(stale / f, (1e9, 1e9))
     r = CliRunner().invoke(app, ["compare", "spinning-bar", "-i", "implicit-euler,xpbd", "-n", "2", "--out", str(out),
                                  "--set", "objects.bar.resolution=[2,1,1]"])
     assert r.exit_code == 1, r.output
+    assert not (stale / "run.json").exists()
     assert [ln for ln in r.stderr.splitlines() if ln.startswith("error:")] == [
         "error: implicit-euler failed: RuntimeError: a made-up failure over two lines"], r.stderr
     summary = json.loads((out / "compare.json").read_text())
