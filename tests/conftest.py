@@ -39,3 +39,17 @@ def repo_root():
 @pytest.fixture(scope="session")
 def demos_dir(repo_root):
     return repo_root / "demos"
+
+
+@pytest.fixture(autouse=True)
+def _restore_logging():
+    """The CLI's in-process runs (typer's CliRunner) point the root logger at the runner's
+    stream, which is closed after the call: put the root logger back after each test, so a
+    later test's log records do not meet a closed file."""
+    import logging
+
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
