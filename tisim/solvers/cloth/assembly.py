@@ -251,10 +251,10 @@ class SystemAssembler:
         self.diag_slots = self._block_slots[:, [0, 1, 2], [0, 1, 2]].ravel()
         # the base's 3 x 3 block upper triangle: where its values are (None when the base is
         # not made of whole blocks) and its blocks' keys (block row * blocks + block column)
-        from tisim.linalg.pardiso import BlockUpper
+        from tisim.linalg.pardiso import block_upper_map
 
         pattern = sp.csr_matrix((np.zeros(len(indices)), self.indices, self.indptr), shape=(size, size))
-        self._bmap = BlockUpper(3)._map(pattern)
+        self._bmap = block_upper_map(pattern, 3)
         if self._bmap[0] is not None:
             nb = size // 3
             self._bkeys = np.repeat(np.arange(nb, dtype=np.int64), np.diff(self._bmap[1])) * nb + self._bmap[2]

@@ -182,15 +182,14 @@ class SPDSolver:
         if A.shape[0] == 0:  # every vertex fixed: nothing to solve
             return np.zeros(0)
         if self.backend == "pardiso":
-
-            U = self._upper(A)
             if self._pardiso32 is not None:
-                # (the float32 factorisation takes the CSR triangle: with 3 x 3 blocks it
-                # failed with error -13 on a pinned sheet)
+                # (the float32 factorisation takes the CSR triangle: with 3 x 3 blocks it was
+                # slower than in double and failed with error -13 on a pinned sheet)
                 x = self._mixed(A, self._triangle(A), b)
                 if x is not None:
                     return x
                 self.fallbacks += 1
+            U = self._upper(A)
             # (a shifted A's upper part is made again: a shift is rare)
             self._shifted(A, lambda M: self._pardiso.factorize(U if M is A else self._upper(M)), NotPositiveDefinite)
             return self._pardiso.solve(b)
