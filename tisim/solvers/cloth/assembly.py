@@ -204,6 +204,7 @@ class SystemAssembler:
         self.unknowns = ti.ndarray(ti.i32, shape=max(n, 1))
         self._key = None
         self._pattern = None  # (indptr, indices) of the base
+        self._bmap = None  # see _set_pattern
         self._grow = None  # where the base lacked diagonal-block entries (inserted as zeros)
         self._outside = np.zeros(0, dtype=np.int32)
 
@@ -249,15 +250,7 @@ class SystemAssembler:
                              "the device assembly searches")
         self._block_slots = np.searchsorted(keys, want).reshape(-1, 3, 3)
         self.diag_slots = self._block_slots[:, [0, 1, 2], [0, 1, 2]].ravel()
-        # the base's 3 x 3 block upper triangle: where its values are (None when the base is
-        # not made of whole blocks) and its blocks' keys (block row * blocks + block column)
-        from tisim.linalg.pardiso import block_upper_map
-
-        pattern = sp.csr_matrix((np.zeros(len(indices)), self.indices, self.indptr), shape=(size, size))
-        self._bmap = block_upper_map(pattern, 3)
-        if self._bmap[0] is not None:
-            nb = size // 3
-            self._bkeys = np.repeat(np.arange(nb, dtype=np.int64), np.diff(self._bmap[1])) * nb + self._bmap[2]
+        self._bmap = None  # the base's block map, made by the first block_upper() (PARDISO only)
         self._d_indptr = ti.ndarray(ti.i32, shape=max(size + 1, 1))
         self._d_indices = ti.ndarray(ti.i32, shape=max(len(indices), 1))
         upload(self._d_indptr, self.indptr)
@@ -340,6 +333,17 @@ class SystemAssembler:
         base is not made of whole blocks. Built at the blocks' level: the base's map is kept
         per base pattern and the blocks outside it are inserted, 9x fewer keys than the
         CSR's entries (with self-contact the pattern changes at most Newton iterations)."""
+        if self._bmap is None:
+            # the base's 3 x 3 block upper triangle: where its values are (None when the base
+            # is not made of whole blocks) and its blocks' keys (block row * blocks + column)
+            from tisim.linalg.pardiso import block_upper_map
+
+            pattern = sp.csr_matrix((np.zeros(len(self.indices)), self.indices, self.indptr),
+                                    shape=(self.size, self.size))
+            self._bmap = block_upper_map(pattern, 3)
+            if self._bmap[0] is not None:
+                nb = self.size // 3
+                self._bkeys = np.repeat(np.arange(nb, dtype=np.int64), np.diff(self._bmap[1])) * nb + self._bmap[2]
         if self._bmap[0] is None:
             return None
         gather, indptr, indices = self._bmap
