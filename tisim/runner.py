@@ -179,7 +179,7 @@ def machine() -> dict:
             "date": time.strftime("%Y-%m-%d %H:%M:%S")}
 
 
-# What f32 cannot promise, measured (README, "GPU-class backends"); one line each, logged
+# What f32 cannot promise, measured (docs/benchmarks.md, "GPU-class backends"); one line each, logged
 # at start-up and kept in run.json ("precision_notes").
 F32_ADMM_NOTE = (
     "f32: the conservative integrator's residuals stall near 5e-7, above its 1e-8 tolerance, "

@@ -3,7 +3,7 @@ replayed on both, stage by stage.
 
 On an NVIDIA H200 the device contact update (tisim.contact.device_ncp) in f32 let the
 squeeze-ball through the floor, while the same kernels agree with the CPU in f64 on CUDA
-and in f32 on the CPU backend and on Vulkan (README, "GPU-class backends"). The cause was
+and in f32 on the CPU backend and on Vulkan (docs/benchmarks.md, "GPU-class backends"). The cause was
 found afterwards by emulation on the CPU (CUDA's approximate f32 square root in a
 cancelling Fischer-Burmeister derivative) and fixed; no GPU has run the fix yet. This tool
 confirms it there, or names the kernel that still parts. Backends differ in round-off long

@@ -51,7 +51,7 @@ if [ "$archs" != cpu ] && [ "${VULKAN_TESTS:-1}" = 1 ]; then
 fi
 
 # whether a device contact kernel still parts from the CPU's on CUDA in f32 (wrong on an
-# H200 before the Fischer-Burmeister fix, README "GPU-class backends"): one recorded contact
+# H200 before the Fischer-Burmeister fix, docs/benchmarks.md "GPU-class backends"): one recorded contact
 # problem replayed stage by stage on both
 if [ "$archs" != cpu ]; then
   timeout 300 "$PY" tools/contact_trace.py --archs cpu cuda --precision f32 --out "$OUT/contact_trace" \

@@ -55,7 +55,7 @@ SCENES = [
 @pytest.mark.parametrize("name, precision", SCENES)
 def test_scene_matches_cpu(arch, reference, name, precision, request):
     if (arch, name, precision) == ("cuda", "squeeze_ball_device", "f32"):
-        # measured on an NVIDIA H200 (README, "GPU-class backends"): this scene with the
+        # measured on an NVIDIA H200 (docs/benchmarks.md, "GPU-class backends"): this scene with the
         # device update was 0.06, 0.49 and 1.2 mm from the CPU in its first three frames,
         # 11 mm after eight; "auto" runs the host update there (squeeze_ball f32 above).
         # The cause (CUDA's approximate f32 square root in a cancelling derivative) is fixed
@@ -79,7 +79,7 @@ def test_f32_free_fall_follows_gravity():
     The PD residual b - A x summed A_vj x_j with entries of size h^2 |L| and positions
     of 0.2 m, and the f32 entries' row sums are not zero: the ball (1,009 vertices)
     gained 0.2% too much or too little per step, the 7k-vertex demo ball 1.5-2% too
-    much, which also made f32 friction wrong (README, "GPU-class backends"). In
+    much, which also made f32 friction wrong (docs/benchmarks.md, "GPU-class backends"). In
     difference form, sum_j A_vj (x_j - x_v), it is 1e-5."""
     got = compare.on_backend("cpu", "f32", scenarios.free_fall)
     assert not got["contacts"].any()

@@ -1,5 +1,5 @@
 """tools/contact_trace.py: the stage-by-stage replay that is to find which device contact
-kernel goes wrong on CUDA in f32 (README, "GPU-class backends"). Its comparison is checked on
+kernel goes wrong on CUDA in f32 (docs/benchmarks.md, "GPU-class backends"). Its comparison is checked on
 made-up traces (it must point at the first stage where a result parts and nowhere else),
 and the record-and-replay on the CPU backend against itself (bit for bit, or the wrapping
 of the storage's kernels broke)."""

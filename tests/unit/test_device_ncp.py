@@ -349,7 +349,7 @@ def test_stick_slip_verdicts_on_device():
         ("auto", "cpu", "f64", "device", False),
         ("auto", "cpu", "f32", "device", False),
         ("auto", "cuda", "f64", "device", False),
-        ("auto", "cuda", "f32", "host", False),  # wrong contact there (H200, README)
+        ("auto", "cuda", "f32", "host", False),  # wrong contact there (H200, docs/benchmarks.md)
         ("auto", "vulkan", "f32", "host", False),
         ("device", "cuda", "f32", "device", True),
         ("device", "cuda", "f64", "device", False),

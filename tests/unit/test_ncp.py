@@ -122,7 +122,7 @@ def test_project_cone(rng):
 def test_fischer_burmeister_derivatives_without_cancellation():
     """phi_a = 1 - a / rho loses every digit when b << a (a / rho rounds to 1) and comes out
     nonzero where it must be 0 when rho is rounded up (CUDA's approximate f32 square root
-    did, README "GPU-class backends"). Against 50-digit arithmetic: exactly 0 at b = 0,
+    did, docs/benchmarks.md "GPU-class backends"). Against 50-digit arithmetic: exactly 0 at b = 0,
     and a few ulp where b / a is 1e-3 .. 1e-9; phi_b likewise with the roles swapped."""
     from decimal import Decimal, getcontext
 

@@ -177,7 +177,7 @@ def test_substep_stall_flags_are_not_lost():
     [("stick-slip", []), ("squeeze-ball", []), ("spinning-bar", ["conservative"]), ("twisting-bar", [])],
 )
 def test_precision_notes_say_what_f32_cannot_keep(demos_dir, demo, notes):
-    """In f32 the ADMM integrator's guarantees are out of reach (measured, README): a run
+    """In f32 the ADMM integrator's guarantees are out of reach (measured, docs/benchmarks.md): a run
     says so in one line at start-up and in run.json; f64 runs and PD scenes carry no note
     (f32 friction matches f64 since the PD residual's difference form: the stick-slip
     verdicts and sliding speed, tests/backends)."""

@@ -93,7 +93,7 @@ class DelassusBuilder:
     S^T (a unit column's row of Z^T is a row of S^T, no sparse product) and Z_new
     densified, one sparse-times-dense product whose cost is nnz(Z) per new row. A
     persistent contact patch, where few rows are new, costs a fraction of a full
-    Z^T Z (squeeze-ball: 7.2 -> 2.6 ms median per step, README).
+    Z^T Z (squeeze-ball: 7.2 -> 2.6 ms median per step, docs/benchmarks.md).
 
     ST: (m, m) S^T as CSR; perm: (m,) vertex of each permuted row; n: vertex count.
     """

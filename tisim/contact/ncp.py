@@ -32,8 +32,8 @@ def fischer_burmeister(a, b) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     likewise phi_b for b > 0: exactly 0 where the other argument is 0 and accurate to a
     few ulp where it is small, whatever the rounding of rho. 1 - a / rho is neither: with
     CUDA's approximate f32 square root a rho one ulp high made phi_a about 1e-7 on rows
-    with no force, which the Newton step then took as active rows of weight 1e-7 (README,
-    "GPU-class backends").
+    with no force, which the Newton step then took as active rows of weight 1e-7
+    (docs/benchmarks.md, "GPU-class backends").
     """
     a = np.asarray(a, dtype=np.float64)
     b = np.asarray(b, dtype=np.float64)

@@ -97,7 +97,7 @@ def _single_threaded_blas():
             set_(old)
 
 
-# Measured on an NVIDIA H200 (CUDA driver 580, Taichi 1.7.4; README, "GPU-class backends"):
+# Measured on an NVIDIA H200 (CUDA driver 580, Taichi 1.7.4; docs/benchmarks.md, "GPU-class backends"):
 # the device update in f32 let the squeeze-ball through the floor (70 mm, det F 0.21), with
 # parallel or serial loops and with fast math on or off, while the same kernels agree with
 # the CPU in f64 on CUDA and in f32 on the CPU backend and on Vulkan. The cause, found since
