@@ -149,6 +149,8 @@ def bench_tisim(cells: int, frames: int, arch: str, overrides: list[str]) -> tup
         # median frame is the fifth-fastest contact frame, so it moves with how the
         # iterations fall on the frames as much as with their total
         "iterations_contact_total": int(sum(r["iterations"] for r in contact)),
+        # of those, the iterations whose step CCD cut short (alpha < 1 from the collision bound)
+        "ccd_cut_iterations_contact_total": int(sum(r["ccd_clamps"] or 0 for r in contact)),
         "contact_ms_per_iteration": (float(sum(r["wall_ms"] for r in contact) / sum(r["iterations"] for r in contact))
                                      if contact and sum(r["iterations"] for r in contact) else None),
         "phase_ms_per_contact_iteration": {
@@ -454,7 +456,8 @@ def main(argv=None) -> int:
         print("share of the mean frame: " + ", ".join(f"{k} {100 * mean[k] / tot:.0f}%" for k in PHASES))
     per = tis.get("phase_ms_per_contact_iteration")
     if per:
-        print(f"contact frames: {tis['iterations_contact_total']} Newton iterations, "
+        print(f"contact frames: {tis['iterations_contact_total']} Newton iterations "
+              f"({tis['ccd_cut_iterations_contact_total']} of them cut short by CCD), "
               f"{tis['contact_ms_per_iteration']:.1f} ms each (" + ", ".join(f"{k} {per[k]:.1f}" for k in PHASES) + ")")
 
     m["loadavg_end"] = list(os.getloadavg())
