@@ -21,7 +21,7 @@ import numpy as np
 
 from tisim.geometry.mesh import tet_signed_volumes
 from tisim.scene import Scene
-from tisim.solvers.base import StepStats
+from tisim.solvers.base import StepDiverged, StepStats
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +66,13 @@ def volume_ratios(model, positions: np.ndarray) -> np.ndarray:
     return tet_signed_volumes(positions, model.mesh.tets) / model.rest.volume
 
 
+def _kinetic(m: np.ndarray, velocities: np.ndarray) -> float:
+    """Kinetic energy, J; inf (not a numpy warning) for velocities whose squares overflow,
+    which the divergence guards then report."""
+    with np.errstate(over="ignore"):
+        return 0.5 * float((m * (velocities**2).sum(axis=1)).sum())
+
+
 def frame_quantities(model, positions: np.ndarray, velocities: np.ndarray) -> dict[str, float]:
     """Kinetic energy (J), linear momentum (kg m/s), angular momentum about the origin
     (kg m^2/s), centre of mass (m) and its velocity, smallest volume ratio det F."""
@@ -76,7 +83,7 @@ def frame_quantities(model, positions: np.ndarray, velocities: np.ndarray) -> di
     com = (m[:, None] * positions).sum(axis=0) / M
     J = volume_ratios(model, positions)
     return {
-        "kinetic": 0.5 * float((m * (velocities**2).sum(axis=1)).sum()),
+        "kinetic": _kinetic(m, velocities),
         "px": p[0], "py": p[1], "pz": p[2],
         "lx": L[0], "ly": L[1], "lz": L[2],
         "com_x": com[0], "com_y": com[1], "com_z": com[2],
@@ -276,11 +283,13 @@ def run_scene(
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    if (out / "run.json").exists():
-        clear_earlier_frames(out)
     t_build = time.perf_counter()
     binfo, model, solver = build(scene, arch, precision)
     build_s = time.perf_counter() - t_build
+    # only once the scene has passed its start-up checks: a rerun refused in one line
+    # leaves the earlier run's frames as they were
+    if (out / "run.json").exists():
+        clear_earlier_frames(out, **earlier_outputs(out / "run.json"))
     notes = precision_notes(scene, binfo.precision)
     for note in notes:
         log.warning("%s", note)
@@ -302,6 +311,8 @@ def run_scene(
         "setup_s": build_s,
         "frames_requested": n_frames,
         "ended": "running",
+        # what a rerun into this folder may remove as this run's (clear_earlier_frames)
+        "outputs": {"frames": viewer is not None and hasattr(viewer, "video_path"), "meshes": export_meshes},
     }
     run_json = out / "run.json"
     _write_json(run_json, run_info)
@@ -375,7 +386,11 @@ def run_scene(
             t0 = time.perf_counter()
             agg = StepStats(iterations=0)
             for _ in range(substeps):
-                st = solver.step(state, spare, dt)
+                try:
+                    st = solver.step(state, spare, dt)
+                except StepDiverged as e:
+                    raise Diverged(f"the simulation diverged at frame {frame + 1} (t = {state.time:.4g} s): {e}; "
+                                   f"the {frame} frames before are kept") from None
                 state, spare = spare, state
                 _accumulate(agg, st)
                 if not state.is_finite():
@@ -445,14 +460,36 @@ def export_frame_meshes(model, mesh_dir: Path, frame: int, positions: np.ndarray
             save_cloth_obj(mesh_dir / f"{name}_{frame:05d}.obj", x, mesh)
 
 
-_EARLIER = re.compile(r"^(frames/frame_\d{5}\.png|meshes/[\w.-]+_\d{5}\.(obj|ply))$")
+_EARLIER = re.compile(r"^(frames/frame_(\d{5})\.png|meshes/([\w.-]+)_(\d{5})\.(obj|ply))$")
 
 
-def clear_earlier_frames(folder: Path) -> int:
+def earlier_outputs(run_json: Path) -> dict:
+    """What the run recorded in ``run_json`` can have written, as the keyword arguments
+    of :func:`clear_earlier_frames`: its mesh names (the solids' surface ``frame`` and
+    its cloth objects' names), whether it wrote frame images and meshes at all, and its
+    last frame number. A run.json from before ``outputs`` was recorded counts as having
+    written both."""
+    from tisim.progressive import read_json
+
+    info = read_json(run_json) or {}
+    objects = (info.get("scene") or {}).get("objects") or {}
+    names = {"frame"} | {str(k) for k, o in objects.items() if isinstance(o, dict) and o.get("kind") == "cloth"}
+    outputs = info.get("outputs") if isinstance(info.get("outputs"), dict) else {}
+    last = info.get("frames_requested")
+    return {
+        "names": names if outputs.get("meshes", True) else set(),
+        "frames": bool(outputs.get("frames", True)),
+        "last": last if isinstance(last, int) and not isinstance(last, bool) else None,
+    }
+
+
+def clear_earlier_frames(folder: Path, *, names=None, frames: bool = True, last: int | None = None) -> int:
     """Remove the numbered frame images (frames/frame_NNNNN.png) and meshes
     (meshes/NAME_NNNNN.obj or .ply) an earlier run wrote into ``folder``, so that a
     shorter rerun does not leave a sequence mixing two runs; nothing else (the rest is
-    overwritten, and files of the user's own stay). Returns the number removed."""
+    overwritten, and files of the user's own stay). names: the mesh names that run
+    wrote (None: any); frames: whether it wrote frame images; last: its last frame
+    number (None: any). Returns the number removed."""
     folder = Path(folder)
     gone = 0
     for sub in ("frames", "meshes"):
@@ -460,7 +497,14 @@ def clear_earlier_frames(folder: Path) -> int:
         if not d.is_dir():
             continue
         for p in d.iterdir():
-            if p.is_file() and _EARLIER.match(f"{sub}/{p.name}"):
+            m = _EARLIER.match(f"{sub}/{p.name}")
+            if not m or not p.is_file():
+                continue
+            if m.group(2) is not None:  # a frame image
+                ours, number = frames, int(m.group(2))
+            else:
+                ours, number = names is None or m.group(3) in names, int(m.group(4))
+            if ours and (last is None or number <= last):
                 p.unlink()
                 gone += 1
     if gone:

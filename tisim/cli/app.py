@@ -126,7 +126,7 @@ def _run(
     from tisim.scene import load_scene
 
     scene = load_scene(scene_path, [*sets, *_size_overrides(size)])
-    out_dir = out if out is not None else Path("out") / scene.name
+    out_dir = _out_folder(out if out is not None else Path("out") / scene.name)
     from tisim.render import display_available, vulkan_available
 
     live = not headless and not no_render and display_available()
@@ -159,7 +159,7 @@ def _run(
     if export_meshes:
         msg += ", meshes/"
     msg += ")"
-    if result.info.get("timings_ms"):
+    if result.info.get("timings_ms") and result.frames_done:
         msg += f"; median {result.info['timings_ms']['median']:.1f} ms/frame"
     typer.echo(msg)
     stalls = result.info.get("stalls") or {}
@@ -201,6 +201,21 @@ def _size_overrides(size: Optional[str]) -> List[str]:
     return [f"render.width={int(parts[0])}", f"render.height={int(parts[1])}"]
 
 
+def _out_folder(path: Path, option: str = "--out") -> Path:
+    """The output folder ``path``, created; a path that is a file, or that cannot be
+    created, is the user's one-line error (it was an internal error)."""
+    from tisim.config import ConfigError
+
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise ConfigError(option, f"expected a folder, got the file {str(path)!r}")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(option, f"cannot create the folder {str(path)!r}: {e.strerror or e}") from None
+    return path
+
+
 def _guard(fn, *args, **kwargs) -> int:
     try:
         return fn(*args, **kwargs)
@@ -213,6 +228,10 @@ def _guard(fn, *args, **kwargs) -> int:
     except Exception as e:  # noqa: BLE001  (a bug, not the user's mistake: one line unless --debug)
         if _DEBUG["on"]:
             traceback.print_exc()
+        if isinstance(e, OSError) and e.filename is not None:
+            # a file that cannot be written or read where the user pointed (a full disk,
+            # a file where a folder goes, no permission): theirs to fix, in one line
+            _die(f"{e.filename}: {e.strerror or e}")
             _die(f"internal error: {type(e).__name__}: {e}", 1)
         _die(f"internal error: {type(e).__name__}: {e} (rerun with --debug for the traceback)", 1)
     return 0
@@ -340,11 +359,11 @@ def compare(
             raise ConfigError("--integrators", f"expected one or more of {', '.join(comparable_integrators())}, "
                                                f"got {integrators!r}")
         check_comparable(sc, chosen)  # a cloth scene, an integrator compare does not run
+        out_dir = _out_folder(out if out is not None else Path("out") / f"{sc.name}-compare")
         from tisim import backend
         from tisim.runner import scene_precision
 
         backend.init(arch, scene_precision(sc, precision))
-        out_dir = out if out is not None else Path("out") / f"{sc.name}-compare"
         summary = do_compare(sc, chosen, out_dir, frames=frames)
         from tisim.compare import format_table
 
@@ -397,7 +416,7 @@ def sweep(
             path = demos_dir() / f"{scene}.toml"
         varies = [parse_vary(v) for v in vary]
         metrics = [parse_metric(m) for m in metric]
-        out_dir = out if out is not None else Path("out") / f"{path.stem}-sweep"
+        out_dir = _out_folder(out if out is not None else Path("out") / f"{path.stem}-sweep")
         res = do_sweep(path, varies, out_dir, sets=set, metrics=metrics, frames=frames, workers=workers,
                        scheduler=scheduler, timeout=timeout, arch=arch, precision=precision, progress=not quiet,
                        quiet_dask=not _DEBUG["on"])

@@ -19,6 +19,12 @@ if TYPE_CHECKING:
     from tisim.state import State
 
 
+class StepDiverged(RuntimeError):
+    """A solver step whose motion is beyond anything it can simulate (a Newton step
+    that moves the mesh kilometres, overflowing positions): the runner ends the run as
+    diverged, keeping the frames before it. The message says what went wrong."""
+
+
 @dataclass
 class StepStats:
     """What one solver step reports. Quantities a solver does not compute stay NaN

@@ -638,6 +638,7 @@ class SolverCloth(Solver):
         tolerance: overrides config.tolerance (relative to the scene size per second).
         """
         cfg = self.config
+        _check_step(x_hat - xc, "the inertial motion (velocity times the time step)", self.bbox_diag)
         T = {"contact": 0.0, "elastic": 0.0, "assemble": 0.0, "linear": 0.0, "ccd": 0.0, "line_search": 0.0}
         nc, n = self.nc, self.n
         if f_ext is None:
@@ -838,6 +839,7 @@ class SolverCloth(Solver):
                 p = np.zeros(3 * n)
                 p[dofs] = self.linear.solve(system, b)
                 p = p.reshape(n, 3)
+                _check_step(p[:nc], "a Newton step", self.bbox_diag)
                 T["linear"] += time.perf_counter() - t_
 
                 residual = float(np.abs(p[:nc][free[:nc] & ~pulled[:nc]]).max(initial=0.0)) / h
@@ -1109,6 +1111,28 @@ class _StrainTerm:
     def feasible(self, x) -> bool:
         upload(self.x, x)
         return bool(self.obj.feasible(self.x))
+
+
+# A step that moves a vertex further than this many times the cloth's size (or than this
+# many metres for a cloth below 1 m) is no motion the solver can resolve: its swept boxes
+# hold every pair and CCD crawls over them, and far beyond it the squared distances
+# overflow (an initial velocity of 1e170 m/s hung the run in CCD). 1e3 is kilometres in one
+# step for any cloth; the adversarial tests move a vertex 1 m per step.
+MAX_STEP_SIZES = 1e3
+
+
+def _check_step(d: np.ndarray, what: str, size: float) -> None:
+    """Raise StepDiverged when the displacements d (k, 3) are not finite or reach
+    MAX_STEP_SIZES times max(size, 1 m)."""
+    from tisim.solvers.base import StepDiverged
+
+    limit = MAX_STEP_SIZES * max(size, 1.0)
+    if not np.isfinite(d).all():
+        raise StepDiverged(f"{what} is not finite (NaN or Inf)")
+    big = float(np.abs(d).max(initial=0.0))
+    if big >= limit:
+        raise StepDiverged(f"{what} moves a cloth vertex {big:.3g} m, more than the {limit:.3g} m "
+                           f"this solver can resolve in one step")
 
 
 def _barrier_d2(d: float, dhat: float) -> float:
