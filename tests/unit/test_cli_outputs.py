@@ -76,3 +76,23 @@ def test_an_absurd_velocity_ends_as_diverged(tmp_path, demos_dir):
         assert "Warning" not in r.stderr, r.stderr
     r = _drape(demos_dir, tmp_path / "fast", "-n", "2", "--set", "objects.cloth.velocity=[100,0,0]")
     assert r.returncode == 0, r.stderr
+
+
+def test_a_start_within_the_thickness_names_the_pair(tmp_path):
+    """It said "two primitives start ... apart" without saying which."""
+    p = tmp_path / "near.toml"
+    p.write_text('[solver]\ntype = "cloth"\n[contact]\nthickness = 1e-3\n[objects.sheet]\nkind = "cloth"\n'
+                 'generator = "cloth"\ncloth_size = [0.2, 0.2]\ncloth_resolution = [4, 4]\n'
+                 'translation = [0.0, 0.2005, 0.0]\n[colliders.rock]\ntype = "sphere"\n'
+                 'position = [0.0, 0.1, 0.0]\nradius = 0.1\n')
+    r = tisim("run", str(p), "--no-render", "-n", "1")
+    assert_one_line_error(r, "near.toml", "of collider 'rock'", "start 0.0005 m apart", "move the cloth away")
+    assert "cloth vertex" in r.stderr or "cloth edge" in r.stderr or "cloth triangle" in r.stderr, r.stderr
+    p.write_text('[solver]\ntype = "cloth"\n[contact]\nthickness = 1e-3\n'
+                 '[objects.a]\nkind = "cloth"\ngenerator = "cloth"\ncloth_size = [0.2, 0.2]\n'
+                 'cloth_resolution = [4, 4]\ntranslation = [0.0, 0.5, 0.0]\n'
+                 '[objects.b]\nkind = "cloth"\ngenerator = "cloth"\ncloth_size = [0.2, 0.2]\n'
+                 'cloth_resolution = [4, 4]\ntranslation = [0.0, 0.5005, 0.0]\n')
+    r = tisim("run", str(p), "--no-render", "-n", "1")
+    assert_one_line_error(r, "near.toml", "start 0.0005 m apart", "cloth ")
+    assert "collider" not in r.stderr, r.stderr

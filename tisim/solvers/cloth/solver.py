@@ -517,9 +517,48 @@ class SolverCloth(Solver):
         if n_pt + n_ee:
             dmin = self.barrier.min_distance(self.x, self.broad.pt, n_pt, self.broad.ee, n_ee)
             if dmin <= xi:
-                raise MeshError(f"two primitives start {dmin:.3g} m apart, within the contact thickness {xi:g} m: "
-                                f"where the cloth touches an obstacle, move it away; where it folds onto itself, "
-                                f"{advice}", src)
+                what, obstacle = self._closest_pair(x, n_pt, n_ee)
+                tail = "move the cloth away from it" if obstacle else advice
+                raise MeshError(f"{what} start {dmin:.3g} m apart, within the contact thickness {xi:g} m: {tail}",
+                                src)
+
+    def _closest_pair(self, x: np.ndarray, n_pt: int, n_ee: int) -> tuple[str, bool]:
+        """The closest of the detected pairs at x (n, 3), in words ("cloth vertex 3 and
+        a triangle (vertices 10, 11, 12) of collider 'sphere'"), and whether it involves
+        an obstacle. For a start-up message: a loop over the few pairs within the
+        thickness."""
+        from tisim.geometry.distances import point_triangle_distance, segment_segment_distance
+
+        best = (math.inf, None, None)
+        for kind, arr, k in (("pt", self.broad.pt, n_pt), ("ee", self.broad.ee, n_ee)):
+            for row in download(arr)[:k]:
+                a, b, c, d = (x[int(i)] for i in row)
+                dist = point_triangle_distance(a, b, c, d) if kind == "pt" else segment_segment_distance(a, b, c, d)
+                if dist < best[0]:
+                    best = (dist, kind, [int(i) for i in row])
+        _, kind, row = best
+        if kind is None:
+            return "two primitives", False
+        groups = [row[:1], row[1:]] if kind == "pt" else [row[:2], row[2:]]
+        words = [self._describe(ids, "vertex" if len(ids) == 1 else "edge" if len(ids) == 2 else "triangle")
+                 for ids in groups]
+        return f"{words[0]} and {words[1]}", any(i >= self.nc for i in row)
+
+    def _describe(self, ids: list[int], kind: str) -> str:
+        """A primitive given by its vertex ids in the solver's numbering, in words."""
+        nc = self.nc
+        if all(i < nc for i in ids):
+            return f"cloth {kind} " + (str(ids[0]) if len(ids) == 1 else f"({', '.join(map(str, ids))})")
+        j = min(ids) - nc
+        start = 0
+        for c, _, count in self.obstacles.parts:
+            if j < start + count:
+                break
+            start += count
+        name = f"collider {c.name!r}" if c is not None else "a soft body's surface"
+        local = [i - nc - start for i in ids]
+        return (f"vertex {local[0]} of {name}" if len(local) == 1
+                else f"a {kind} (vertices {', '.join(map(str, local))}) of {name}")
 
     # ------------------------------------------------------------------ public
     def info(self) -> dict:
