@@ -570,3 +570,17 @@ def test_a_mesh_note_is_told_once_per_file(tmp_path, caplog, monkeypatch):
         validate_cloth(V, F)
         validate_cloth(V, F)
         assert caplog.text.count("non-manifold vertices") == 3
+
+
+def test_an_unwelded_mesh_is_named_as_such(tmp_path):
+    """Two triangles each with their own copies of the shared edge's vertices were
+    reported as "the cloth intersects itself"; the error now says what to do."""
+    p = tmp_path / "unwelded.obj"
+    p.write_text("v 0 0 0\nv 1 0 0\nv 0 1 0\nv 1 0 0\nv 1 1 0\nv 0 1 0\nf 1 2 3\nf 4 5 6\n")
+    with pytest.raises(MeshError, match=r"vertex 1 \(line 2\) and vertex 3 \(line 4\) are at the same place "
+                                        r"\(2 such pairs\).*not welded") as e:
+        load_cloth_mesh(p)
+    assert "unwelded.obj" in str(e.value)
+    # welded, the same sheet loads
+    p.write_text("v 0 0 0\nv 1 0 0\nv 0 1 0\nv 1 1 0\nf 1 2 3\nf 2 4 3\n")
+    assert load_cloth_mesh(p).vertex_count == 4

@@ -50,6 +50,7 @@ def _warn(src: str, note: str) -> None:
 # 1 m sheet rejects faces under 1e-12 m^2, i.e. edges of about a micrometre).
 DEGENERATE_TOL = 1e-10
 AREA_TOL = 1e-12
+COINCIDENT_TOL = 1e-9  # two vertices closer than this times the mesh size are one (unwelded)
 
 
 # ---------------------------------------------------------------------------
@@ -289,6 +290,19 @@ def _validate(vertices, faces, source: str | None, names: _Names | None = None):
         why = "repeated vertex" if repeated[j] else f"area {area[j]:.3g} m^2"
         raise MeshError(
             f"{names.face(j, f'vertices {_ints(f[j])}')} is degenerate ({why}{more})", source
+        )
+
+    # vertices at the same place: an unwelded mesh (every triangle with its own corners,
+    # as some exporters write), which the contact check would report as the cloth
+    # intersecting itself
+    from scipy.spatial import cKDTree
+
+    close = cKDTree(x[used]).query_pairs(r=max(COINCIDENT_TOL * np.sqrt(scale2), 1e-300), output_type="ndarray")
+    if len(close):
+        a, b = sorted(int(used[i]) for i in close[np.lexsort(close.T[::-1])][0])
+        raise MeshError(
+            f"{names.vertex(a)} and {names.vertex(b)} are at the same place ({len(close)} such pairs): "
+            "the mesh is not welded; merge its vertices by distance in the modelling tool", source
         )
 
     srt = np.sort(f, axis=1)
