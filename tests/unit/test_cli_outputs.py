@@ -61,7 +61,7 @@ def test_an_out_that_is_a_file_is_a_one_line_error(tmp_path, demos_dir):
     assert_one_line_error(r, "--out", "expected a folder")
     r = tisim("run", str(demos_dir / "spinning-bar.toml"), "--headless", "--no-render", "-n", "1",
               "--out", str(f / "below"))
-    assert_one_line_error(r, "--out", "cannot create the folder")
+    assert_one_line_error(r, "--out", "cannot create the folder", "is a file")
     assert f.read_text() == "mine"
 
 

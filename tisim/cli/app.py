@@ -202,17 +202,25 @@ def _size_overrides(size: Optional[str]) -> List[str]:
 
 
 def _out_folder(path: Path, option: str = "--out") -> Path:
-    """The output folder ``path``, created; a path that is a file, or that cannot be
-    created, is the user's one-line error (it was an internal error)."""
+    """Check that the output folder ``path`` can be made, without making it (a run that
+    fails its own checks leaves nothing behind): a path that is a file, below a file or
+    in a folder that cannot be written is the user's one-line error (it was an internal
+    error)."""
+    import os
+
     from tisim.config import ConfigError
 
     path = Path(path)
     if path.exists() and not path.is_dir():
         raise ConfigError(option, f"expected a folder, got the file {str(path)!r}")
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise ConfigError(option, f"cannot create the folder {str(path)!r}: {e.strerror or e}") from None
+    parent = path
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise ConfigError(option, f"cannot create the folder {str(path)!r}: {str(parent)!r} is a file")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ConfigError(option, f"cannot create or write the folder {str(path)!r}: "
+                                  f"no permission to write in {str(parent)!r}")
     return path
 
 

@@ -878,7 +878,11 @@ class SolverCloth(Solver):
                 p = np.zeros(3 * n)
                 p[dofs] = self.linear.solve(system, b)
                 p = p.reshape(n, 3)
-                _check_step(p[:nc], "a Newton step", self.bbox_diag)
+                if not np.isfinite(p).all():  # (its length is the line search's to cut: a handle's
+                    # penalty can ask for kilometres that the strain limit then scales down)
+                    from tisim.solvers.base import StepDiverged
+
+                    raise StepDiverged("a Newton step is not finite (NaN or Inf)")
                 T["linear"] += time.perf_counter() - t_
 
                 residual = float(np.abs(p[:nc][free[:nc] & ~pulled[:nc]]).max(initial=0.0)) / h
@@ -1152,11 +1156,12 @@ class _StrainTerm:
         return bool(self.obj.feasible(self.x))
 
 
-# A step that moves a vertex further than this many times the cloth's size (or than this
-# many metres for a cloth below 1 m) is no motion the solver can resolve: its swept boxes
-# hold every pair and CCD crawls over them, and far beyond it the squared distances
-# overflow (an initial velocity of 1e170 m/s hung the run in CCD). 1e3 is kilometres in one
-# step for any cloth; the adversarial tests move a vertex 1 m per step.
+# An inertial motion (velocity times the time step) that moves a vertex further than this
+# many times the cloth's size (or than this many metres for a cloth below 1 m) is no motion
+# the solver can resolve: its swept boxes hold every pair and CCD crawls over them, and far
+# beyond it the squared distances overflow (an initial velocity of 1e170 m/s hung the run
+# in CCD). 1e3 is kilometres in one step for any cloth; the adversarial tests move a vertex
+# 1 m per step.
 MAX_STEP_SIZES = 1e3
 
 
