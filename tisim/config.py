@@ -130,6 +130,19 @@ def _convert(tp, value, key: str):
     raise TypeError(f"unsupported config type {tp!r} at {key}")
 
 
+def _check_finite(f: dataclasses.Field, value, key: str):
+    """Refuse an infinite number (TOML's ``inf``, or ``1e400``) unless the field's own
+    default is infinite (a time that never comes, an unbounded length): elsewhere it
+    passed the range checks and ended in an internal error or NaN energies."""
+    if isinstance(f.default, float) and math.isinf(f.default):
+        return
+    values = value if isinstance(value, tuple) else (value,)
+    for i, v in enumerate(values):
+        if isinstance(v, float) and math.isinf(v):
+            where = f"{key}[{i}]" if isinstance(value, tuple) else key
+            raise ConfigError(where, f"expected a finite number, got {v!r}")
+
+
 def _check_range(f: dataclasses.Field, value, key: str):
     if value is None or not isinstance(value, (int, float)) or isinstance(value, bool):
         return
@@ -161,6 +174,7 @@ def from_dict(cls, data, prefix: str = ""):
         key = _join(prefix, name)
         if name in data:
             value = _convert(hints[name], data[name], key)
+            _check_finite(f, value, key)
             _check_range(f, value, key)
             if isinstance(value, tuple):
                 for i, v in enumerate(value):
