@@ -37,6 +37,15 @@ class SceneInfo:
     name: str = ""
     description: str = ""
 
+    def __post_init__(self):
+        # the name makes file and folder names (out/NAME/, NAME.mp4): a path in it wrote
+        # outside the output folder ('../x') or broke the video's path ('a/b')
+        n = self.name
+        if n and (any(c in n for c in "/\\") or n.strip(".") == "" or n != n.strip()
+                  or any(ord(c) < 32 for c in n)):
+            raise ConfigError("name", "expected a name without '/', '\\', control characters or "
+                                      f"leading/trailing spaces, and not '.' or '..', got {n!r}")
+
 
 @dataclass(frozen=True, kw_only=True)
 class SimConfig:
@@ -304,11 +313,23 @@ class CameraConfig:
     up: Vec3 = (0.0, 1.0, 0.0)
     fov: float = num(45.0, gt=0, lt=180)
 
+    def __post_init__(self):
+        d = [a - b for a, b in zip(self.lookat, self.position)]
+        dd = sum(c * c for c in d)
+        if dd == 0:
+            raise ConfigError("lookat", f"expected a point other than camera.position, got {list(self.lookat)}")
+        uu = sum(c * c for c in self.up)
+        cross = (d[1] * self.up[2] - d[2] * self.up[1], d[2] * self.up[0] - d[0] * self.up[2],
+                 d[0] * self.up[1] - d[1] * self.up[0])
+        if uu == 0 or sum(c * c for c in cross) <= 1e-12 * dd * uu:
+            raise ConfigError("up", f"expected a non-zero vector not along the view direction (lookat - "
+                                    f"position), got {list(self.up)}")
+
 
 @dataclass(frozen=True, kw_only=True)
 class RenderConfig:
-    width: int = num(960, ge=16)
-    height: int = num(720, ge=16)
+    width: int = num(960, ge=16, le=8192)  # 8192: see tisim.cli.app.MAX_IMAGE_SIDE
+    height: int = num(720, ge=16, le=8192)
     fps: float | None = num(None, gt=0, doc="video frame rate; default: simulated time runs at real speed")
     background: Vec3 = (0.12, 0.12, 0.14)
     color: Vec3 = (0.85, 0.45, 0.25)

@@ -96,3 +96,13 @@ def test_a_start_within_the_thickness_names_the_pair(tmp_path):
     r = tisim("run", str(p), "--no-render", "-n", "1")
     assert_one_line_error(r, "near.toml", "start 0.0005 m apart", "cloth ")
     assert "collider" not in r.stderr, r.stderr
+
+
+def test_run_given_a_demo_name_or_a_mesh_says_which_command(tmp_path):
+    """`tisim run squeeze-ball` said only "no such scene file"; a mesh file was "not valid TOML"."""
+    r = tisim("run", "squeeze-ball", "--no-render", "-n", "1", cwd=tmp_path)
+    assert_one_line_error(r, "squeeze-ball", "is a demo", "tisim demo squeeze-ball")
+    mesh = tmp_path / "sheet.obj"
+    mesh.write_text("v 0 0 0\nv 1 0 0\nv 0 1 0\nf 1 2 3\n")
+    r = tisim("run", str(mesh), "--no-render", "-n", "1")
+    assert_one_line_error(r, "sheet.obj", "a mesh, not a scene", "tisim refine")

@@ -773,7 +773,7 @@ def test_size_option_sets_the_render_size_and_rejects_bad_input(tmp_path):
     scene.write_text('[objects.b]\ngenerator = "box"\n')
     s = load_scene(scene, _size_overrides("320X200"))
     assert (s.render.width, s.render.height) == (320, 200)
-    for bad in ("1280", "1280x", "8x8", "axb", "12x34x5"):
+    for bad in ("1280", "1280x", "8x8", "axb", "12x34x5", "100000x100000", "19200x10800"):
         r = CliRunner().invoke(app, ["run", str(scene), "--no-render", "-n", "1", "--size", bad])
         assert r.exit_code == 2, (bad, r.output)
         lines = [ln for ln in r.output.splitlines() if ln.strip()]

@@ -121,6 +121,13 @@ def test_override_creates_new_tables():
         ("objects.block.youngs_modulus=1e400", "objects.block.youngs_modulus", "finite"),
         ("contact.mu=inf", "contact.mu", "finite"),
         ("objects.block.translation=[0,-inf,0]", "objects.block.translation[1]", "finite"),
+        # the name made paths: '../x' wrote outside the output folder, 'a/b' broke the video
+        ("scene.name=\"../../x\"", "scene.name", "without '/'"),
+        ("scene.name=\"v2/final\"", "scene.name", "without '/'"),
+        ("scene.name=\"..\"", "scene.name", "not '.' or '..'"),
+        # the renderer's zero-length vector (an internal error)
+        ("camera.lookat=[2.0,1.5,3.0]", "camera.lookat", "other than camera.position"),
+        ("camera.up=[0,0,0]", "camera.up", "non-zero"),
     ],
 )
 def test_scene_errors_name_file_key_and_expectation(tmp_path, override, key, fragment):

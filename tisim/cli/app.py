@@ -171,6 +171,19 @@ def _run(
     return result.exit_code
 
 
+def _run_file(scene_path: Path, **kw) -> int:
+    """``tisim run``: a scene file; a demo's name, or a mesh file, gets the command it needs."""
+    from tisim.config import ConfigError
+
+    if not scene_path.exists() and (demos_dir() / f"{scene_path}.toml").exists():
+        raise ConfigError("", f"no such scene file; {scene_path} is a demo: run it with "
+                              f"`tisim demo {scene_path}`", str(scene_path))
+    if scene_path.is_file() and scene_path.suffix.lower() in (".obj", ".ply", ".stl", ".off", ".msh", ".vtk"):
+        raise ConfigError("", "a mesh, not a scene: name it in a scene file (`mesh = ...` in an [objects.NAME] "
+                              "table), or refine a cloth mesh with `tisim refine`", str(scene_path))
+    return _run(scene_path, **kw)
+
+
 def _ended_code(ended: str, error: str | None = None) -> int:
     """The exit code ``tisim run`` gives a run that ended so (tisim.runner.RunResult):
     diverged 3, stalled 4, interrupted 130; a run that raised: 2 for the user's mistake
@@ -189,6 +202,9 @@ def _overall_code(codes) -> int:
     return next((c for c in (130, 1, 2, 3, 4) if c in bad), max(bad, default=0))
 
 
+MAX_IMAGE_SIDE = 8192
+
+
 def _size_overrides(size: Optional[str]) -> List[str]:
     """``--size WxH`` as the overrides render.width=W, render.height=H."""
     if size is None:
@@ -196,8 +212,11 @@ def _size_overrides(size: Optional[str]) -> List[str]:
     from tisim.config import ConfigError
 
     parts = size.lower().replace("\u00d7", "x").split("x")
-    if len(parts) != 2 or not all(p.strip().isdigit() and int(p) >= 16 for p in parts):
-        raise ConfigError("--size", f"expected WIDTHxHEIGHT in pixels, each >= 16 (e.g. 1280x720), got {size!r}")
+    # 8192: the largest image the renderer and the video encoder take everywhere (100000 x
+    # 100000 aborted Taichi's renderer; 19200 x 10800 rendered for minutes and ffmpeg refused it)
+    if len(parts) != 2 or not all(p.strip().isdigit() and 16 <= int(p) <= MAX_IMAGE_SIDE for p in parts):
+        raise ConfigError("--size", f"expected WIDTHxHEIGHT in pixels, each from 16 to {MAX_IMAGE_SIDE} "
+                                    f"(e.g. 1280x720), got {size!r}")
     return [f"render.width={int(parts[0])}", f"render.height={int(parts[1])}"]
 
 
@@ -275,7 +294,7 @@ def run(
 ):
     """Run a scene file."""
     _quiet(quiet, ctx)
-    code = _guard(_run, scene, frames=frames, headless=headless, out=out, no_render=no_render,
+    code = _guard(_run_file, scene, frames=frames, headless=headless, out=out, no_render=no_render,
                   export_meshes=export_meshes, arch=arch, precision=precision, sets=set, quiet=quiet, size=size)
     raise typer.Exit(code)
 
