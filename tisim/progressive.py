@@ -271,6 +271,7 @@ class RefineResult:
     level_seconds: list[float]
     info: dict = field(default_factory=dict)
     message: str = ""
+    nothing_to_do: bool = False  # a --resume of a refine that had finished
 
     @property
     def exit_code(self) -> int:
@@ -664,6 +665,23 @@ class ProgressiveRefiner:
         info["versions"] = versions()
         seconds = []
         ended, message = "completed", ""
+        pipelined = schedule == "pipelined" and self.L > 0
+        # every level this process steps checks its start (SolverCloth.check_start) before
+        # anything of an earlier refine is removed or its run.json rewritten: a refine
+        # refused in one line leaves the folder as it was (it emptied the levels' frames,
+        # meshes and checkpoints first). A finer level of the pipelined schedule checks in
+        # its own process.
+        for level in (pipeline_groups(self.L + 1, self.pipeline_cores)[0] if pipelined else range(self.L + 1)):
+            self.solver(level)
+        if resume:
+            previous = read_json(self.out / "run.json") or {}
+            if previous.get("ended") == "completed":
+                self._check_resumable()
+                if all(self.last_checkpoint(level) >= frames for level in range(self.L + 1)):
+                    # nothing to step: the finished refine's folder, its run.json's timings
+                    # included, stays as it is
+                    message = f"nothing to resume: every level already has its {frames} frames"
+                    return RefineResult(self.out, "completed", frames, [], previous, message, nothing_to_do=True)
         info["resumed_from"] = self.prepare_outputs(resume)
         # written now and again at the end: a refine killed on the way leaves its settings
         # for --resume

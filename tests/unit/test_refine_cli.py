@@ -207,6 +207,42 @@ def test_resume_keeps_the_scene_and_refuses_another(tmp_path):
     assert (out / "level_1" / "checkpoints" / "frame_00002.npz").exists()
 
 
+def test_rerunning_the_mesh_command_with_another_frame_count_keeps_no_copy(tmp_path):
+    """Only -n changed the written scene, and every rerun kept the last one as my.K.toml."""
+    mesh = _sheet(tmp_path / "my.obj", 25, 25, size=(0.3, 0.3))
+    out = tmp_path / "out"
+    for n in ("1", "2"):
+        r = _refine(str(mesh), "--drape-on", "ground", "--frames", n, "--levels", "2", "--out", str(out))
+        assert r.exit_code == 0 and "kept the earlier scene" not in r.output, r.output
+    assert sorted(p.name for p in out.glob("*.toml")) == ["my.toml"]
+    assert "frames = 2" in (out / "my.toml").read_text()
+
+
+def test_a_refused_refine_and_a_resume_of_a_finished_one_leave_the_folder_as_it_was(tmp_path):
+    """A rerun refused by a level's start-up check first emptied the levels' frames,
+    meshes and checkpoints and left run.json 'running'; --resume of a finished refine
+    rewrote run.json with empty timings ("nan ms/frame")."""
+    mesh = _sheet(tmp_path / "my.obj", 12, 12, size=(0.3, 0.3))
+    scene = _scene(tmp_path, mesh, '[colliders.rock]\ntype = "sphere"\nposition = [0.0, 0.2, 0.0]\n'
+                                   'radius = 0.1\n[refine]\nmethod = "loop"\n')
+    out = tmp_path / "out"
+    r = _refine(str(scene), "--frames", "2", "--levels", "2", "--out", str(out))
+    assert r.exit_code == 0, r.output
+
+    def files():
+        return {p.relative_to(out): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+
+    before = files()
+    assert any(p.suffix == ".npz" for p in before) and (out / "run.json") in [out / p for p in before]
+    r = _refine(str(scene), "--frames", "2", "--levels", "2", "--out", str(out), "--resume")
+    assert r.exit_code == 0 and "nothing to resume" in r.output, r.output
+    assert files() == before
+    r = _refine(str(scene), "--frames", "2", "--levels", "2", "--out", str(out),
+                "--set", "objects.c.translation=[0.0, 0.2, 0.0]")  # through the rock
+    _assert_one_line_error(r, "the cloth intersects collider 'rock'")
+    assert files() == before
+
+
 def test_pipeline_groups_give_the_finest_levels_the_spare_cores():
     from tisim.progressive import pipeline_groups
 

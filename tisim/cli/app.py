@@ -601,8 +601,9 @@ def refine(
                 typer.echo(f"resuming with the scene {scene_file} as it is"
                            + ("" if same else " (not as these options would write it)"))
             else:
-                if scene_file.exists() and scene_file.read_text() != text:
-                    # the user may have edited it: keep it beside
+                if scene_file.exists() and _without_frames(scene_file.read_text()) != _without_frames(text):
+                    # the user may have edited it (more than the frame count, which only
+                    # -n changed): keep it beside
                     kept = _spare_name(scene_file)
                     scene_file.rename(kept)
                     restore.append((kept, scene_file))
@@ -668,6 +669,9 @@ def refine(
                        f"{li.get('seconds', float('nan')):.1f} s)")
 
         res = r.run(n, resume=resume, direct=direct, schedule=schedule, announce=announce)
+        if res.nothing_to_do:
+            typer.echo(f"{res.message} in {out_dir}/")
+            return 0
         if res.ended != "completed":
             typer.echo(f"error: {res.message}", err=True)
             return res.exit_code
