@@ -104,11 +104,11 @@ class SPDSolver:
     def _mixed(self, A: sp.csr_matrix, U: sp.csr_matrix, b: np.ndarray) -> np.ndarray | None:
         """A^-1 b from the float32 factor with iterative refinement in float64, or None
         when it does not settle (see the class docstring)."""
-        from tisim.linalg.pardiso import NotPositiveDefinite
+        from tisim.linalg.pardiso import PardisoError
 
         try:
             self._pardiso32.factorize(U)
-        except NotPositiveDefinite:
+        except PardisoError:  # a pivot at round-off (-4, or -13)
             log.debug("float32 factorisation met a non-positive pivot: double precision")
             return None
         return self._refined(A, b)
@@ -165,7 +165,7 @@ class SPDSolver:
         """A^-1 b. A: the SPD system (scipy sparse), or the ``SystemAssembler`` that holds
         it: then PARDISO in double precision takes its 3 x 3 block upper triangle
         (``block_upper``) and the CSR matrix is not formed unless needed."""
-        from tisim.linalg.pardiso import NotPositiveDefinite, PardisoError
+        from tisim.linalg.pardiso import PardisoError
 
         if not sp.issparse(A):
             system = A
@@ -190,8 +190,10 @@ class SPDSolver:
                     return x
                 self.fallbacks += 1
             U = self._upper(A)
-            # (a shifted A's upper part is made again: a shift is rare)
-            self._shifted(A, lambda M: self._pardiso.factorize(U if M is A else self._upper(M)), NotPositiveDefinite)
+            # (a shifted A's upper part is made again: a shift is rare). A pivot at round-off
+            # is reported as -4 or, depending on how MKL's threads split the work, -13 (seen
+            # on the scalar triangle too when the machine was loaded): both are shifted
+            self._shifted(A, lambda M: self._pardiso.factorize(U if M is A else self._upper(M)), PardisoError)
             return self._pardiso.solve(b)
         A = sp.csc_matrix(A)
         if self.backend == "cholmod":
