@@ -520,8 +520,18 @@ def load_scene(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) ->
         raise ConfigError("", f"not valid TOML: {e}", str(p)) from None
     except (OSError, UnicodeDecodeError) as e:
         raise ConfigError("", f"cannot read: {e}", str(p)) from None
+    in_file = {k: set(v) if isinstance(v, dict) else set() for k, v in data.items() if k in ("objects", "colliders")}
     try:
         data = apply_overrides(data, overrides)
     except ConfigError as e:
         raise ConfigError(e.key, e.detail + " (in --set)", str(p)) from None
+    # a --set naming an object or collider the file does not have made a new, incomplete
+    # one (a typo, objects.clth.density=1): say so, not what that new one lacks
+    for section, names in in_file.items():
+        for name, table in (data.get(section) or {}).items():
+            needs = ("mesh", "generator") if section == "objects" else ("type",)
+            if name not in names and isinstance(table, dict) and not any(k in table for k in needs):
+                known = ", ".join(sorted(names)) or "none"
+                raise ConfigError(f"{section}.{name}", f"no such entry in the scene file ({section}: {known}); "
+                                  f"a --set that adds one must give it {' or '.join(needs)} (in --set)", str(p))
     return scene_from_dict(data, str(p))

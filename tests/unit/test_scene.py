@@ -141,6 +141,19 @@ def test_scene_errors_name_file_key_and_expectation(tmp_path, override, key, fra
     assert fragment in msg
 
 
+def test_a_set_naming_no_entry_of_the_file_says_so(tmp_path):
+    """A misspelt object in --set made a new, empty object, reported as needing a mesh or
+    a generator; a new object or collider given whole is still added."""
+    p = write(tmp_path, MINIMAL)
+    with pytest.raises(ConfigError, match=r"no such entry in the scene file \(objects: block\)") as ei:
+        load_scene(p, ["objects.blok.density=250"])
+    assert ei.value.key == "objects.blok" and "\n" not in str(ei.value)
+    with pytest.raises(ConfigError, match=r"\(colliders: floor\).*give it type"):
+        load_scene(p, ["colliders.flor.position=[0,-2,0]"])
+    s = load_scene(p, ['colliders.wall.type="plane"', "colliders.wall.normal=[1,0,0]"])
+    assert "wall" in s.colliders
+
+
 def test_object_needs_mesh_or_generator(tmp_path):
     text = MINIMAL.replace('generator = "box"', "")
     with pytest.raises(ConfigError, match="exactly one of 'mesh'"):
