@@ -317,6 +317,7 @@ class ProgressiveRefiner:
         self._fine_term = None
         self._solvers: dict[int, object] = {}
         self._meshes: dict[int, object] = {}
+        self._earlier_levels: dict[int, dict] = {}  # a resumed refine's run.json entries, by level
 
     # ------------------------------------------------------------------ set-up
     def level_dir(self, level: int) -> Path:
@@ -527,6 +528,19 @@ class ProgressiveRefiner:
                 raise ConfigError("", f"cannot resume: level {level}'s checkpoints have {n} vertices, this refine's "
                                       f"level {level} has {want}{again}", str(self.out))
 
+    def _level_entry(self, level: int, li: dict) -> dict:
+        """``level``'s entry in run.json: ``li``, or the resumed refine's entry when this
+        run had no frame of the level to step (its timings would be lost: frames 0)."""
+        if li.get("frames", 0) <= 0 and level in self._earlier_levels:
+            return self._earlier_levels[level]
+        return li
+
+    def _with_earlier(self, levels: list[dict]) -> list[dict]:
+        """``levels`` and the resumed refine's entries of the levels not among them, by level."""
+        have = {e["level"] for e in levels}
+        return sorted(levels + [e for k, e in self._earlier_levels.items() if k not in have],
+                      key=lambda e: e["level"])
+
     # ------------------------------------------------------------------ one level
     def run_level(self, level: int, frames: int, *, resume: bool = False, bar=None) -> dict:
         """Simulate ``level`` for ``frames`` frames (level 0: the preview; others driven
@@ -675,17 +689,22 @@ class ProgressiveRefiner:
             self.solver(level)
         if resume:
             previous = read_json(self.out / "run.json") or {}
-            if previous.get("ended") == "completed":
+            if previous.get("ended") == "completed" and (not direct or "direct" in previous):
                 self._check_resumable()
                 if all(self.last_checkpoint(level) >= frames for level in range(self.L + 1)):
                     # nothing to step: the finished refine's folder, its run.json's timings
                     # included, stays as it is
                     message = f"nothing to resume: every level already has its {frames} frames"
                     return RefineResult(self.out, "completed", frames, [], previous, message, nothing_to_do=True)
+        # a resume keeps the timings of the levels it does not step (read before run.json is rewritten)
+        earlier = read_json(self.out / "run.json") if resume else None
+        self._earlier_levels = {e["level"]: e for e in (earlier or {}).get("levels") or []
+                                if isinstance(e, dict) and isinstance(e.get("level"), int)}
         info["resumed_from"] = self.prepare_outputs(resume)
         # written now and again at the end: a refine killed on the way leaves its settings
         # for --resume
-        _write_json(self.out / "run.json", {**info, "ended": "running", "message": ""})
+        _write_json(self.out / "run.json", {**info, "levels": self._with_earlier([]), "ended": "running",
+                                            "message": ""})
         try:
             if schedule == "pipelined" and self.L > 0:
                 seconds = self._run_pipelined(frames, resume, info, announce)
@@ -702,6 +721,7 @@ class ProgressiveRefiner:
                     li.update(level=level, seconds=seconds[-1],
                               vertices=self.hierarchy.levels[level].vertex_count,
                               faces=self.hierarchy.levels[level].face_count)
+                    li = self._level_entry(level, li)
                     info["levels"].append(li)
                     if announce is not None:
                         announce(level, self.level_dir(level), li)
@@ -720,7 +740,7 @@ class ProgressiveRefiner:
                     dr["preview_cost_vs_direct_coarse"] = prev / dr["level_0_median_ms"]
                 if fine:
                     dr["finest_cost_vs_direct_fine"] = fine / dr[f"level_{self.L}_median_ms"]
-        info.update(ended=ended, message=message)
+        info.update(levels=self._with_earlier(info["levels"]), ended=ended, message=message)
         _write_json(self.out / "run.json", info)
         return RefineResult(self.out, ended, frames, seconds, info, message)
 
@@ -782,6 +802,7 @@ class ProgressiveRefiner:
                 li, sec = done[lv]
                 li.update(level=lv, seconds=sec, process_s=sec, cpu_s=cpu, levels_in_process=here,
                           vertices=self.hierarchy.levels[lv].vertex_count, faces=self.hierarchy.levels[lv].face_count)
+                li = self._level_entry(lv, li)
                 info["levels"].append(li)
                 if announce is not None:
                     announce(lv, self.level_dir(lv), li)
@@ -798,6 +819,7 @@ class ProgressiveRefiner:
                 li = json.loads((self.level_dir(level) / "level.json").read_text())
                 li.update(level=level, seconds=seconds[-1], vertices=self.hierarchy.levels[level].vertex_count,
                           faces=self.hierarchy.levels[level].face_count)
+                li = self._level_entry(level, li)
                 info["levels"].append(li)
                 if announce is not None:
                     announce(level, self.level_dir(level), li)

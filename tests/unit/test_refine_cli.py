@@ -243,6 +243,32 @@ def test_a_refused_refine_and_a_resume_of_a_finished_one_leave_the_folder_as_it_
     assert files() == before
 
 
+@pytest.mark.slow
+def test_a_resume_that_steps_some_levels_keeps_the_others_timings(tmp_path):
+    """A resume with the preview's frames all there steps only the finest level: run.json
+    kept the preview with frames 0 and no median, and the command said "nan ms/frame".
+    Now the preview's entry is the earlier run's; a --direct resume of a refine made
+    without the direct runs is not "nothing to resume"."""
+    import json
+
+    mesh = _sheet(tmp_path / "my.obj", 4, 4, size=(0.3, 0.3))
+    scene = _scene(tmp_path, mesh, '[refine]\nmethod = "loop"\n')
+    out = tmp_path / "out"
+    args = (str(scene), "--frames", "2", "--levels", "2", "--out", str(out))
+    r = _refine(*args)
+    assert r.exit_code == 0, r.output
+    before = json.loads((out / "run.json").read_text())["levels"]
+    (out / "level_1" / "checkpoints" / "frame_00002.npz").unlink()  # the finest level's last frame to redo
+    r = _refine(*args, "--resume")
+    assert r.exit_code == 0 and "nan" not in r.output and "its frames were there already" not in r.output, r.output
+    after = json.loads((out / "run.json").read_text())["levels"]
+    assert [e["level"] for e in after] == [0, 1]
+    assert after[0] == before[0] and after[0]["frames"] == 2 and after[1]["frames"] == 1, after
+    r = _refine(*args, "--resume", "--direct")
+    assert r.exit_code == 0 and "nothing to resume" not in r.output, r.output
+    assert "direct" in json.loads((out / "run.json").read_text())
+
+
 def test_pipeline_groups_give_the_finest_levels_the_spare_cores():
     from tisim.progressive import pipeline_groups
 

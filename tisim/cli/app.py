@@ -665,6 +665,9 @@ def refine(
 
         def announce(level, folder, li):
             what = "preview" if level == 0 else ("finest level" if level == r.L else f"level {level}")
+            if not li.get("frames"):  # a resume found all its frames (and no earlier timings)
+                typer.echo(f"{what} done: {folder}/ (its frames were there already)")
+                return
             typer.echo(f"{what} done: {folder}/ ({li.get('median_ms', float('nan')):.0f} ms/frame median, "
                        f"{li.get('seconds', float('nan')):.1f} s)")
 
