@@ -50,6 +50,28 @@ def test_help_does_not_import_taichi():
     assert r.returncode == 0, r.stderr
 
 
+@pytest.mark.parametrize("args, fragments", [
+    (("refine", "x.obj", "--levels", "0"), ("tisim refine: ", "'--levels'", "greater than or equal to 1",
+                                            "see tisim refine --help")),
+    (("demo", "cloth-drape", "--frames", "abc"), ("tisim demo: ", "'--frames'", "integer")),
+    (("run",), ("tisim run: ", "Missing argument 'scene'")),
+    (("run", "a.toml", "--bogus"), ("tisim run: ", "--bogus")),
+    (("frobnicate",), ("tisim: ", "No such command 'frobnicate'")),
+])
+def test_usage_errors_are_one_line(args, fragments):
+    """A bad option value, a missing argument, an unknown option or command: one line
+    naming the command and what was wrong, exit code 2 (click printed its 4-line usage
+    block: "Usage: ...", "Try ...", a blank line, "Error: ...")."""
+    assert_one_line_error(tisim(*args), *fragments)
+
+
+def test_bare_command_still_shows_help_and_help_exits_0():
+    r = tisim()
+    assert r.returncode == 2 and "Commands:" in r.stdout + r.stderr, (r.stdout, r.stderr)
+    r = tisim("run", "--help")
+    assert r.returncode == 0 and "Usage:" in r.stdout and not r.stderr.strip(), r.stderr
+
+
 def test_missing_scene_file(tmp_path):
     r = tisim("run", str(tmp_path / "nope.toml"))
     assert_one_line_error(r, "nope.toml", "no such scene file")

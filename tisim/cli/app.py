@@ -787,10 +787,41 @@ def main() -> None:
     # --debug is accepted anywhere on the line, not only before the command.
     if "--debug" in sys.argv[1:]:
         sys.argv = [sys.argv[0], "--debug"] + [a for a in sys.argv[1:] if a != "--debug"]
+    try:  # typer >= 0.2x carries its own copy of click
+        from typer._click import exceptions as cx
+    except ImportError:
+        from click import exceptions as cx
+    no_args = getattr(cx, "NoArgsIsHelpError", None) or ()  # click >= 8.2
+
     try:
-        app()
-    except KeyboardInterrupt:
+        # not standalone: click's usage errors (a bad option value, a missing argument)
+        # come here, to be said in one line like every other bad input
+        code = app(standalone_mode=False)
+    except no_args as e:  # a bare `tisim` or group: its help
+        e.show()
+        sys.exit(e.exit_code)
+    except cx.UsageError as e:
+        typer.echo(usage_line(e), err=True)
+        sys.exit(2)
+    except cx.ClickException as e:
+        e.show()
+        sys.exit(e.exit_code)
+    except (KeyboardInterrupt, cx.Abort):
         sys.exit(130)
+    sys.exit(code if isinstance(code, int) else 0)
+
+
+def usage_line(e) -> str:
+    """A click usage error in one line: what was wrong and where to look
+    ("error: tisim refine: Invalid value for '--levels' / '-L': ...; see tisim refine --help"),
+    in place of click's usage block."""
+    names, ctx = [], e.ctx
+    while ctx is not None and ctx.parent is not None:  # (the root's name is how it was started)
+        names.insert(0, ctx.info_name)
+        ctx = ctx.parent
+    path = " ".join(["tisim", *names])
+    msg = " ".join(e.format_message().split()).rstrip(".")
+    return f"error: {path}: {msg} (see {path} --help)"
 
 
 if __name__ == "__main__":
