@@ -103,6 +103,10 @@ def init(arch: str = "auto", precision: str | None = None, *, debug: bool = Fals
     ti_arch = {"cpu": ti.cpu, "cuda": ti.cuda, "vulkan": ti.vulkan}[chosen]
     fp = ti.f64 if precision == "f64" else ti.f32
     _lighten_taichi_front_end(short_positions=not debug)
+    if not debug:  # (--debug keeps Taichi's own launch path)
+        from tisim import _taichi_launch
+
+        _taichi_launch.install()
     # `tisim ... --quiet` (TISIM_QUIET=1): without Taichi's "[Taichi] Starting on arch=..." line
     quiet = os.environ.get("TISIM_QUIET") == "1"
     with contextlib.redirect_stdout(io.StringIO()) if quiet else contextlib.nullcontext():
