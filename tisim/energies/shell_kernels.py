@@ -282,10 +282,13 @@ def gather_face_hessians(
     ptr: ti.types.ndarray(),
     inc: ti.types.ndarray(),
     rows: ti.types.ndarray(),
+    indptr: ti.types.ndarray(),
     csr: ti.types.ndarray(),
 ):
-    """csr[slot] += (D^T hf[f] D)[i, j] for every face f: the 9 x 9 vertex Hessians from
-    their F-space Hessians (``shell_hessian_f``), summed into a CSR value array.
+    """csr[slot] = sum of (D^T hf[f] D)[i, j] over the faces f: the 9 x 9 vertex Hessians
+    from their F-space Hessians (``shell_hessian_f``), summed into a CSR value array
+    whose rows 3 v .. 3 v + 2 (indptr: the pattern's row starts) vertex v first zeroes:
+    the first of the gathers into ``csr``, the others add.
     Parallel over vertices, without atomics: vertex v adds the rows of its faces' 9 x 9
     Hessians that belong to it (the pattern is the full matrix, so row v's slots are
     written by v alone). ptr (n + 1,) and inc (K, 2) list each vertex's (face, local
@@ -293,6 +296,8 @@ def gather_face_hessians(
     (``DeviceAssembler.incidence``; -1: dropped). Every entry gets its terms in face
     order, on every backend and thread count (bit for bit: no float atomics)."""
     for v in range(ptr.shape[0] - 1):
+        for s in range(indptr[3 * v], indptr[3 * v + 3]):
+            csr[s] = 0.0
         for j in range(ptr[v], ptr[v + 1]):
             f = inc[j, 0]
             a = inc[j, 1]
@@ -318,12 +323,6 @@ def scatter_blocks(h: ti.types.ndarray(), count: ti.i32, slots: ti.types.ndarray
             s = slots[e, i, j]
             if s >= 0:
                 csr[s] += h[e, i, j]
-
-
-@ti.kernel
-def zero_scalars(a: ti.types.ndarray()):
-    for i in range(a.shape[0]):
-        a[i] = 0.0
 
 
 # ---------------------------------------------------------------------------

@@ -184,14 +184,6 @@ def _barrier_gradient(
 
 
 @ti.kernel
-def _zero_rows(H: ti.types.ndarray(), rows: ti.i32):
-    """H[k] = 0 for k < rows (its own kernel: a zeroing loop inside the Hessian kernels
-    costs more compile time than the whole of this one)."""
-    for k, i, j in ti.ndrange(rows, 12, 12):
-        H[k, i, j] = 0.0
-
-
-@ti.kernel
 def _barrier_classify(
     x: ti.types.ndarray(),
     rest: ti.types.ndarray(),
@@ -243,9 +235,11 @@ def _barrier_hessians(
     stencils: ti.types.ndarray(),
 ):
     """Second half: H = kappa [m b' Hd + b Hm + m b'' gd gd^T + b' (gm gd^T + gd gm^T)]
-    added into rows zeroed by ``_zero_rows``."""
+    each row zeroed first by its own thread."""
     for k in range(n_pt + n_ee):
         stencils[k] = ti.Vector([-1, -1, -1, -1], ti.i32)
+        for i, j in ti.ndrange(12, 12):  # row k is this thread's: zeroed here, not in a pass before
+            H[k, i, j] = 0.0
         dtype = dtypes[k]
         if dtype >= 0:
             is_ee, idx, x0, x1, x2, x3 = _load_pair(k, x, pt, n_pt, ee)
@@ -486,7 +480,10 @@ def _friction_hessians(
 ):
     for k in range(n):
         stencils_out[k] = stencil[k]
-        if coef[k] != 0.0:
+        if coef[k] == 0.0:
+            for i, j in ti.ndrange(12, 12):  # (row k is this thread's: no zeroing pass before)
+                H[k, i, j] = 0.0
+        else:
             u = _tangential(k, x, x_ref, stencil, weights, basis)
             T = basis[k]
             K = coef[k] * (T @ fr.inner_matrix(u, eps, project != 0) @ T.transpose())
@@ -549,8 +546,6 @@ class _Rows:
         if self._psd is None:
             self._psd = PSDProjector(12)
         self._psd.compile(self.hessians)
-        if not backend.zero(self.hessians, 0):  # as the callers zero rows: a kernel without a host view
-            _zero_rows(self.hessians, 0)
 
 
 class BarrierPotential(_Rows):
@@ -699,8 +694,6 @@ class BarrierPotential(_Rows):
             self._dtypes,
             self._coefs,
         )
-        if not backend.zero(self.hessians, rows):
-            _zero_rows(self.hessians, rows)
         _barrier_hessians(
             x, pt, int(n_pt), ee, int(n_ee), self._dtypes, self._coefs, self.hessians, self.stencils
         )
@@ -864,8 +857,6 @@ class FrictionPotential(_Rows):
         ``project`` only clamps its along-slip eigenvalue against round-off."""
         if self.rows == 0:
             return 0
-        if not backend.zero(self.hessians, self.rows):
-            _zero_rows(self.hessians, self.rows)
         _friction_hessians(
             x,
             x_ref,

@@ -119,6 +119,10 @@ class DeviceAssembler:
         # per group: each vertex's (element, local index) pairs by increasing element, for
         # the kernels that sum the rows of a vertex in parallel (``gather_*``)
         self.incidence = [_incidence(st, size // 3, sl) for st, sl in zip(parts, slot_arrays)]
+        # the pattern's row starts on the device: the first gather zeroes each vertex's rows
+        # (``gather_face_hessians``) instead of a zeroing pass over ``data`` before it
+        self.indptr = ti.ndarray(ti.i32, shape=size + 1)
+        upload(self.indptr, np.asarray(self.pattern._indptr, dtype=np.int32))
 
     @property
     def slots(self) -> list:
@@ -134,12 +138,6 @@ class DeviceAssembler:
                 upload(a, sl if k else np.full((1, d, d), -1, np.int32))
                 self._slots.append(a)
         return self._slots
-
-    def zero(self) -> None:
-        from tisim.energies.shell_kernels import zero_scalars
-
-        if not backend.zero(self.data):
-            zero_scalars(self.data)
 
     def matrix(self) -> sp.csr_matrix:
         """The summed matrix (CSR, sorted indices, float64)."""

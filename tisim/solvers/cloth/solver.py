@@ -314,13 +314,12 @@ class ShellTerm:
 
         e = self.energy_obj
         asm = self.assembler
-        asm.zero()
         # membrane (+ strain limit) F-space Hessians, projected from their eigensystem
         o = st.obj if strain_on else None
         K.shell_hessian_f(self.x, e.faces, e.face_data, e.face_data if o is None else o.face_data, 1,
                           int(strain_on), 0.0 if o is None else o.s_max, 0.0 if o is None else o.s_hat,
                           0.0 if o is None else o._tol, 1, self._hf)
-        K.gather_face_hessians(e.face_data, self._hf, *asm.incidence[0], asm.data)
+        K.gather_face_hessians(e.face_data, self._hf, *asm.incidence[0], asm.indptr, asm.data)  # (zeroes first)
         if len(self.hinges) and self.gauss_newton_bending:
             K.bending_gauss_newton_factors(self.x, e.hinges, e.hinge_data, len(self.hinges), self._gn)
             K.gather_bending_gauss_newton(self._gn, *asm.incidence[1], asm.data)
@@ -1141,8 +1140,7 @@ class _StrainTerm:
         o.add_gradient(self.x, self.g)
         K.shell_hessian_f(self.x, o.faces, o.face_data, o.face_data, 0, 1, o.s_max, o.s_hat, o._tol, 1, self._hf)
         asm = self.assembler
-        asm.zero()
-        K.gather_face_hessians(o.face_data, self._hf, *asm.incidence[0], asm.data)
+        K.gather_face_hessians(o.face_data, self._hf, *asm.incidence[0], asm.indptr, asm.data)  # (zeroes first)
         return download(self.g)[: self.n], asm.matrix()
 
     def active(self, x) -> bool:
