@@ -813,7 +813,7 @@ def main() -> None:
 
 def usage_line(e) -> str:
     """A click usage error in one line: what was wrong and where to look
-    ("error: tisim refine: Invalid value for '--levels' / '-L': ...; see tisim refine --help"),
+    ("error: tisim refine: Invalid value for '--levels' / '-L': ... (see tisim refine --help)"),
     in place of click's usage block."""
     names, ctx = [], e.ctx
     while ctx is not None and ctx.parent is not None:  # (the root's name is how it was started)
