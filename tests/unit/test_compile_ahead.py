@@ -62,7 +62,7 @@ def test_contact_kernels_compile_when_the_cloth_solver_is_built(repo_root, demos
                        capture_output=True, text=True, env=env, timeout=600, check=False)
     assert r.returncode == 0, r.stderr[-3000:]
     res = json.loads(r.stdout.strip().splitlines()[-1])
-    assert res["kernels"] >= 13
+    assert res["kernels"] >= 12
     assert res["not_compiled"] == []  # every contact kernel compiled at construction
     assert res["contacts"] > 0 and res["friction_rows"] > 0  # the steps below did reach contact
     assert res["later"] == []  # and no step after the first compiled anything

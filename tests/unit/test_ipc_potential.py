@@ -512,7 +512,7 @@ def test_second_instances_compile_nothing(scene, pots):
     t_first = time.perf_counter() - t0
     count = _compiled_counts()
     # each ran and compiled once
-    assert len(count) == 11 and set(count.values()) == {1}, count
+    assert len(count) == 10 and set(count.values()) == {1}, count
     sc2 = Scene(np.random.default_rng(7), size=3)
     assert sc2.n != sc.n
     t0 = time.perf_counter()

@@ -462,10 +462,10 @@ def test_contact_terms_read_the_pair_list_in_the_buffers():
     calls = {"compact": 0, "move": 0}
     compact, move = solver.barrier.compact_active, solver._move_is_safe
 
-    def checked_compact(x, pt, n_pt, ee, n_ee, *args):
+    def checked_compact(x, pt, n_pt, ee, n_ee, *args, **kwargs):
         assert (n_pt, n_ee) == (solver.broad.n_pt, solver.broad.n_ee), "counts of another list"
         calls["compact"] += 1
-        return compact(x, pt, n_pt, ee, n_ee, *args)
+        return compact(x, pt, n_pt, ee, n_ee, *args, **kwargs)
 
     def counted_move(*args):
         calls["move"] += 1

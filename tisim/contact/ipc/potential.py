@@ -34,7 +34,8 @@ both precisions share the offline cache; a second potential compiles nothing.
 
 Energy and gradient sums over pairs and the compaction of active pairs (a shared
 counter) run on one thread on the CPU backend (``backend.SERIAL_SUMS``): the same call
-gives the same bits and the same pair order at any thread count. GPU backends keep
+gives the same bits and the same pair order at any thread count (the barrier energy's
+per-pair values are computed in parallel first, then summed in order). GPU backends keep
 them parallel (atomics; reproducible to round-off).
 
 This module has no ``from __future__ import annotations``: Taichi reads the kernels'
@@ -129,24 +130,52 @@ def _barrier_energy(
     dhat: float,
     xi: float,
     out: ti.types.ndarray(),
+    values: ti.types.ndarray(),
+    dsq: ti.types.ndarray(),
+    out_pt: ti.types.ndarray(),
+    out_ee: ti.types.ndarray(),
+    counts: ti.types.ndarray(),
 ):
     """out[0] = sum of the pairs' barriers (unscaled by kappa), out[1] = their smallest
-    squared distance (the same values as _pair_stats', at no extra pass)."""
-    out[0] = 0.0
-    out[1] = ti.math.inf
-    ti.loop_config(serialize=backend.SERIAL_SUMS)
+    squared distance (the same values as _pair_stats', at no extra pass); the pairs
+    with s < s_hat (the only ones with a barrier force or Hessian) copied to the front
+    of out_pt / out_ee, in candidate order, counts = (point-triangle, edge-edge) rows.
+
+    The first loop computes each pair's barrier (values[k], -1 for an inactive pair:
+    a barrier is >= 0, and Taichi's fast math may drop a NaN test)
+    and squared distance (dsq[k]) in parallel; the second sums and compacts them in
+    candidate order, on one thread on the CPU backend (backend.SERIAL_SUMS): the same
+    additions in the same order as one serial loop over the pairs, at half its time on
+    two cores."""
     for k in range(n_pt + n_ee):
         is_ee, idx, x0, x1, x2, x3 = _load_pair(k, x, pt, n_pt, ee)
         _dtype, kind, blk = _pair_type(is_ee, x0, x1, x2, x3)
         w, u, v = dist._gather(x0, x1, x2, x3, blk)
         d = dist._reduced_value(kind, w, u, v)
-        ti.atomic_min(out[1], d)
+        dsq[k] = d
         s, sh = bar.shell_barrier_arguments(d, dhat, xi)
+        b = -1.0
         if s < sh:
             b = bar.barrier(s, sh)
             if is_ee and s > 0.0:
                 b *= dist.edge_edge_mollifier(x0, x1, x2, x3, _eps_x(rest, idx))
+        values[k] = b
+    out[0] = 0.0
+    out[1] = ti.math.inf
+    counts[0] = 0
+    counts[1] = 0
+    ti.loop_config(serialize=backend.SERIAL_SUMS)
+    for k in range(n_pt + n_ee):
+        ti.atomic_min(out[1], dsq[k])
+        b = values[k]
+        if b >= 0.0:
             out[0] += b
+            if k >= n_pt:
+                j = ti.atomic_add(counts[1], 1)
+                out_ee[j] = ee[k - n_pt]
+            else:
+                j = ti.atomic_add(counts[0], 1)
+                out_pt[j] = pt[k]
 
 
 @ti.kernel
@@ -308,39 +337,6 @@ def _pair_stats(
         s, sh = bar.shell_barrier_arguments(d, dhat, xi)
         if s < sh:
             active[0] += 1
-
-
-@ti.kernel
-def _compact_active(
-    x: ti.types.ndarray(),
-    pt: ti.types.ndarray(),
-    n_pt: ti.i32,
-    ee: ti.types.ndarray(),
-    n_ee: ti.i32,
-    dhat: float,
-    xi: float,
-    out_pt: ti.types.ndarray(),
-    out_ee: ti.types.ndarray(),
-    counts: ti.types.ndarray(),
-):
-    """Copy the pairs with s < s_hat (the only ones with a barrier force or Hessian at x)
-    to the front of out_pt / out_ee; counts = (point-triangle, edge-edge) rows written."""
-    counts[0] = 0
-    counts[1] = 0
-    ti.loop_config(serialize=backend.SERIAL_SUMS)
-    for k in range(n_pt + n_ee):
-        is_ee, idx, x0, x1, x2, x3 = _load_pair(k, x, pt, n_pt, ee)
-        _dtype, kind, blk = _pair_type(is_ee, x0, x1, x2, x3)
-        w, u, v = dist._gather(x0, x1, x2, x3, blk)
-        d = dist._reduced_value(kind, w, u, v)
-        s, sh = bar.shell_barrier_arguments(d, dhat, xi)
-        if s < sh:
-            if is_ee:
-                j = ti.atomic_add(counts[1], 1)
-                out_ee[j] = idx
-            else:
-                j = ti.atomic_add(counts[0], 1)
-                out_pt[j] = idx
 
 
 # ---------------------------------------------------------------------------------
@@ -578,6 +574,7 @@ class BarrierPotential(_Rows):
         self._sum = ti.ndarray(real, 2)
         self._count = ti.ndarray(ti.i32, 1)
         self.last_min_distance = math.inf  # over the pairs of the last energy call, m
+        self._active_of = None  # the arguments of the pass whose active rows _act_* hold
         super().__init__(max(int(capacity), 1))
 
     def _on_grow(self, cap: int) -> None:
@@ -586,24 +583,54 @@ class BarrierPotential(_Rows):
         self._dtypes = ti.ndarray(ti.i32, cap)
         self._coefs = ti.Vector.ndarray(6, backend.real(), cap)
 
-    def compact_active(self, x, pt, n_pt: int, ee, n_ee: int, dhat: float, thickness: float):
-        """The candidate pairs within the activation distance at ``x``: (pt, n_pt, ee, n_ee)
-        with ndarrays owned by this object (valid until the next call). Gradients and
-        Hessians of inactive pairs are zero, so computing them on these rows alone gives
-        the same result for a fraction of the work (candidates are often 10x the active
-        pairs)."""
+    def _scan(self, x, pt, n_pt: int, ee, n_ee: int, dhat: float, thickness: float) -> tuple[float, float]:
+        """One pass of ``_barrier_energy`` over the candidates: returns (sum of the pairs'
+        unscaled barriers, smallest squared distance) and keeps the active pairs'
+        rows in ``_act_pt`` / ``_act_ee`` (``compact_active``), tagged with the call's
+        arguments."""
+        from tisim import backend
+
+        rows = int(n_pt) + int(n_ee)
         need = max(int(n_pt), int(n_ee), 1)
         if getattr(self, "_act_cap", 0) < need:
             self._act_cap = max(need, 2 * getattr(self, "_act_cap", 0))
             self._act_pt = ti.Vector.ndarray(4, ti.i32, self._act_cap)
             self._act_ee = ti.Vector.ndarray(4, ti.i32, self._act_cap)
             self._act_counts = ti.ndarray(ti.i32, 2)
-        if n_pt + n_ee == 0:
-            return self._act_pt, 0, self._act_ee, 0
-        _compact_active(x, pt, int(n_pt), ee, int(n_ee), float(dhat), float(thickness), self._act_pt,
-                        self._act_ee, self._act_counts)
+        if getattr(self, "_scan_cap", 0) < max(rows, 1):
+            self._scan_cap = max(rows, 2 * getattr(self, "_scan_cap", 0), 1)
+            self._values = ti.ndarray(backend.real(), self._scan_cap)
+            self._dsq = ti.ndarray(backend.real(), self._scan_cap)
+        self._active_of = None
+        if rows == 0:
+            self._act_n = (0, 0)
+            return 0.0, math.inf
+        _barrier_energy(x, self.rest, pt, int(n_pt), ee, int(n_ee), float(dhat), float(thickness), self._sum,
+                        self._values, self._dsq, self._act_pt, self._act_ee, self._act_counts)
         c = download(self._act_counts)
-        return self._act_pt, int(c[0]), self._act_ee, int(c[1])
+        self._act_n = (int(c[0]), int(c[1]))
+        self._active_of = (pt, int(n_pt), ee, int(n_ee), float(dhat), float(thickness))
+        e, dsq = download(self._sum)[:2]
+        return float(e), float(dsq)
+
+    def compact_active(self, x, pt, n_pt: int, ee, n_ee: int, dhat: float, thickness: float, *,
+                       same_x: bool = False):
+        """The candidate pairs within the activation distance at ``x``: (pt, n_pt, ee, n_ee)
+        with ndarrays owned by this object (valid until the next call of this or
+        :meth:`energy`). Gradients and Hessians of inactive pairs are zero, so computing
+        them on these rows alone gives the same result for a fraction of the work
+        (candidates are often 10x the active pairs).
+
+        same_x: the caller vouches that ``x`` holds the values it held at the last
+        :meth:`energy` call; when that call had these candidates and constants, its
+        compaction is returned without another pass (after an accepted line search,
+        the next Newton iteration starts where the last energy was evaluated)."""
+        key = (pt, int(n_pt), ee, int(n_ee), float(dhat), float(thickness))
+        kept = self._active_of
+        if not (same_x and kept is not None and kept[0] is pt and kept[2] is ee and kept[1] == key[1]
+                and kept[3:] == key[3:]):
+            self._scan(x, pt, n_pt, ee, n_ee, dhat, thickness)
+        return self._act_pt, self._act_n[0], self._act_ee, self._act_n[1]
 
     def compile_kernels(self, x, pt, ee, g, unknowns=None) -> None:
         """Compile every kernel of the barrier now, for arrays like these (x, g:
@@ -611,9 +638,9 @@ class BarrierPotential(_Rows):
         :meth:`local_hessians`): each is launched over zero pairs, which computes
         nothing. Left to the first contact, their compilation stalls that frame by about
         a second (64 x 64 drape, frame 16), a visible freeze in a live view."""
-        self.compact_active(x, pt, 0, ee, 0, 1.0, 0.0)  # allocates the compacted rows
-        _compact_active(x, pt, 0, ee, 0, 1.0, 0.0, self._act_pt, self._act_ee, self._act_counts)
-        _barrier_energy(x, self.rest, pt, 0, ee, 0, 1.0, 0.0, self._sum)
+        self._scan(x, pt, 0, ee, 0, 1.0, 0.0)  # allocates the compacted rows and the scratch
+        _barrier_energy(x, self.rest, pt, 0, ee, 0, 1.0, 0.0, self._sum, self._values, self._dsq, self._act_pt,
+                        self._act_ee, self._act_counts)
         _barrier_gradient(x, self.rest, pt, 0, ee, 0, 1.0, 0.0, 0.0, g)
         _barrier_classify(x, self.rest, pt, 0, ee, 0, 1.0, 0.0, 0.0, self._dtypes, self._coefs)
         _barrier_hessians(x, pt, 0, ee, 0, self._dtypes, self._coefs, self.hessians, self.stencils)
@@ -629,14 +656,12 @@ class BarrierPotential(_Rows):
     ) -> float:
         """kappa sum_k m_k b(s_k, s_hat) (J); +inf if a pair overlaps (d <= thickness).
         Keeps the pairs' smallest distance at x in ``last_min_distance`` (as
-        :meth:`min_distance` gives it)."""
+        :meth:`min_distance` gives it) and the active pairs at x for
+        :meth:`compact_active` (``same_x``)."""
+        e, dsq = self._scan(x, pt, n_pt, ee, n_ee, dhat, thickness)
         if n_pt + n_ee == 0:
             self.last_min_distance = math.inf
             return 0.0
-        _barrier_energy(
-            x, self.rest, pt, int(n_pt), ee, int(n_ee), float(dhat), float(thickness), self._sum
-        )
-        e, dsq = download(self._sum)[:2]
         self.last_min_distance = math.sqrt(max(float(dsq), 0.0))
         return float(kappa) * float(e)
 

@@ -737,6 +737,10 @@ class SolverCloth(Solver):
         eps_v = self.contact.eps_v
 
         last_elastic = [math.nan]  # the elastic term's value in the last energy() call
+        # the positions array of the last energy() call that evaluated the barrier (its
+        # active pairs are kept: compact_active(same_x=True)); None once x changes in place
+        # or a detection replaces the pair buffers
+        barrier_at = [None]
 
         def energy(xx, pairs, elastic=None):
             """Total incremental potential at xx (n, 3); pairs = (n_pt, n_ee) candidates;
@@ -748,9 +752,11 @@ class SolverCloth(Solver):
             if self.strain is not None:
                 E += self.strain.energy(xcc)
             upload(self.x, xx)
+            barrier_at[0] = None
             if sum(pairs) and self.kappa > 0:
                 E += self.barrier.energy(self.x, self.broad.pt, pairs[0], self.broad.ee, pairs[1], dhat, xi,
                                          self.kappa)
+                barrier_at[0] = xx
             if friction_on:
                 E += self.friction.energy(self.x, self.x_ref, eps_v, h)
             if planes and self.kappa > 0:
@@ -782,7 +788,8 @@ class SolverCloth(Solver):
                 upload(self.x, x)
                 if friction_on:
                     self.friction.update(self.x, *self.barrier.compact_active(
-                        self.x, self.broad.pt, pairs[0], self.broad.ee, pairs[1], dhat, xi),
+                        self.x, self.broad.pt, pairs[0], self.broad.ee, pairs[1], dhat, xi,
+                        same_x=barrier_at[0] is x),
                         dhat, xi, self.kappa, self.vertex_mu)
                 if plane_friction:
                     planes.update_friction(x[:nc], dhat, xi, self.kappa, reference=x_start[:nc])
@@ -825,7 +832,8 @@ class SolverCloth(Solver):
                 if sum(pairs) and self.kappa > 0:
                     _zero(self.g)
                     apt, na_pt, aee, na_ee = self.barrier.compact_active(
-                        self.x, self.broad.pt, pairs[0], self.broad.ee, pairs[1], dhat, xi)
+                        self.x, self.broad.pt, pairs[0], self.broad.ee, pairs[1], dhat, xi,
+                        same_x=barrier_at[0] is x)
                     self.barrier.add_gradient(self.x, apt, na_pt, aee, na_ee, dhat, xi, self.kappa, self.g)
                     if friction_on:
                         self.friction.add_gradient(self.x, self.x_ref, eps_v, h, self.g)
@@ -966,12 +974,14 @@ class SolverCloth(Solver):
                     if near.any():
                         d = np.zeros_like(x)
                         d[near] = target[near] - x[near]
+                        barrier_at[0] = None  # (its detection replaces the pair buffers)
                         if self._move_is_safe(x, d, inflation):
                             done |= near
                         # its detection replaced the pair buffers: their list covers x -> x + d,
                         # so every pair near x, and x once the near vertices move
                         pairs = self._last_pairs
                     if done.any():
+                        barrier_at[0] = None
                         x[done] = target[done]
                         fixed |= done
                         pulled &= ~done
