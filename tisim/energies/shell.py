@@ -275,7 +275,7 @@ class _NdarrayEnergy:
         upload(self.faces, self.face_stencils)
         self.face_data = ti.ndarray(real, shape=(m, frame_cols.shape[1]))
         upload(self.face_data, frame_cols.astype(self._np_real))
-        self._scalar = ti.ndarray(real, shape=(1,))
+        self._scalar = ti.ndarray(real, shape=(2,))
         self._count = ti.ndarray(ti.i32, shape=(1,))
         self._sigma = ti.ndarray(real, shape=(m,))
         # numpy-wrapper scratch, allocated on first use
@@ -577,11 +577,14 @@ class StrainLimit(_NdarrayEnergy):
         return {"strain_limit": self.energy(x)}
 
     def energy(self, x) -> float:
-        """Phi in J; +inf if some sigma_i >= s_max."""
+        """Phi in J; +inf if some sigma_i >= s_max. Keeps the largest sigma_1 at x in
+        ``last_max_stretch``."""
         from tisim.energies import shell_kernels as K
 
         K.strain_energy(x, self.faces, self.face_data, self._scalar, self.s_max, self.s_hat)
-        return float(self._scalar[0])
+        e, s1 = download(self._scalar)[:2]
+        self.last_max_stretch = float(s1)  # max_stretch(x), from the same pass
+        return float(e)
 
     def add_gradient(self, x, g) -> None:
         """g += dPhi/dx, N (element order on the CPU backend, parallel atomics on GPU

@@ -615,13 +615,16 @@ def strain_energy(
     s_max: float,
     s_hat: float,
 ):
-    """out[0] = sum over faces of Phi (J); +inf where a sigma_i >= s_max."""
+    """out[0] = sum over faces of Phi (J); +inf where a sigma_i >= s_max. out[1] = the
+    largest sigma_1 over the faces (``face_stretch``'s value, from the same eigenvalues)."""
     out[0] = 0.0
+    out[1] = 0.0
     ti.loop_config(serialize=backend.SERIAL_SUMS)
     for f in range(faces.shape[0]):
         BG = face_frame(data, f)
         F = deformation(x, faces, f, BG)
         l1, l2, _v1, _v2 = sym_eigen2(F.transpose() @ F)
+        ti.atomic_max(out[1], ti.sqrt(ti.max(l1, 0.0)))
         ka = data[f, S_KAPPA] * data[f, S_AREA]
         e1, _a1, _b1 = strain_scalar(l1, ka, s_max, s_hat)
         e2, _a2, _b2 = strain_scalar(l2, ka, s_max, s_hat)

@@ -265,6 +265,7 @@ class ShellTerm:
         # here (one projection of the sum); set by the solver, see fold_strain
         self.strain = None
         self._last = None  # the last full evaluation, see remember()
+        self._energy_at = None  # (x, E) of the last energy-only evaluation
 
     def fold_strain(self, strain) -> bool:
         """Take over the gradient and Hessian of ``strain`` (a _StrainTerm on this very
@@ -298,13 +299,18 @@ class ShellTerm:
         from tisim.linalg.psd import project_psd
 
         upload(self.x, x)
-        E = self.energy_obj.energy(self.x)
+        kept = self._energy_at
+        if not energy_only and kept is not None and np.array_equal(kept[0], x):
+            E = kept[1]  # the line search's last trial, where this Newton iteration starts
+        else:
+            E = self.energy_obj.energy(self.x)
         if energy_only:
+            self._energy_at = (np.array(x, dtype=np.float64), E)
             return E, None, None
         _zero(self.g)
         self.energy_obj.add_gradient(self.x, self.g)
         st = strain
-        strain_on = st is not None and st.active(self.x)
+        strain_on = st is not None and st.active_at(x)
         if strain_on:
             st.obj.add_gradient(self.x, self.g)
         g = download(self.g)[: self.n]
@@ -1134,10 +1140,15 @@ class _StrainTerm:
         self.s_max = s_max
         self.assembler = DeviceAssembler(3 * n, [_np(self.obj.face_stencils)])
         self._hf = ti.ndarray(real, shape=(max(len(faces), 1), 6, 6))
+        self._stretch_at = None  # (x, largest stretch) of the last energy() call
 
     def energy(self, x):
         upload(self.x, x)
-        return self.obj.energy(self.x)
+        E = self.obj.energy(self.x)
+        # the largest stretch came with it: max_stretch / active_at at the same x reuse it
+        # (the Newton iteration after an accepted line search starts at its last trial)
+        self._stretch_at = (np.array(x, dtype=np.float64), self.obj.last_max_stretch)
+        return E
 
     def gradient_hessian(self, x):
         from tisim.energies import shell_kernels as K
@@ -1157,7 +1168,14 @@ class _StrainTerm:
         """Whether the barrier acts on some face at positions x (an ndarray)."""
         return bool(self.obj.max_stretch(x) > self.obj.s_max - self.obj.s_hat)
 
+    def active_at(self, x: np.ndarray) -> bool:
+        """Whether the barrier acts on some face at positions x (n, 3)."""
+        return self.max_stretch(x) > self.obj.s_max - self.obj.s_hat
+
     def max_stretch(self, x) -> float:
+        kept = self._stretch_at
+        if kept is not None and np.array_equal(kept[0], x):
+            return kept[1]
         upload(self.x, x)
         return float(self.obj.max_stretch(self.x))
 
