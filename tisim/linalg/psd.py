@@ -72,7 +72,7 @@ def _project_psd_kernel(
         # A zero row is an eigenvector of eigenvalue 0, which the clamp keeps, so the
         # projection of the active block alone, zero elsewhere, is the full matrix's, at
         # the cost of the rows that matter: a contact Hessian whose obstacle vertex rows
-        # were cleared (zero_fixed) or whose distance type involves two or three of its
+        # were cleared (restrict in _barrier_hessians) or whose distance type involves two or three of its
         # four vertices has 3 to 9 of its 12
         act = ti.Vector.zero(ti.i32, MAX_DIM)
         idx = ti.Vector.zero(ti.i32, MAX_DIM)

@@ -262,9 +262,14 @@ def _barrier_hessians(
     coefs: ti.types.ndarray(),
     H: ti.types.ndarray(),
     stencils: ti.types.ndarray(),
+    sysvert: ti.types.ndarray(),
+    restrict: ti.i32,
 ):
     """Second half: H = kappa [m b' Hd + b Hm + m b'' gd gd^T + b' (gm gd^T + gd gm^T)]
-    each row zeroed first by its own thread."""
+    each row zeroed first by its own thread. restrict != 0: the rows and columns of the
+    stencil's vertices with sysvert < 0 (not unknowns of the Newton system) are cleared
+    after, so that a projection acts on the Hessian restricted to the unknowns (in the
+    same pass: a kernel of its own read the 12 x 12 blocks again)."""
     for k in range(n_pt + n_ee):
         stencils[k] = ti.Vector([-1, -1, -1, -1], ti.i32)
         for i, j in ti.ndrange(12, 12):  # row k is this thread's: zeroed here, not in a pass before
@@ -309,7 +314,16 @@ def _barrier_hessians(
                 for j in range(12):
                     h = cf[2] * gd[i] * gd[j] + cf[3] * (gm[i] * gd[j] + gd[i] * gm[j])
                     H[k, i, j] = H[k, i, j] + h
-            stencils[k] = _masked(idx, mask)
+            st = _masked(idx, mask)
+            stencils[k] = st
+            if restrict != 0:
+                for a in range(4):
+                    if st[a] >= 0:
+                        if sysvert[st[a]] < 0:
+                            for i in range(3):
+                                for j in range(12):
+                                    H[k, 3 * a + i, j] = 0.0
+                                    H[k, j, 3 * a + i] = 0.0
 
 
 @ti.kernel
@@ -643,12 +657,9 @@ class BarrierPotential(_Rows):
                         self._act_ee, self._act_counts)
         _barrier_gradient(x, self.rest, pt, 0, ee, 0, 1.0, 0.0, 0.0, g)
         _barrier_classify(x, self.rest, pt, 0, ee, 0, 1.0, 0.0, 0.0, self._dtypes, self._coefs)
-        _barrier_hessians(x, pt, 0, ee, 0, self._dtypes, self._coefs, self.hessians, self.stencils)
+        _barrier_hessians(x, pt, 0, ee, 0, self._dtypes, self._coefs, self.hessians, self.stencils,
+                          self._count if unknowns is None else unknowns, 0)
         _pair_stats(x, pt, 0, ee, 0, 0.0, 0.0, self._sum, self._count)
-        if unknowns is not None:
-            from tisim.solvers.cloth.assembly_kernels import zero_fixed
-
-            zero_fixed(self.hessians, self.stencils, 0, unknowns)
         self._compile_rows()
 
     def energy(
@@ -720,12 +731,9 @@ class BarrierPotential(_Rows):
             self._coefs,
         )
         _barrier_hessians(
-            x, pt, int(n_pt), ee, int(n_ee), self._dtypes, self._coefs, self.hessians, self.stencils
-        )
-        if unknowns is not None:
-            from tisim.solvers.cloth.assembly_kernels import zero_fixed
-
-            zero_fixed(self.hessians, self.stencils, rows, unknowns)
+            x, pt, int(n_pt), ee, int(n_ee), self._dtypes, self._coefs, self.hessians, self.stencils,
+            self._count if unknowns is None else unknowns, int(unknowns is not None),
+        )  # fmt: skip
         if project:
             self._project(rows)
         return rows

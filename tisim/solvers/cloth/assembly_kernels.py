@@ -6,11 +6,6 @@ slot), rows ordered (local vertex, coordinate). ``sysvert`` (n,) i32 maps a vert
 index among the unknowns of the Newton system, -1 for a vertex that is not one (a static
 obstacle, a handle that has reached its target).
 
-``zero_fixed`` clears the rows and columns of non-unknowns, so that a PSD projection that
-follows projects the Hessian restricted to the unknowns (what Newton uses), which is both
-cheaper and closer to it than a projection of the full 12 x 12 block followed by dropping
-rows.
-
 ``scatter_pairs`` adds every entry between two unknowns into the value array of a CSR
 pattern (canonical: sorted, unique column indices per row), found by a binary search in
 its row; entries the pattern lacks are only counted per pair, and ``emit_outside`` writes
@@ -33,19 +28,6 @@ import taichi as ti
 from tisim import backend
 
 SEARCH_STEPS = 16  # halvings of a row search, unrolled: rows of up to 2**16 entries
-
-
-@ti.kernel
-def zero_fixed(H: ti.types.ndarray(), stencils: ti.types.ndarray(), rows: ti.i32, sysvert: ti.types.ndarray()):
-    for k in range(rows):
-        for a in range(4):
-            v = stencils[k][a]
-            if v >= 0:
-                if sysvert[v] < 0:
-                    for i in range(3):
-                        for j in range(12):
-                            H[k, 3 * a + i, j] = 0.0
-                            H[k, j, 3 * a + i] = 0.0
 
 
 @ti.func
