@@ -74,6 +74,7 @@ class HalfSpaces:
             t1 /= np.linalg.norm(t1)
             T[i, :, 0], T[i, :, 1] = t1, np.cross(nn, t1)
         self.T = T
+        self._offset = (self.p * self.n).sum(axis=1)  # n . p per plane
         self._lam = None  # lagged normal forces (k, v)
         self._xref = None
 
@@ -82,7 +83,7 @@ class HalfSpaces:
 
     def distances(self, x: np.ndarray) -> np.ndarray:
         """(k, v) signed distances of the vertices x (v, 3) to each plane, m."""
-        return np.einsum("kvj,kj->kv", x[None, :, :] - self.p[:, None, :], self.n)
+        return (np.asarray(x, dtype=np.float64) @ self.n.T - self._offset).T
 
     def min_distance(self, x) -> float:
         return float(self.distances(x).min()) if self.count else math.inf
@@ -96,6 +97,7 @@ class HalfSpaces:
         if not self.count:
             return 0.0
         d = self.distances(x)
+        d = d[d < dhat + xi]  # the barrier is zero beyond its activation distance
         s_hat = dhat * dhat + 2 * dhat * xi
         s = np.where(d > 0, d * d - xi * xi, -1.0)
         return float(kappa * barrier(s, s_hat).sum())
@@ -149,36 +151,41 @@ class HalfSpaces:
         s = d * d - xi * xi
         self._lam = np.where((d > xi) & (s < s_hat), -kappa * barrier_d1(s, s_hat) * 2 * d, 0.0)
         self._xref = (x if reference is None else reference).copy()
+        # per plane, the vertices with a lagged normal force (the others have no friction)
+        self._act = [np.flatnonzero(lam > 0) for lam in self._lam]
 
-    def _u(self, x):
-        dx = x - self._xref
-        return np.einsum("vj,kja->kva", dx, self.T)  # (k, v, 2)
+    def _u(self, x, k: int):
+        """(m, 2) tangential displacements of plane k's vertices with friction."""
+        act = self._act[k]
+        return (x[act] - self._xref[act]) @ self.T[k]
 
     def friction_energy(self, x, eps_v, h) -> float:
         if self._lam is None or not self.count:
             return 0.0
         eps = eps_v * h
-        y = np.linalg.norm(self._u(x), axis=2)
-        return float((self.mu[:, None] * self._lam * _f0(y, eps)).sum())
+        E = 0.0
+        for k in range(self.count):
+            y = np.linalg.norm(self._u(x, k), axis=1)
+            E += float((self.mu[k] * self._lam[k, self._act[k]] * _f0(y, eps)).sum())
+        return E
 
     def friction_gradient_hessian(self, x, eps_v, h, hessian=True):
         g = np.zeros_like(x)
         if self._lam is None or not self.count:
             return g, (np.zeros(0, np.int64), np.zeros((0, 3, 3)))
         eps = eps_v * h
-        u = self._u(x)
-        y = np.linalg.norm(u, axis=2)
         rows, blocks = [], []
         for k in range(self.count):
-            act = np.flatnonzero(self._lam[k] > 0)
+            act = self._act[k]
             if not act.size:
                 continue
+            uk = self._u(x, k)  # (m, 2)
+            yk = np.linalg.norm(uk, axis=1)
             w = self.mu[k] * self._lam[k, act]
-            fy = _f1_over_y(y[k, act], eps)
-            uk = u[k, act]  # (m, 2)
+            fy = _f1_over_y(yk, eps)
             g[act] += (w * fy)[:, None] * (uk @ self.T[k].T)
             if hessian:
-                yy = y[k, act]
+                yy = yk
                 # inner 2x2: f1/y I + (f1' y - f1)/y^3 u u^T (PSD: see IPC); beyond eps only
                 # the part across the slip direction remains
                 small = yy < eps
