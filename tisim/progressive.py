@@ -329,7 +329,8 @@ class ProgressiveRefiner:
 
             cp = cloth_part_for_level(self.hierarchy.finest, self.oc)
             self._fine_term = ShellTerm(cp.vertex_count, cp.faces, cp.hinges, cp.rest, cp.face_mu, cp.face_lam,
-                                        cp.face_thickness, cp.hinge_k, bending=self.scene.solver.bending)
+                                        cp.face_thickness, cp.hinge_k, bending=self.scene.solver.bending,
+                                        lumped_bending=self.scene.solver.bending_hessian == "lumped")
         return self._fine_term
 
     def solver(self, level: int, *, direct: bool = False):

@@ -18,14 +18,14 @@ from tisim.geometry.generate import cloth_grid
 YOUNG, POISSON, THICK = 1.0e4, 0.3, 1.0e-2
 
 
-def _term(X, F, bending=True):
+def _term(X, F, bending=True, lumped=False):
     from tisim.solvers.cloth.solver import ShellTerm
 
     mu, lam = lame_plane_stress(YOUNG, POISSON)
     m = len(F)
     hg = mesh_hinges(F)
     return ShellTerm(len(X), F, hg, X, np.full(m, mu), np.full(m, lam), np.full(m, THICK),
-                     np.full(len(hg), 0.05), bending=bending)
+                     np.full(len(hg), 0.05), bending=bending, lumped_bending=lumped)
 
 
 def _reference(term, x, strain=None):
@@ -376,6 +376,57 @@ def test_exact_bending_option_assembles_the_projected_full_hessian():
     got = (H_full - H_gn).toarray()
     assert np.abs(diff).max() > 1e-6 * abs(H_gn).max()  # the two assemblies differ here
     np.testing.assert_allclose(got, diff, atol=1e-9 * abs(H_gn).max())
+
+
+def test_lumped_bending_hessian_drops_the_opposite_vertices_coupling_and_bounds_gauss_newton():
+    """``bending_hessian = "lumped"``: each hinge adds c (g g^T + u u^T), u = ((g_o1 - g_o0)
+    / 2, (g_o1 - g_o0) / 2, g_o0, -g_o1), against numpy from the hinges' factors (c, g =
+    grad theta, checked in the coupled assembly above). Its pattern is the membrane's (no
+    block between a hinge's opposite vertices), it lies above the Gauss-Newton Hessian
+    (the difference is PSD) and rigid translations stay in the difference's null space
+    (Newton steps keep the momentum)."""
+    mesh = cloth_grid((0.3, 0.3), (4, 4), normal="z")
+    X, F = np.asarray(mesh.vertices, dtype=np.float64), np.asarray(mesh.faces, dtype=np.int32)
+    x = X.copy()
+    x[:, 2] += 3.0 * x[:, 0] ** 2 - 2.0 * x[:, 0] * x[:, 1]  # bent
+    x[:, 0] += 0.05 * np.sin(7.0 * x[:, 1])  # and sheared in plane: no symmetry to hide behind
+    coupled, lumped = _term(X, F), _term(X, F, lumped=True)
+    _, g_c, H_c = coupled.evaluate(x, hessian=True)
+    _, g_l, H_l = lumped.evaluate(x, hessian=True)
+    np.testing.assert_array_equal(g_l, g_c)  # the gradient is the exact one in both
+    factors = lumped._gn.to_numpy()[: len(lumped.hinges)]
+    n3 = 3 * lumped.n
+    ref = np.zeros((n3, n3))
+    for hv, f in zip(lumped.hinges, factors):
+        g = f[:12].reshape(4, 3)
+        half = 0.5 * (g[3] - g[2])
+        u = np.concatenate([half, half, g[2], -g[3]])
+        dofs = (3 * np.asarray(hv)[:, None] + np.arange(3)).ravel()
+        ref[np.ix_(dofs, dofs)] += f[12] * np.outer(u, u)
+        assert abs(f[12]) > 0 and np.abs(g[2:]).max() > 0
+    diff = (H_l - H_c).toarray()
+    scale = abs(H_c).max()
+    np.testing.assert_allclose(diff, ref, atol=1e-12 * scale)
+    assert np.abs(ref).max() > 1e-6 * scale
+    # the pattern: the faces' vertex blocks only
+    mem = sp.csr_matrix((np.ones(9 * len(F)), (np.repeat(F, 3, axis=1).ravel(), np.tile(F, 3).ravel())),
+                        shape=(lumped.n, lumped.n))
+    mem.sum_duplicates()
+    rows = np.repeat(np.arange(n3), np.diff(H_l.indptr)) // 3
+    used = set(zip(rows.tolist(), (H_l.indices // 3).tolist()))
+    assert used == set(zip(*mem.nonzero()))
+    assert H_l.nnz < H_c.nnz  # the coupled pattern has the opposite vertices' blocks
+    # above Gauss-Newton, and blind to rigid translations
+    assert np.linalg.eigvalsh(0.5 * (diff + diff.T)).min() > -1e-12 * scale
+    for axis in range(3):
+        t = np.zeros(n3)
+        t[axis::3] = 1.0
+        assert np.abs(diff @ t).max() < 1e-12 * scale
+    # the full bending Hessian is not assembled into the lumped pattern
+    lumped.gauss_newton_bending = False
+    lumped._last = None
+    with pytest.raises(ValueError, match="coupled"):
+        lumped.evaluate(x, hessian=True)
 
 
 def test_system_block_upper_equals_the_blocks_of_the_matrix():

@@ -525,24 +525,46 @@ def gather_bending_gauss_newton(
     inc: ti.types.ndarray(),
     rows: ti.types.ndarray(),
     csr: ti.types.ndarray(),
+    lumped: ti.i32,
 ):
     """csr[slot] += c g_i g_j for every hinge: the Gauss-Newton bending Hessian
     (``bending_hessian`` with full=False, c = 2 k w, g = grad theta) from the hinges'
     factors (``bending_gauss_newton_factors``), without storing its 12 x 12 blocks.
     Parallel over vertices as ``gather_face_hessians``: vertex v adds its rows of its
     hinges' c g g^T, listed by ptr / inc (hinge, local index) by increasing hinge, their
-    rows' CSR slots in rows (K, 3, 12); each entry gets its terms in hinge order."""
+    rows' CSR slots in rows (K, 3, 12); each entry gets its terms in hinge order.
+
+    lumped != 0: each hinge adds c (g g^T + u u^T) with u = ((g_o1 - g_o0) / 2,
+    (g_o1 - g_o0) / 2, g_o0, -g_o1) over (e0, e1, o0, o1), whose block between the two
+    opposite vertices (which share no face) is zero: the pattern needs only the
+    membrane's blocks (``ShellTerm``; the slots of those blocks are -1)."""
     for v in range(ptr.shape[0] - 1):
         for j in range(ptr[v], ptr[v + 1]):
             h = inc[j, 0]
             a = inc[j, 1]
             c = factors[h, 12]
             cg = ti.Vector([c * factors[h, 3 * a], c * factors[h, 3 * a + 1], c * factors[h, 3 * a + 2]])
+            go0 = ti.Vector([factors[h, 6], factors[h, 7], factors[h, 8]])
+            go1 = ti.Vector([factors[h, 9], factors[h, 10], factors[h, 11]])
+            half = 0.5 * (go1 - go0)
+            ua = half
+            if a == 2:
+                ua = go0
+            elif a == 3:
+                ua = -go1
             for w in ti.static(range(4)):
+                uw = half
+                if ti.static(w == 2):
+                    uw = go0
+                elif ti.static(w == 3):
+                    uw = -go1
                 for k, l in ti.ndrange(3, 3):
                     s = rows[j, k, 3 * w + l]
                     if s >= 0:
-                        csr[s] = csr[s] + cg[k] * factors[h, 3 * w + l]  # no atomic add (row v is v's)
+                        e = cg[k] * factors[h, 3 * w + l]
+                        if lumped != 0:
+                            e += c * ua[k] * uw[l]
+                        csr[s] = csr[s] + e  # no atomic add (row v is v's)
 
 
 # ---------------------------------------------------------------------------

@@ -88,7 +88,10 @@ class DeviceAssembler:
     """A fixed-pattern CSR matrix whose values are summed on the device.
 
     parts: list of stencils arrays (k, s) (vertex indices, no -1) of element groups with
-    (3 s x 3 s) local Hessians; size: number of scalar dofs (3 n). Each group gets the
+    (3 s x 3 s) local Hessians; size: number of scalar dofs (3 n). couplings: per group,
+    None (every vertex block) or (s, s) bools, the blocks of its local Hessians that
+    exist: the others are outside the pattern (their slots -1), so a group whose kernel
+    leaves them zero adds no fill. Each group gets the
     positions of its local Hessians' entries in the CSR value array ``data``
     (``ti.ndarray(real, nnz)``), per vertex in ``incidence`` and per element in ``slots``;
     kernels add local Hessians into ``data`` there (``shell_kernels.gather_*`` /
@@ -97,22 +100,32 @@ class DeviceAssembler:
     (9 x 9 per face, 12 x 12 per hinge) and summing them there with ``bincount``.
     """
 
-    def __init__(self, size: int, parts: list[np.ndarray]):
+    def __init__(self, size: int, parts: list[np.ndarray], couplings: list | None = None):
         import taichi as ti
 
         from tisim import backend
 
+        # per group, the (3 s, 3 s) entries of its local Hessians that exist: all, or the
+        # vertex blocks that ``couplings[group]`` (s, s) bools keep
+        kept = []
+        for st, cp in zip(parts, couplings or [None] * len(parts)):
+            d = 3 * st.shape[1]
+            mask = np.ones((d, d), dtype=bool) if cp is None else np.kron(np.asarray(cp, dtype=bool),
+                                                                         np.ones((3, 3), dtype=bool))
+            kept.append(np.broadcast_to(mask, (len(st), d, d)).ravel())
         triplets = [local_to_coo(np.ones((len(st), 3 * st.shape[1], 3 * st.shape[1])), st) for st in parts]
-        rows = np.concatenate([t[0] for t in triplets])
-        cols = np.concatenate([t[1] for t in triplets])
+        rows = np.concatenate([t[0][m] for t, m in zip(triplets, kept)])
+        cols = np.concatenate([t[1][m] for t, m in zip(triplets, kept)])
         self.pattern = PatternAssembler(size, rows, cols)
         self.size = size
         slot_arrays = []
         start = 0
-        for st in parts:
+        for st, m in zip(parts, kept):
             k, d = len(st), 3 * st.shape[1]
-            slot_arrays.append(self.pattern._slot[start:start + k * d * d].reshape(k, d, d).astype(np.int32))
-            start += k * d * d
+            sl = np.full(k * d * d, -1, dtype=np.int32)  # -1: an entry the pattern lacks
+            sl[m] = self.pattern._slot[start:start + int(m.sum())]
+            slot_arrays.append(sl.reshape(k, d, d))
+            start += int(m.sum())
         self._slot_arrays = slot_arrays
         self._slots = None
         self.data = ti.ndarray(backend.real(), shape=max(self.pattern._nnz, 1))

@@ -40,6 +40,14 @@ class ClothConfig:
     strain_stiffness: float = num(1e2, gt=0, doc="strain-limit barrier stiffness, scales E t")
     self_contact: bool = True
     bending: bool = True
+    bending_hessian: Literal["lumped", "coupled"] = field(
+        default="lumped",
+        metadata={"doc": "the Gauss-Newton bending Hessian in the Newton matrix: 'coupled' as it is; "
+                         "'lumped' moves each hinge's coupling of its two opposite vertices (which share "
+                         "no face) onto their own diagonal blocks, an upper bound of it that keeps the "
+                         "system's pattern the membrane's (the factor of the 64 x 64 drape's systems "
+                         "has about half the non-zeros); the gradient and the energy stay exact"},
+    )
     line_search_steps: int = num(30, ge=1, doc="backtracking halvings before a step gives up")
     linear_precision: Literal["double", "mixed"] = field(
         default="double",
