@@ -639,10 +639,9 @@ class BarrierPotential(_Rows):
         :meth:`energy` call; when that call had these candidates and constants, its
         compaction is returned without another pass (after an accepted line search,
         the next Newton iteration starts where the last energy was evaluated)."""
-        key = (pt, int(n_pt), ee, int(n_ee), float(dhat), float(thickness))
         kept = self._active_of
-        if not (same_x and kept is not None and kept[0] is pt and kept[2] is ee and kept[1] == key[1]
-                and kept[3:] == key[3:]):
+        if not (same_x and kept is not None and kept[0] is pt and kept[2] is ee
+                and (kept[1], *kept[3:]) == (int(n_pt), int(n_ee), float(dhat), float(thickness))):
             self._scan(x, pt, n_pt, ee, n_ee, dhat, thickness)
         return self._act_pt, self._act_n[0], self._act_ee, self._act_n[1]
 
