@@ -43,10 +43,11 @@ class ClothConfig:
     bending_hessian: Literal["lumped", "coupled"] = field(
         default="lumped",
         metadata={"doc": "the Gauss-Newton bending Hessian in the Newton matrix: 'coupled' as it is; "
-                         "'lumped' moves each hinge's coupling of its two opposite vertices (which share "
-                         "no face) onto their own diagonal blocks, an upper bound of it that keeps the "
-                         "system's pattern the membrane's (the factor of the 64 x 64 drape's systems "
-                         "has about half the non-zeros); the gradient and the energy stay exact"},
+                         "'lumped' replaces each hinge's c g g^T by c (g g^T + u u^T), which has no block "
+                         "between the hinge's two opposite vertices (they share no face): an upper bound "
+                         "with rigid translations in its null space that keeps the system's pattern the "
+                         "membrane's (half the factor's non-zeros on a regular sheet; ShellTerm); the "
+                         "gradient and the energy stay exact"},
     )
     line_search_steps: int = num(30, ge=1, doc="backtracking halvings before a step gives up")
     linear_precision: Literal["double", "mixed"] = field(
