@@ -19,4 +19,4 @@ def test_float_and_rgba_images_keep_their_layout():
     img = np.zeros((100, 100, 4), np.float32)
     out = draw_text(img, ["x"], background=None)
     assert out.dtype == np.uint8 and out.shape == (100, 100, 4)
-    assert (out[..., :3] == 255).any()
+    assert out[..., :3].max() > 128  # the glyph, white on black
