@@ -256,7 +256,15 @@ class ContactConfig:
     dhat: float = num(1e-3, gt=0, doc="barrier activation distance beyond the thickness, m")
     thickness: float = num(1e-3, ge=0, doc="contact offset xi: no two primitives come closer, m")
     eps_v: float = num(1e-3, gt=0, doc="friction smoothing velocity: slower counts as sticking, m/s")
-    friction_iterations: int = num(1, ge=0, doc="friction lagging updates per step (0: frictionless)")
+    friction_iterations: int = num(
+        3, ge=0, doc="friction lagging passes per step at most (0: frictionless); the cloth solver "
+                     "lags again only while the normal forces move by more than friction_lag_tolerance"
+    )
+    friction_lag_tolerance: float = num(
+        0.1, ge=0, doc="cloth: another friction lagging pass when the total friction bound sum mu lambda "
+                       "changed by more than this fraction in the last one (0: always friction_iterations "
+                       "passes)"
+    )
     kappa: float = num(0.0, ge=0, doc="barrier stiffness; 0 chooses and adapts it automatically")
     kappa_max_ratio: float = num(
         1e4, ge=100, doc="cap of the barrier stiffness's doubling, a multiple of IPC's minimum "

@@ -154,6 +154,12 @@ class HalfSpaces:
         # per plane, the vertices with a lagged normal force (the others have no friction)
         self._act = [np.flatnonzero(lam > 0) for lam in self._lam]
 
+    def friction_bound(self) -> float:
+        """sum mu lambda over the lagged contacts (N): the most friction they give."""
+        if self._lam is None or not self.count:
+            return 0.0
+        return float((np.asarray(self.mu)[:, None] * self._lam).sum())
+
     def _u(self, x, k: int):
         """(m, 2) tangential displacements of plane k's vertices with friction."""
         act = self._act[k]
