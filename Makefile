@@ -44,10 +44,10 @@ test-wheel: setup
 	TISIM_WHEEL_DEPS=index $(BIN)/python -m pytest tests/demos/test_package.py $(PYTEST_ARGS)
 
 bench: setup
-	$(BIN)/python tools/bench_pd.py --quick
-	$(BIN)/python tools/bench_contact.py --resolution 17.6493
-	$(BIN)/python tools/bench_admm.py --quick
-	$(BIN)/python tools/bench_cloth.py --quick --no-peer
+	$(BIN)/python benchmarks/bench_pd.py --quick
+	$(BIN)/python benchmarks/bench_contact.py --resolution 17.6493
+	$(BIN)/python benchmarks/bench_admm.py --quick
+	$(BIN)/python benchmarks/bench_cloth.py --quick --no-peer
 
 clean:
 	rm -rf out .pytest_cache build dist *.egg-info

@@ -21,7 +21,7 @@ Limitations:
     fed through the per-frame checkpoints. Each process pays Taichi's start-up (the
     Python front end of every kernel, seconds), and every level below the finest
     evaluates the finest level's shell energy through the prolongation, so the levels'
-    CPU time adds up to about twice the finest level's alone (tools/bench_refine.py
+    CPU time adds up to about twice the finest level's alone (benchmarks/bench_refine.py
     --schedule-compare measures the schedules).
 """
 

@@ -21,9 +21,9 @@ which ipctk finds the cloth self-intersecting or intersecting the tessellated sp
 (``has_intersections`` only: distances below Newton's particle radius are allowed).
 If Newton cannot be imported or run, the tisim part still runs and the JSON says why.
 
-    .venv/bin/python tools/bench_cloth.py                  # 64x64 cloth, 40 frames
-    .venv/bin/python tools/bench_cloth.py --quick          # 32x32 cloth, 25 frames
-    .venv/bin/python tools/bench_cloth.py --no-peer --frames 60 --json /tmp/cloth.json
+    .venv/bin/python benchmarks/bench_cloth.py                  # 64x64 cloth, 40 frames
+    .venv/bin/python benchmarks/bench_cloth.py --quick          # 32x32 cloth, 25 frames
+    .venv/bin/python benchmarks/bench_cloth.py --no-peer --frames 60 --json /tmp/cloth.json
 """
 
 from __future__ import annotations
@@ -31,28 +31,15 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing as mp
-import os
 import time
 from pathlib import Path
 
 import numpy as np
+from common import load_average, machine, median
 
 ROOT = Path(__file__).resolve().parent.parent
 SCENE = ROOT / "demos" / "cloth-drape.toml"
 PHASES = ("contact", "elastic", "assemble", "linear", "ccd", "line_search")
-
-
-def machine() -> dict:
-    from tisim.runner import machine as base, versions
-
-    m = base()
-    v = versions()
-    m.update(numpy=v["numpy"], taichi=v["taichi"])
-    return m
-
-
-def _median(xs) -> float | None:
-    return float(np.median(xs)) if len(xs) else None
 
 
 # ------------------------------------------------------------------------------ tisim
@@ -119,7 +106,7 @@ def bench_tisim(cells: int, frames: int, arch: str, overrides: list[str]) -> tup
     free = [r for r in warm if r["n_contacts"] == 0]
 
     def phase(rs):
-        return {k: _median([r[f"{k}_ms"] for r in rs]) for k in PHASES}
+        return {k: median([r[f"{k}_ms"] for r in rs]) for k in PHASES}
 
     first_contact = next((r["frame"] for r in rows if r["n_contacts"] > 0), None)
     res = {
@@ -136,14 +123,14 @@ def bench_tisim(cells: int, frames: int, arch: str, overrides: list[str]) -> tup
         "linear_solver": solver.info().get("linear_solver"),
         "setup_s": setup_s,
         "first_frame_ms": rows[0]["wall_ms"],
-        "frame_ms_median": _median([r["wall_ms"] for r in warm]),
+        "frame_ms_median": median([r["wall_ms"] for r in warm]),
         "frame_ms_max": float(max(r["wall_ms"] for r in warm)) if warm else None,
-        "contact_frame_ms_median": _median([r["wall_ms"] for r in contact]),
-        "free_frame_ms_median": _median([r["wall_ms"] for r in free]),
+        "contact_frame_ms_median": median([r["wall_ms"] for r in contact]),
+        "free_frame_ms_median": median([r["wall_ms"] for r in free]),
         "contact_frames": len(contact),
         "first_contact_frame": first_contact,
-        "iterations_median": _median([r["iterations"] for r in warm]),
-        "iterations_contact_median": _median([r["iterations"] for r in contact]),
+        "iterations_median": median([r["iterations"] for r in warm]),
+        "iterations_contact_median": median([r["iterations"] for r in contact]),
         "iterations_max": int(max(r["iterations"] for r in rows)),
         # the machine-independent part of a contact frame's cost, and what each costs: the
         # median frame is the fifth-fastest contact frame, so it moves with how the
@@ -327,9 +314,9 @@ def bench_newton(scene: dict, frames: int, warmup: int, opts: dict) -> dict:
         "frames": len(rows),
         "warmup_frames": warmup,
         "first_frame_ms": rows[0]["wall_ms"],
-        "frame_ms_median": _median([r["wall_ms"] for r in warm]),
+        "frame_ms_median": median([r["wall_ms"] for r in warm]),
         "frame_ms_max": float(max(r["wall_ms"] for r in warm)) if warm else None,
-        "contact_frame_ms_median": _median([r["wall_ms"] for r in contact]),
+        "contact_frame_ms_median": median([r["wall_ms"] for r in contact]),
         "contact_frames": len(contact),
         "frames_intersecting": sum(1 for r in rows if r["intersecting"]),
         "frames_self_intersecting": sum(1 for r in rows if r["self_intersecting"]),
@@ -380,7 +367,7 @@ def main(argv=None) -> int:
     ap.add_argument("--peer-warmup", type=int, default=2, help="Newton frames not timed (Warp JIT)")
     ap.add_argument("--peer-radius", type=float, default=5e-3, help="Newton particle radius, m")
     ap.add_argument("--peer-timeout", type=float, default=1800.0)
-    ap.add_argument("--json", type=Path, default=ROOT / "tools" / "out" / "bench_cloth.json")
+    ap.add_argument("--json", type=Path, default=ROOT / "out" / "bench_cloth.json")
     args = ap.parse_args(argv)
     cells = args.cells or (31 if args.quick else 63)
     frames = args.frames or (25 if args.quick else 40)
@@ -460,7 +447,7 @@ def main(argv=None) -> int:
               f"({tis['ccd_cut_iterations_contact_total']} of them cut short by CCD), "
               f"{tis['contact_ms_per_iteration']:.1f} ms each (" + ", ".join(f"{k} {per[k]:.1f}" for k in PHASES) + ")")
 
-    m["loadavg_end"] = list(os.getloadavg())
+    m["loadavg_end"] = load_average()
     args.json.parent.mkdir(parents=True, exist_ok=True)
     settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
     settings.update(cells=cells, frames=frames)

@@ -9,10 +9,10 @@ evaluation, nnz(S) and the memory of S (and of S + S^T), and the peak resident
 memory of the process. Prints a table and writes JSON with the machine
 description (CPU model, cores, load average, Taichi backend).
 
-    .venv/bin/python tools/bench_pd.py                 # all sizes and back-ends
-    .venv/bin/python tools/bench_pd.py --quick         # 5.3k bar only, fewer frames
-    .venv/bin/python tools/bench_pd.py --sizes 5k --backends cholesky sparse-inverse
-    .venv/bin/python tools/bench_pd.py --si-build 10 17.6493 --si-archs cpu vulkan \\
+    .venv/bin/python benchmarks/bench_pd.py                 # all sizes and back-ends
+    .venv/bin/python benchmarks/bench_pd.py --quick         # 5.3k bar only, fewer frames
+    .venv/bin/python benchmarks/bench_pd.py --sizes 5k --backends cholesky sparse-inverse
+    .venv/bin/python benchmarks/bench_pd.py --si-build 10 17.6493 --si-archs cpu vulkan \\
         --out out/bench_si_build.json      # sparse-inverse build time per backend
 """
 
@@ -21,11 +21,11 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing as mp
-import os
 import time
 from pathlib import Path
 
 import numpy as np
+from common import load_average, machine
 
 SIZES = {"5k": [65, 8, 8], "11k": [92, 10, 10], "21k": [105, 13, 13]}
 BACKENDS = ["sparse-inverse", "cholesky", "jacobi"]
@@ -175,16 +175,6 @@ def si_build(resolutions, archs, out: Path) -> int:
     return 0
 
 
-def machine() -> dict:
-    from tisim.linalg.cholesky import cholmod_available
-    from tisim.runner import machine as base, versions
-
-    v = versions()
-    m = base()
-    m.update(numpy=v["numpy"], taichi=v["taichi"], cholmod=cholmod_available(), loadavg_start=m["load_average"])
-    return m
-
-
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="5.3k bar only, 10 frames")
@@ -243,7 +233,7 @@ def main(argv=None) -> int:
                 f"{r['setup_s']:>8.2f} {fmt(r['nnz_S'], 11, ',')} {fmt(r['S_mb'], 8, '.1f')} "
                 f"{fmt(r['S_and_ST_mb'], 8, '.1f')} {r['peak_rss_mb']:>8.0f}"
             )
-    m["loadavg_end"] = os.getloadavg()
+    m["loadavg_end"] = load_average()
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"machine": m, "settings": vars(args), "results": results}, indent=2))

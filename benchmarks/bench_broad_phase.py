@@ -11,7 +11,7 @@ detections that each move it by 1 nm, so that its grid is rebuilt every time, as
 obstacle moving through the step.
 
 Usage:
-    .venv/bin/python tools/bench_broad_phase.py [--repeats 30] [--arch cpu] [--json out.json]
+    .venv/bin/python benchmarks/bench_broad_phase.py [--repeats 30] [--arch cpu] [--json out.json]
 
 To compare two versions of the broad phase, run this script with PYTHONPATH pointing at
 each checkout in the same session and compare the medians' ratio (the pair counts must
@@ -71,7 +71,7 @@ def main() -> None:
 
     from tisim import backend
     from tisim.contact.ipc.broad_phase import BroadPhase
-    from tisim.runner import machine
+    from common import machine
 
     backend.init(arch=args.arch, precision=args.precision)
     rows = {}

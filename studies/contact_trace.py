@@ -25,8 +25,8 @@ before contact, so comparing two whole runs cannot say which kernel is wrong; th
    forces, gaps and slips): the kernel that stage launched is where to look. The whole
    runs' positions are compared frame by frame too.
 
-    python tools/contact_trace.py --archs cpu cuda --precision f32     # on a GPU machine, ~1 min
-    python tools/contact_trace.py --archs cpu vulkan --precision f32   # Mesa lavapipe: agrees (3.7%)
+    python studies/contact_trace.py --archs cpu cuda --precision f32     # on a GPU machine, ~1 min
+    python studies/contact_trace.py --archs cpu vulkan --precision f32   # Mesa lavapipe: agrees (3.7%)
 
 Writes calls.pkl, replay_<arch>.npz, run_<arch>.npz (<arch>_2 for the second of two runs on
 the same backend) and trace.json under --out; exits 3

@@ -30,11 +30,11 @@ tet mesh (``add_soft_mesh``, k_mu = mu, k_lambda = lambda, no damping), ``--peer
 targets (the same targets as tisim's handles) before every substep. Its twist is given
 for information; its error is not comparable (another discretisation and integrator).
 
-    .venv/bin/python tools/twist_accuracy.py                      # the full study
-    .venv/bin/python tools/twist_accuracy.py --frames 20 --ref-iterations 20   # quick
+    .venv/bin/python benchmarks/twist_accuracy.py                      # the full study
+    .venv/bin/python benchmarks/twist_accuracy.py --frames 20 --ref-iterations 20   # quick
     # timed runs only; the reference and the converged answer (about 6 of the 8 minutes)
     # read from an earlier run's JSON with the same bar, frames and reference settings:
-    .venv/bin/python tools/twist_accuracy.py --reference-from docs/twist-accuracy.json
+    .venv/bin/python benchmarks/twist_accuracy.py --reference-from benchmarks/results/twist-accuracy/2026-12-01-intel-xeon-2c.json
 """
 
 from __future__ import annotations
@@ -42,12 +42,11 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing as mp
-import os
-import platform
 import time
 from pathlib import Path
 
 import numpy as np
+from common import load_average, machine
 
 REVOLUTION = 2.0 * np.pi  # rad/s: one revolution per second
 
@@ -299,16 +298,6 @@ class PeerRun:
 
 
 # ------------------------------------------------------------------------------ study
-def machine() -> dict:
-    cpu = platform.processor()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next(line.split(":", 1)[1].strip() for line in f if "model name" in line)
-    except (OSError, StopIteration):
-        pass
-    return {"cpu": cpu, "cores": os.cpu_count(), "load_average_start": os.getloadavg()}
-
-
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--frames", type=int, default=100, help="frames of 0.01 s (100: t = 1 s)")
@@ -335,7 +324,7 @@ def main(argv=None) -> int:
     p.add_argument("--peer-substeps", type=int, default=10)
     p.add_argument("--peer-iterations", type=int, default=2)
     p.add_argument("--peer-relaxation", type=float, default=0.1)
-    p.add_argument("--out", default="docs/twist-accuracy.json", help="JSON output")
+    p.add_argument("--out", default="out/twist_accuracy.json", help="JSON output (copy one worth keeping to benchmarks/results/twist-accuracy/)")
     p.add_argument(
         "--reference-from",
         default=None,
@@ -355,6 +344,7 @@ def main(argv=None) -> int:
 
     info = backend.init("cpu", "f64")
     m = machine()
+    m["load_average_start"] = m["load_average"]
     print(f"machine: {m['cpu']}, {m['cores']} cores, load average {m['load_average_start']}")
     res = args.resolution
     runs = [TisimRun(f"PD {n} it.", n, res) for n in args.iterations]
@@ -479,7 +469,7 @@ def main(argv=None) -> int:
         )
     if peer is not None and peer.error:
         print(f"Newton: {peer.error}")
-    m["load_average_end"] = os.getloadavg()
+    m["load_average_end"] = load_average()
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(

@@ -7,18 +7,18 @@ global solves), as reported by SolverPD's StepStats. Frames with contact are
 summarised separately (mean, median, max), and the machine is stated.
 
 Usage:
-    .venv/bin/python tools/bench_contact.py                       # 6,951 and 14,721 vertices
-    .venv/bin/python tools/bench_contact.py --resolution 17.6493 --frames 60 --json bench_contact.json
-    .venv/bin/python tools/bench_contact.py --set solver.global_step=\\"cholesky\\"
-    .venv/bin/python tools/bench_contact.py --arch cuda --precision f32   # on a GPU
-    .venv/bin/python tools/bench_contact.py --resolution 17.6493 --frames 80 --implementation both
+    .venv/bin/python benchmarks/bench_contact.py                       # 6,951 and 14,721 vertices
+    .venv/bin/python benchmarks/bench_contact.py --resolution 17.6493 --frames 60 --json bench_contact.json
+    .venv/bin/python benchmarks/bench_contact.py --set solver.global_step=\\"cholesky\\"
+    .venv/bin/python benchmarks/bench_contact.py --arch cuda --precision f32   # on a GPU
+    .venv/bin/python benchmarks/bench_contact.py --resolution 17.6493 --frames 80 --implementation both
 
 --implementation host|device|both: the contact update per local-global iteration in numpy
 (host) or in Taichi kernels (device, tisim/contact/device_ncp.py); "both" runs the two one
 after the other in this process and prints them side by side.
 
 --peer: NVIDIA Newton's XPBD (``pip install newton``) on issue 10's twisting bar (the bar of
-tools/twist_accuracy.py: 5,346 vertices, Neo-Hookean E = 1e6, 10 substeps x 2 iterations,
+benchmarks/twist_accuracy.py: 5,346 vertices, Neo-Hookean E = 1e6, 10 substeps x 2 iterations,
 relaxation 0.1) in a child process, one bar frame after every squeeze-ball frame, so that
 both see the same load; prints the ratio of the squeeze-ball's contact-frame median to the
 bar's median frame (issue 10: at most 3).
@@ -33,15 +33,10 @@ import time
 from pathlib import Path
 
 import numpy as np
+from common import machine
 
 ROOT = Path(__file__).resolve().parent.parent
 SCENE = ROOT / "demos" / "squeeze-ball.toml"
-
-
-def machine() -> dict:
-    from tisim.runner import machine as base
-
-    return base()
 
 
 def bench(
@@ -260,7 +255,7 @@ def main(argv=None) -> int:
 
 
 def _xpbd_bar(frames: int):
-    """tools/twist_accuracy.py's Newton XPBD run on its bar, ready for ``frames`` frames."""
+    """benchmarks/twist_accuracy.py's Newton XPBD run on its bar, ready for ``frames`` frames."""
     from twist_accuracy import PeerRun, bar_scene
 
     from tisim.model import Model

@@ -14,10 +14,11 @@ Runs ``demos/spinning-bar.toml`` with one step per frame at ``--dt`` (default 0.
 3. runs the energy-momentum option (``solver.integrator = "energy-momentum"``) of the same
    solver for ``--em-steps`` steps (energy, momenta, inversion, capped steps).
 
-Writes ``docs/midpoint-diagnosis.json`` and ``docs/midpoint-diagnosis.png``; trajectories
-are cached in ``tools/out/midpoint-diagnosis/`` (``--fresh`` recomputes them).
+Writes ``midpoint-diagnosis.json`` and ``.png`` into ``--out`` (default ``out/midpoint-diagnosis/``;
+the kept ones are ``studies/results/midpoint-diagnosis/`` and ``docs/midpoint-diagnosis.png``); trajectories
+are cached in ``out/midpoint-diagnosis/cache/`` (``--fresh`` recomputes them).
 
-    nice -n 10 .venv/bin/python tools/midpoint_diagnosis.py [--dt 0.01] [--steps 2300] [--em-steps 4000]
+    nice -n 10 .venv/bin/python studies/midpoint_diagnosis.py [--dt 0.01] [--steps 2300] [--em-steps 4000]
 """
 
 from __future__ import annotations
@@ -240,7 +241,7 @@ def main(argv=None) -> int:
     ap.add_argument("--em-steps", type=int, default=4000, help="energy-momentum steps")
     ap.add_argument("--blowup-steps", type=int, default=8, help="ADMM steps continued from the first inversion")
     ap.add_argument("--fresh", action="store_true", help="recompute cached trajectories")
-    ap.add_argument("--out", default=str(ROOT / "docs"))
+    ap.add_argument("--out", default=str(ROOT / "out" / "midpoint-diagnosis"))
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
 
@@ -250,7 +251,7 @@ def main(argv=None) -> int:
     from tisim.model import Model
     from tisim.solvers.admm.solver import SolverADMM
 
-    cache = ROOT / "tools" / "out" / "midpoint-diagnosis"
+    cache = ROOT / "out" / "midpoint-diagnosis" / "cache"
     cache.mkdir(parents=True, exist_ok=True)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -15,11 +15,11 @@ preconditioner this script
    threshold upwards by the transient rather than measure the friction law.
 
 Usage:
-    .venv/bin/python tools/stick_slip.py                      # 10 and 20 degrees, both preconditioners
-    .venv/bin/python tools/stick_slip.py --angle 10 --preconditioner delassus --tol 1e-4
-    .venv/bin/python tools/stick_slip.py --friction-jacobian lagged   # the notes' slip linearisation
-    .venv/bin/python tools/stick_slip.py --notes-settings --no-bisection  # the notes' contact settings
-    .venv/bin/python tools/stick_slip.py --json stick_slip.json
+    .venv/bin/python studies/stick_slip.py                      # 10 and 20 degrees, both preconditioners
+    .venv/bin/python studies/stick_slip.py --angle 10 --preconditioner delassus --tol 1e-4
+    .venv/bin/python studies/stick_slip.py --friction-jacobian lagged   # the notes' slip linearisation
+    .venv/bin/python studies/stick_slip.py --notes-settings --no-bisection  # the notes' contact settings
+    .venv/bin/python studies/stick_slip.py --json stick_slip.json
 
 The project's default contact settings (3 Newton steps per local-global iteration, full
 friction Jacobian) pass mu* +- 0.001 with both preconditioners. With the notes' settings

@@ -39,9 +39,9 @@ is slowest (shear modes contract by about 1 - mu / (3 mu + 2 lam) an iteration).
 Writes CSV (E, method, iteration, error, residual) and a PNG plot; prints the
 iterations each method needs to reach 1e-3.
 
-    .venv/bin/python tools/convergence_pd.py --out out/convergence
-    .venv/bin/python tools/convergence_pd.py --resolution 92 10 10 --iterations 2000
-    .venv/bin/python tools/convergence_pd.py --material neo-hookean --stiffness 1e6 \
+    .venv/bin/python studies/convergence_pd.py --out out/convergence
+    .venv/bin/python studies/convergence_pd.py --resolution 92 10 10 --iterations 2000
+    .venv/bin/python studies/convergence_pd.py --material neo-hookean --stiffness 1e6 \
         --methods exact anderson --warmup 20 --exact-iterations 40
 """
 

@@ -9,8 +9,8 @@ recorded system: symbolic analysis, numeric factorisation, solve (median of --re
 and the residual of its solution. Also counts how many distinct patterns the recorded
 systems have, i.e. how many analyses a Newton loop pays.
 
-    .venv/bin/python tools/bench_linear.py                       # 64 x 64, frames 16-21
-    .venv/bin/python tools/bench_linear.py --cells 32 --json /tmp/linear.json
+    .venv/bin/python benchmarks/bench_linear.py                       # 64 x 64, frames 16-21
+    .venv/bin/python benchmarks/bench_linear.py --cells 32 --json /tmp/linear.json
 """
 
 from __future__ import annotations
@@ -134,7 +134,7 @@ def main(argv=None) -> int:
 
     from tisim.linalg import pardiso
     from tisim.linalg.cholesky import cholmod_available
-    from tisim.runner import machine
+    from common import machine
 
     t0 = time.perf_counter()
     systems = record_systems(a.cells, a.frames, a.keep_from)

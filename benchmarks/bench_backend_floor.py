@@ -4,7 +4,7 @@ gather of 8 random reads per value. It measures what no implementation of a kern
 beat on that backend, e.g. how far lavapipe (Vulkan on the CPU, no GPU) can come to the
 CPU backend at all. Prints a table and writes JSON.
 
-    .venv/bin/python tools/bench_backend_floor.py --archs cpu vulkan --out out/bench_backend_floor.json
+    .venv/bin/python benchmarks/bench_backend_floor.py --archs cpu vulkan --out out/bench_backend_floor.json
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ def main(argv=None) -> int:
             ratio = r[k] / base[k] if "error" not in base else float("nan")
             cells.append(f"{r[k]:.3g} ({ratio:.1f}x)")
         print(f"{r['arch']:<8}" + "".join(f"{c:>14}" for c in cells))
-    from tisim.runner import machine
+    from common import machine
 
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text(json.dumps({"machine": machine(), "rows": rows}, indent=2))

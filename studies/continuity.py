@@ -18,7 +18,7 @@ separate position and velocity prolongation), with the finest level's centre-of-
 distance from the preview (the consistency that a smaller gain could cost). Prints a
 table and writes continuity.json.
 
-    python tools/continuity.py --scene refine-drape --resolution 4 --levels 2 --frames 30 --gains 1 0.2
+    python studies/continuity.py --scene refine-drape --resolution 4 --levels 2 --frames 30 --gains 1 0.2
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ the largest distance between direct coarse and direct fine simulations, both rel
 to the finest mesh's bounding-box diagonal; writes consistency.json and each run's
 consistency.png (in its output folder).
 
-    python tools/consistency.py --frames 30 --out out/consistency [--set ...] [--levels 2]
+    python studies/consistency.py --frames 30 --out out/consistency [--set ...] [--levels 2]
 """
 
 from __future__ import annotations

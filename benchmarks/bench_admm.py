@@ -1,7 +1,7 @@
 """Benchmark of the ADMM integrator: time per ADMM iteration against the number of tets
 (box meshes, about 1k to 50k tets) with its log-log slope, and time per step of the demos.
 
-    .venv/bin/python tools/bench_admm.py [--out out/bench_admm] [--quick] [--arch cpu]
+    .venv/bin/python benchmarks/bench_admm.py [--out out/bench_admm] [--quick] [--arch cpu]
                                          [--no-demos] [--compare FRAMES]
 
 Writes bench_admm.json and bench_admm.png into --out and prints a table. With
@@ -23,17 +23,10 @@ import time
 from pathlib import Path
 
 import numpy as np
+from common import machine
 
 SIZES = (6, 8, 10, 13, 16, 19, 22)  # cube cells per side; 5 tets per cell: 1,080 ... 53,240 tets
 DEMOS = {"spinning-bar": 30, "bouncing-ball": 60, "beam": 20, "stretch": 20}  # frames (quick: / 3)
-
-
-def machine() -> dict:
-    from tisim.runner import machine as base, versions
-
-    m = base()
-    m["taichi"] = versions()["taichi"]
-    return m
 
 
 def bench_size(cells: int, iterations: int, steps: int) -> dict:

@@ -5,8 +5,8 @@ step, and the pipelined schedule's wall time against the sequential one.
 3 levels by Loop subdivision, so the finest level has 16x the preview's faces.
 Prints a table and writes bench_refine.json.
 
-    python tools/bench_refine.py --frames 10 --resolution 4 --out out/bench-refine
-    python tools/bench_refine.py --preview-vs-fine --frames 40 --resolution 32   # the speed-up alone
+    python benchmarks/bench_refine.py --frames 10 --resolution 4 --out out/bench-refine
+    python benchmarks/bench_refine.py --preview-vs-fine --frames 40 --resolution 32   # the speed-up alone
 
 ``--schedule-compare`` measures the issue's bound instead (pipelined wall time at most
 1.3x the finest level's alone), every run a fresh process as a user starts it, start-up
@@ -20,7 +20,7 @@ load-independent bound: no schedule finishes in less than its CPU time / cores, 
 the single-threaded finest level alone takes about its CPU time on an idle machine.
 Writes bench_refine_schedules.json.
 
-    python tools/bench_refine.py --schedule-compare --frames 40 --resolution 8 --out out/bench-refine
+    python benchmarks/bench_refine.py --schedule-compare --frames 40 --resolution 8 --out out/bench-refine
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def main(argv=None) -> int:
     path = Path(a.scene) if Path(a.scene).exists() else demos_dir() / f"{a.scene}.toml"
     sets = [f"objects.cloth.cloth_resolution=[{a.resolution},{a.resolution}]", "refine.method=loop", *a.set]
     sc = load_scene(path, sets)
-    from tisim.runner import machine
+    from common import machine
 
     row = {"scene": sc.name, "frames": a.frames, "cores": os.cpu_count(), "machine": machine(),
            "load_average_start": os.getloadavg()}

@@ -8,7 +8,7 @@ frame. With ``--direct`` it also simulates the finest mesh plainly (its own shel
 energy and inertia), which the paper reports hits or misses depending on resolution.
 Prints a table and writes toss_sweep.json.
 
-    python tools/toss_sweep.py --speeds 0.7 1.9 12 --out out/toss-sweep [--direct] [--set ...]
+    python studies/toss_sweep.py --speeds 0.7 1.9 12 --out out/toss-sweep [--direct] [--set ...]
 """
 
 from __future__ import annotations

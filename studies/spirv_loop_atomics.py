@@ -5,7 +5,7 @@ the cloth broad phase, on the CPU backend and on Vulkan, side by side:
 2. a serial in-place prefix sum inside ``for _ in range(1)`` (a[b] += a[b - 1]), the
    scan that places the hash buckets.
 
-    .venv/bin/python tools/spirv_loop_atomics.py
+    .venv/bin/python studies/spirv_loop_atomics.py
 
 Measured with Taichi 1.7.4 and Mesa lavapipe 22.3.6 (Debian 12, no GPU): the CPU backend
 counts every update and scans right; Vulkan loses some loop atomics (e.g. 1552 of 1572

@@ -12,13 +12,13 @@
    energy-momentum): the energy drift of the midpoint rule grows with the stiffness, the
    energy-momentum integrator's stays at round-off; the frame time is the price.
 
-Each example writes its sweep folder under ``--out`` (default tools/out/sweeps) and copies
+Each example writes its sweep folder under ``--out`` (default out/sweeps) and copies
 the plot and a JSON summary to docs/sweep-NAME.png / .json. Rerunning reuses the finished
 runs (the sweep resumes).
 
 Usage:
-    .venv/bin/python tools/sweep_examples.py                 # both
-    .venv/bin/python tools/sweep_examples.py stick-slip --frames 60 --workers 2
+    .venv/bin/python studies/sweep_examples.py                 # both
+    .venv/bin/python studies/sweep_examples.py stick-slip --frames 60 --workers 2
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 DEMOS = ROOT / "demos"
 DOCS = ROOT / "docs"
+RESULTS = ROOT / "studies" / "results"
 
 
 def stick_slip(out: Path, workers: int, frames: int, count: int) -> dict:
@@ -99,7 +100,7 @@ def main(argv=None) -> int:
     ap.add_argument("which", nargs="*", default=["stick-slip", "spinning-bar"],
                     choices=["stick-slip", "spinning-bar"])
     ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--out", type=Path, default=ROOT / "tools" / "out" / "sweeps")
+    ap.add_argument("--out", type=Path, default=ROOT / "out" / "sweeps")
     ap.add_argument("--frames", type=int, default=None, help="frames per run (default: 60 and 40)")
     ap.add_argument("--count", type=int, default=11, help="stick-slip: mu values over 0.15..0.20")
     ap.add_argument("--moduli", default="3e3,1e4,3e4", help="spinning-bar: Young's moduli, Pa")
@@ -127,8 +128,10 @@ def main(argv=None) -> int:
         print(f"{name}: {summary['ran']} runs, {summary['skipped']} reused, {summary['wall_s']:.0f} s; {out}/")
         if not a.no_docs:
             _small_png(out / "sweep.png", DOCS / f"sweep-{name}.png")
-            (DOCS / f"sweep-{name}.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
-            print(f"wrote docs/sweep-{name}.png and .json")
+            kept = RESULTS / f"sweep-{name}" / f"{time.strftime('%Y-%m-%d')}.json"
+            kept.parent.mkdir(parents=True, exist_ok=True)
+            kept.write_text(json.dumps(summary, indent=2, default=str) + "\n")
+            print(f"wrote docs/sweep-{name}.png and {kept.relative_to(ROOT)}")
     return status
 
 
