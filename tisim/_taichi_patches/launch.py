@@ -28,7 +28,9 @@ ndarray with a gradient; a numpy array that is not C-contiguous; autodiff (tapes
 forward mode). After ``ti.reset()`` Taichi empties each kernel's compiled instances,
 and a kept key that no longer finds one goes through Taichi's path again.
 
-Skipped (with a debug log) where Taichi's internals are not 1.7's.
+Applies to: Taichi 1.7; skipped (with a debug log) where its internals are not 1.7's.
+Results: bit for bit the same (the same launch calls Taichi makes).
+Why here: see ``tisim._taichi_patches``.
 """
 
 from __future__ import annotations
