@@ -35,7 +35,7 @@ def machine(**extra: Any) -> dict:
     are upper bounds.
     """
     from tisim.linalg.cholesky import cholmod_available
-    from tisim.runner import machine as base, versions
+    from tisim.outputs import machine as base, versions
 
     m = base()
     v = versions()

@@ -107,7 +107,7 @@ def main(argv=None) -> int:
     ap.add_argument("--resolution", default="[10,2,2]", help="spinning-bar: the bar's cells")
     ap.add_argument("--no-docs", action="store_true", help="do not copy the plots into docs/")
     a = ap.parse_args(argv)
-    from tisim.runner import machine
+    from tisim.outputs import machine
 
     status = 0
     for name in a.which:
