@@ -13,7 +13,7 @@
    energy-momentum integrator's stays at round-off; the frame time is the price.
 
 Each example writes its sweep folder under ``--out`` (default out/sweeps) and copies
-the plot and a JSON summary to docs/sweep-NAME.png / .json. Rerunning reuses the finished
+the plot to docs/sweep-NAME.png and a JSON summary to studies/results/sweep-NAME/DATE.json. Rerunning reuses the finished
 runs (the sweep resumes).
 
 Usage:
