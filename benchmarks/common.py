@@ -15,8 +15,9 @@ import json
 import os
 import re
 import time
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import numpy as np
 
@@ -35,7 +36,8 @@ def machine(**extra: Any) -> dict:
     are upper bounds.
     """
     from tisim.linalg.cholesky import cholmod_available
-    from tisim.outputs import machine as base, versions
+    from tisim.outputs import machine as base
+    from tisim.outputs import versions
 
     m = base()
     v = versions()

@@ -39,7 +39,7 @@ def test_the_scripts_are_where_the_docs_say():
 def test_script_starts(script):
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     r = subprocess.run([sys.executable, str(script), "--help"], cwd=ROOT, env=env,
-                       capture_output=True, text=True, timeout=120)
+                       capture_output=True, text=True, timeout=120, check=False)
     assert r.returncode == 0, r.stderr[-2000:]
     assert "usage" in r.stdout.lower()
 
