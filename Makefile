@@ -8,7 +8,7 @@ PYTEST_ARGS ?=
 # so two workers keep both cores of a 2-core machine busy
 TEST_JOBS ?= 2
 
-.PHONY: setup demo test test-fast test-wheel wheel bench lint clean
+.PHONY: setup demo test test-fast test-wheel wheel bench docs lint clean
 
 setup: $(STAMP)
 
@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml setup.py tools/install_system_deps.sh
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else "tisim needs Python 3.10 or newer")'
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e ".[test]"
+	$(BIN)/python -m pip install -q -e ".[test,docs]"
 	@$(BIN)/python -m pip install -q "scikit-sparse>=0.4.12,<0.5" \
 	  || echo "warning: scikit-sparse (CHOLMOD) could not be built; tisim uses its scipy Cholesky fallback" >&2
 	@$(BIN)/python -m pip install -q -e ".[mkl]" \
@@ -44,10 +44,14 @@ test-wheel: setup
 	TISIM_WHEEL_DEPS=index $(BIN)/python -m pytest tests/demos/test_package.py $(PYTEST_ARGS)
 
 bench: setup
-	$(BIN)/python tools/bench_pd.py --quick
-	$(BIN)/python tools/bench_contact.py --resolution 17.6493
-	$(BIN)/python tools/bench_admm.py --quick
-	$(BIN)/python tools/bench_cloth.py --quick --no-peer
+	$(BIN)/python benchmarks/bench_pd.py --quick
+	$(BIN)/python benchmarks/bench_contact.py --resolution 17.6493
+	$(BIN)/python benchmarks/bench_admm.py --quick
+	$(BIN)/python benchmarks/bench_cloth.py --quick --no-peer
+
+# The documentation site in build/site (the same build the tests check).
+docs: setup
+	$(BIN)/mkdocs build --strict
 
 clean:
 	rm -rf out .pytest_cache build dist *.egg-info

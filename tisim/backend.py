@@ -6,7 +6,6 @@ lazily or only defines kernels; no module allocates fields at import time.
 
 from __future__ import annotations
 
-import ast
 import contextlib
 import io
 import logging
@@ -39,7 +38,7 @@ _requested: str | None = None  # the arch the first init asked for
 # atomics (reproducible only to round-off). Set by ``init``.
 SERIAL_SUMS = False
 # True when every kernel loop compiles as a serial loop (the CPU backend on one thread,
-# or TISIM_SERIAL_LOOPS=1: ``_serialize_loops``). Set by ``init``.
+# or TISIM_SERIAL_LOOPS=1: ``_taichi_patches.serialize_loops``). Set by ``init``.
 SERIAL_LOOPS = False
 
 
@@ -102,11 +101,11 @@ def init(arch: str = "auto", precision: str | None = None, *, debug: bool = Fals
         precision = "f64" if chosen == "cpu" else "f32"
     ti_arch = {"cpu": ti.cpu, "cuda": ti.cuda, "vulkan": ti.vulkan}[chosen]
     fp = ti.f64 if precision == "f64" else ti.f32
-    _lighten_taichi_front_end(short_positions=not debug)
-    if not debug:  # (--debug keeps Taichi's own launch path)
-        from tisim import _taichi_launch
+    from tisim import _taichi_patches
 
-        _taichi_launch.install()
+    # Taichi 1.7's front end made lighter and its launches shorter (--debug keeps Taichi's
+    # own launch path and error messages; TISIM_PLAIN_TAICHI=1 leaves Taichi as it is)
+    _taichi_patches.install(debug=debug)
     # `tisim ... --quiet` (TISIM_QUIET=1): without Taichi's "[Taichi] Starting on arch=..." line
     quiet = os.environ.get("TISIM_QUIET") == "1"
     with contextlib.redirect_stdout(io.StringIO()) if quiet else contextlib.nullcontext():
@@ -129,110 +128,9 @@ def init(arch: str = "auto", precision: str | None = None, *, debug: bool = Fals
     global SERIAL_LOOPS
     forced = os.environ.get("TISIM_SERIAL_LOOPS")  # "1" / "0": as a run to be continued had it
     serial = forced == "1" if forced in ("0", "1") else ti.lang.impl.current_cfg().cpu_max_num_threads == 1
-    SERIAL_LOOPS = actual == "cpu" and serial and _serialize_loops()
+    SERIAL_LOOPS = actual == "cpu" and serial and _taichi_patches.serialize_loops()
     limit_numpy_blas()
     return _current
-
-
-def _lighten_taichi_front_end(short_positions: bool = True) -> None:
-    """Make Taichi's front end cheaper. It translates every kernel in every process
-    again (Taichi 1.7's offline cache skips only the compilation after it), and
-    re-translates a ``ti.func`` at every call site, each time
-
-    - reading the function's source again with ``inspect`` (a module search and a
-      tokenizer pass; the same lines every time): now read once per function; and
-    - building, for every AST node, a message quoting its source line under a caret
-      underline (``textwrap``), kept for compile-error messages alone: with
-      ``short_positions`` the message keeps its first line (file, line and kernel or
-      function) without the quote (``init(debug=True)`` keeps Taichi's).
-
-    Together about half of the front end's time: a cloth process (64 x 64 drape) got
-    through set-up 4.0-4.4 -> 2.8-3.0 s and its first frame 1.14 -> 0.63-0.69 s. Skipped,
-    with a debug log, where Taichi's internals differ from 1.7's."""
-    try:
-        from taichi.lang import kernel_impl
-        from taichi.lang.ast.ast_transformer_utils import ASTTransformerContext as Context
-    except ImportError as exc:
-        log.debug("Taichi's front end left as it is: %s", exc)
-        return
-    read_lines = getattr(kernel_impl, "getsourcelines", None)
-    read_file = getattr(kernel_impl, "getsourcefile", None)
-    if read_lines is not None and read_file is not None and not getattr(read_lines, "_tisim", False):
-        lines: dict = {}
-        files: dict = {}
-
-        def getsourcelines(obj):
-            if obj not in lines:
-                src, start = read_lines(obj)
-                lines[obj] = (tuple(src), start)
-            src, start = lines[obj]
-            return list(src), start
-
-        def getsourcefile(obj):
-            if obj not in files:
-                files[obj] = read_file(obj)
-            return files[obj]
-
-        getsourcelines._tisim = True
-        kernel_impl.getsourcelines = getsourcelines
-        kernel_impl.getsourcefile = getsourcefile
-    full = getattr(Context, "get_pos_info", None)
-    if not short_positions or full is None or getattr(full, "_tisim", False):
-        return
-
-    def get_pos_info(self, node):
-        return f'File "{self.file}", line {node.lineno + self.lineno_offset}, in {self.func.func.__name__}:\n'
-
-    get_pos_info._tisim = True
-    Context.get_pos_info = get_pos_info
-
-
-def _serialize_loops() -> bool:
-    """Compile every kernel's loops as serial loops: for the CPU backend on one thread
-    (TI_CPU_MAX_NUM_THREADS=1: the pipelined refine's processes on 2 cores, ``refine
-    --deterministic``, a user's choice). Taichi hands every parallel loop to its thread
-    pool even with one thread, and the hand-off (wake the worker, wait for it) costs
-    about 70-90 us on these 2-core machines against 3 us for a serial loop: an empty
-    parallel kernel launch 92-113 us, serial 13-20 us. The cloth's Newton iteration
-    launches about 28 parallel loops, a coarse preview's frame about 170.
-
-    The same values to the last bit? Mostly: a parallel loop on one or several threads
-    gives the same bits (the float sums are serial already, ``SERIAL_SUMS``), but LLVM
-    optimises a serial loop's body differently under Taichi's fast math (the membrane's
-    Hessian kernel: a cloth differed by 1.7e-10 m after two steps). So a run continued
-    with ``--resume`` compiles its loops as the interrupted one did (TISIM_SERIAL_LOOPS,
-    from its run.json), whatever its thread count. Returns whether the loops are
-    serialized (False, with a debug log, where Taichi's front end differs from 1.7's)."""
-    try:
-        from taichi.lang import misc
-        from taichi.lang.ast.ast_transformer import ASTTransformer
-    except ImportError as exc:
-        log.debug("kernel loops left parallel: %s", exc)
-        return False
-    parallelize = getattr(misc, "_parallelize", None)
-    build_for = getattr(ASTTransformer, "build_For", None)
-    if parallelize is None or build_for is None or not hasattr(ASTTransformer, "get_decorator"):
-        log.debug("kernel loops left parallel: Taichi's front end is not 1.7's")
-        return False
-    if getattr(build_for, "_tisim", False):
-        return True
-
-    def build_For(ctx, node):
-        # as ti.loop_config(serialize=True) before a range or ndrange loop (a loop inside
-        # another is serial anyway; a ti.static loop is unrolled; Taichi warns that a loop
-        # over a field's cells does not serialize, and we have none that matter)
-        it = node.iter
-        deco = ASTTransformer.get_decorator(ctx, it)
-        ranged = isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "range"
-        if deco == "grouped" and len(it.args) == 1:
-            deco = ASTTransformer.get_decorator(ctx, it.args[0])
-        if ranged or deco == "ndrange":
-            parallelize(1)
-        return build_for(ctx, node)
-
-    build_For._tisim = True
-    ASTTransformer.build_For = staticmethod(build_For)
-    return True
 
 
 def limit_numpy_blas() -> int | None:

@@ -21,7 +21,7 @@ Limitations:
     fed through the per-frame checkpoints. Each process pays Taichi's start-up (the
     Python front end of every kernel, seconds), and every level below the finest
     evaluates the finest level's shell energy through the prolongation, so the levels'
-    CPU time adds up to about twice the finest level's alone (tools/bench_refine.py
+    CPU time adds up to about twice the finest level's alone (benchmarks/bench_refine.py
     --schedule-compare measures the schedules).
 """
 
@@ -43,6 +43,9 @@ import scipy.sparse as sp
 from tisim import backend
 from tisim.config import ConfigError
 from tisim.geometry.mesh import MeshError
+from tisim.outputs import progress
+from tisim.outputs import read_json  # noqa: F401  (re-exported: the CLI reads run.json through it)
+from tisim.outputs import write_json as _write_json
 
 log = logging.getLogger(__name__)
 
@@ -275,7 +278,7 @@ class RefineResult:
 
     @property
     def exit_code(self) -> int:
-        from tisim.runner import EXIT_DIVERGED, EXIT_INTERRUPTED, EXIT_OK
+        from tisim.outputs import EXIT_DIVERGED, EXIT_INTERRUPTED, EXIT_OK
 
         return {"diverged": EXIT_DIVERGED, "interrupted": EXIT_INTERRUPTED}.get(self.ended, EXIT_OK)
 
@@ -482,7 +485,7 @@ class ProgressiveRefiner:
         starts = []
         for level in range(self.L + 1):
             if not resume:  # an earlier, longer refine's pictures and meshes would stay
-                from tisim.runner import clear_earlier_frames
+                from tisim.outputs import clear_earlier_frames
 
                 clear_earlier_frames(self.level_dir(level))
             last = self.last_checkpoint(level) if resume else -1
@@ -557,7 +560,7 @@ class ProgressiveRefiner:
         """:meth:`run_level` one frame at a time: a generator that yields the frame number
         after each frame's checkpoint is written and returns the timing info (so that
         levels can be interleaved in one process)."""
-        from tisim.runner import StatsWriter
+        from tisim.outputs import StatsWriter
 
         d = self.level_dir(level)
         d.mkdir(parents=True, exist_ok=True)
@@ -674,7 +677,7 @@ class ProgressiveRefiner:
                 # kernel loops compiled serial (backend.SERIAL_LOOPS): a --resume compiles them
                 # the same way, for the same bits
                 "serial_loops": backend.SERIAL_LOOPS}
-        from tisim.runner import machine, versions
+        from tisim.outputs import machine, versions
 
         info["machine"] = machine()
         info["versions"] = versions()
@@ -924,15 +927,6 @@ def _first_difference(a, b, ignore=(), key=""):
     return None, None, None
 
 
-def read_json(path: Path) -> dict | None:
-    """A JSON object from ``path`` (a run.json); None when missing, unreadable or not an object."""
-    try:
-        info = json.loads(Path(path).read_text())
-    except (OSError, ValueError):
-        return None
-    return info if isinstance(info, dict) else None
-
-
 def _read_rows(path: Path, last_frame: int) -> list[dict]:
     """The rows of an earlier stats.csv up to ``last_frame`` (numbers parsed)."""
     import csv
@@ -1109,30 +1103,8 @@ def write_consistency(out: Path, L: int, diagonal: float) -> dict:
     return summary
 
 
-def _write_json(path: Path, data: dict) -> None:
-    from tisim.runner import _write_json as write
-
-    write(path, data)
-
-
-class _Bar:
-    def __init__(self, total, name):
-        from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
-
-        self.p = Progress(TextColumn(f"[bold]{name}"), BarColumn(), TextColumn("{task.completed}/{task.total} frames"),
-                          TimeRemainingColumn())
-        self.task = self.p.add_task(name, total=total)
-        self.p.start()
-
-    def advance(self):
-        self.p.advance(self.task)
-
-    def stop(self):
-        self.p.stop()
-
-
 def _bar(enabled, total, name):
-    return _Bar(total, name) if enabled else None
+    return progress(enabled, total, name)
 
 
 # --------------------------------------------------------------------------------------

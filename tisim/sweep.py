@@ -230,7 +230,7 @@ def parse_metric(text: str) -> Metric:
                                           f"got {red!r}")
         if not col:
             raise ConfigError("--metric", f"{text!r}: expected a stats.csv column before ':'")
-        from tisim.runner import STATS_COLUMNS
+        from tisim.outputs import STATS_COLUMNS
 
         if col not in STATS_COLUMNS:
             log.warning("--metric %s: %r is not one of the runner's stats.csv columns; it is empty unless "
@@ -374,7 +374,7 @@ def run_task(data: dict, scene_path: str, frames: int | None, arch: str, precisi
 def store(folder: Path, run: SweepRun, res: dict) -> None:
     """Write a worker's result into the run's folder (stats.csv and run.json with a
     ``sweep`` entry). A failed run gets a run.json saying so."""
-    from tisim.runner import _write_json
+    from tisim.outputs import write_json as _write_json
 
     folder.mkdir(parents=True, exist_ok=True)
     if res.get("stats_csv"):
@@ -735,7 +735,8 @@ def sweep(
                vlines=vlines)
     result = SweepResult(out, rows, all_metrics, ran=len(todo), skipped=skipped, interrupted=interrupted,
                          plot=png)
-    from tisim.runner import _write_json, machine
+    from tisim.outputs import machine
+    from tisim.outputs import write_json as _write_json
 
     _write_json(out / "sweep.json", {
         "scene_file": str(scene_path), "sets": list(sets), "varies": {v.key: list(v.values) for v in varies},

@@ -54,7 +54,7 @@ fi
 # H200 before the Fischer-Burmeister fix, docs/benchmarks.md "GPU-class backends"): one recorded contact
 # problem replayed stage by stage on both
 if [ "$archs" != cpu ]; then
-  timeout 300 "$PY" tools/contact_trace.py --archs cpu cuda --precision f32 --out "$OUT/contact_trace" \
+  timeout 300 "$PY" studies/contact_trace.py --archs cpu cuda --precision f32 --out "$OUT/contact_trace" \
     > "$OUT/contact_trace.log" 2>&1
   echo "contact trace (exit $?; 3: the replays part):"; grep -v "^\[Taichi\]" "$OUT/contact_trace.log" | tail -n 8
   # the whole demo with the device update forced on CUDA in f32 (wrong before the FB fix)
@@ -79,24 +79,24 @@ fi
 
 # whether this machine's Vulkan (a GPU's driver, or lavapipe) loses atomic updates made
 # inside run-time loops, as lavapipe 22.3 does (the cloth broad phase's pattern)
-timeout 180 "$PY" tools/spirv_loop_atomics.py 2>&1 | tee "$OUT/spirv_loop_atomics.log"
+timeout 180 "$PY" studies/spirv_loop_atomics.py 2>&1 | tee "$OUT/spirv_loop_atomics.log"
 
 [ "${BENCH:-1}" = 0 ] && archs=""
 for arch in $archs; do
   prec=f64; [ "$arch" = cuda ] && prec=f32
-  timeout 240 "$PY" tools/bench_pd.py --quick --backends sparse-inverse cholesky auto --arch "$arch" \
+  timeout 240 "$PY" benchmarks/bench_pd.py --quick --backends sparse-inverse cholesky auto --arch "$arch" \
     --out "$OUT/bench_pd_$arch.json" > "$OUT/bench_pd_$arch.log" 2>&1 || echo "bench_pd ($arch) failed: see $OUT/bench_pd_$arch.log"
-  timeout 240 "$PY" tools/bench_contact.py --resolution 17.6493 --frames 25 --arch "$arch" \
+  timeout 240 "$PY" benchmarks/bench_contact.py --resolution 17.6493 --frames 25 --arch "$arch" \
     --precision "$prec" --json "$OUT/bench_contact_$arch.json" > "$OUT/bench_contact_$arch.log" 2>&1 \
     || echo "bench_contact ($arch) failed: see $OUT/bench_contact_$arch.log"
-  timeout 240 "$PY" tools/bench_admm.py --quick --no-demos --arch "$arch" --out "$OUT/admm_$arch" \
+  timeout 240 "$PY" benchmarks/bench_admm.py --quick --no-demos --arch "$arch" --out "$OUT/admm_$arch" \
     > "$OUT/bench_admm_$arch.log" 2>&1 || echo "bench_admm ($arch) failed: see $OUT/bench_admm_$arch.log"
 done
 # the sparse inverse's build on each backend, the same matrix side by side (issue 10: under a
 # GPU backend at most 2x the CPU's)
 if [ "${BENCH:-1}" != 0 ]; then
   si_archs="cpu"; [ "$archs" != cpu ] && si_archs="cpu cuda vulkan"
-  timeout 300 "$PY" tools/bench_pd.py --si-build 10 17.6493 --si-archs $si_archs \
+  timeout 300 "$PY" benchmarks/bench_pd.py --si-build 10 17.6493 --si-archs $si_archs \
     --out "$OUT/bench_si_build.json" > "$OUT/bench_si_build.log" 2>&1 \
     || echo "sparse-inverse build benchmark failed: see $OUT/bench_si_build.log"
 fi

@@ -1,4 +1,4 @@
-"""tools/contact_trace.py: the stage-by-stage replay that is to find which device contact
+"""studies/contact_trace.py: the stage-by-stage replay that is to find which device contact
 kernel goes wrong on CUDA in f32 (docs/benchmarks.md, "GPU-class backends"). Its comparison is checked on
 made-up traces (it must point at the first stage where a result parts and nowhere else),
 and the record-and-replay on the CPU backend against itself (bit for bit, or the wrapping
@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-TOOL = Path(__file__).resolve().parents[2] / "tools" / "contact_trace.py"
+TOOL = Path(__file__).resolve().parents[2] / "studies" / "contact_trace.py"
 
 
 @pytest.fixture(scope="module")

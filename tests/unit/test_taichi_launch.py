@@ -1,4 +1,4 @@
-"""The short kernel-launch path (``tisim._taichi_launch``) against Taichi's own: the same
+"""The short kernel-launch path (``tisim._taichi_patches.launch``) against Taichi's own: the same
 results to the bit, the same errors for bad arguments, and Taichi's path for what the
 short one does not take. Run in a fresh interpreter (Taichi is initialised once per
 process); the kernels live in a module file, as Taichi reads their source."""
@@ -33,7 +33,7 @@ sys.path.insert(0, {folder!r})
 from tisim import backend
 backend.init("cpu", "f64")
 import taichi as ti
-from tisim import _taichi_launch as L
+from tisim._taichi_patches import launch as L
 import kern
 
 rng = np.random.default_rng(3)

@@ -148,7 +148,7 @@ def test_energy_momentum_conserves_where_midpoint_drifts(caplog):
 @pytest.mark.slow
 def test_spinning_bar_4000_steps_energy_momentum():
     """The issue's run on a coarse bar (4 x 1 x 1 cells; the full demo, 1,600 tets, is in
-    tools/midpoint_diagnosis.py): 4000 steps of 0.01 s with the energy-momentum option:
+    studies/midpoint_diagnosis.py): 4000 steps of 0.01 s with the energy-momentum option:
     energy to 1e-6 relative, linear and angular momentum to 1e-8, no inverted element, no
     capped step."""
     dt, steps = 0.01, 4000

@@ -3,7 +3,7 @@
 Why: on the cloth's Newton systems (2-D meshes, 12k dofs, 0.5M non-zeros) CHOLMOD's
 supernodal factorisation (Debian's SuiteSparse with OpenBLAS) runs at about 4 GFlop/s,
 and it is more than half of a contact frame; PARDISO's numeric factorisation of the same
-matrices takes 21.5 ms against 91.2 (4.25x) on the same two cores (``tools/bench_linear.py``).
+matrices takes 21.5 ms against 91.2 (4.25x) on the same two cores (``benchmarks/bench_linear.py``).
 
 The binding is ours and small: symmetric positive definite matrices (``mtype = 2``),
 the upper triangle in zero-based CSR, or its 3 x 3 blocks in BSR (``BlockUpper``), and the
@@ -176,7 +176,7 @@ class BlockUpper:
     analyses the vertex graph instead of the dof graph, 9x fewer edges: on the drape's
     systems (12k dofs, frames 20-25, 100 systems, 39 patterns) the analysis took 2.7-3.0
     ms against 12.9-14.7 ms in CSR, the factorisation 12.0 against 10.7-11.4 ms, the solve
-    2.5 against 2.8 ms (``tools/bench_linear.py`` times both). The map from A's values to
+    2.5 against 2.8 ms (``benchmarks/bench_linear.py`` times both). The map from A's values to
     the blocks is built once per pattern (about as long as the CSR triangle's); then each
     matrix costs one gather.
     """

@@ -36,7 +36,7 @@ collisions cost time, never pairs).
 
 No atomic operation sits inside a loop whose trip count differs between threads:
 Taichi 1.7.4's SPIR-V code (Vulkan; seen with Mesa's lavapipe) loses some of those
-updates (``tools/spirv_loop_atomics.py``), which lost contact pairs there. Atomics run
+updates (``studies/spirv_loop_atomics.py``), which lost contact pairs there. Atomics run
 one per thread in flat loops; per-box and per-query loops only count and store.
 
 The output is deterministic, bit for bit, whatever the thread scheduling: the mean box

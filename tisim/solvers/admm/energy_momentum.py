@@ -7,7 +7,7 @@ and differ only in the elastic force evaluated over the step:
 
       M (q - z)/h^2 + 1/2 grad E((q^k + q)/2) - 1/2 f_ext = 0;
 
-  used by ``tools/midpoint_diagnosis.py`` as an independent reference for the ADMM step
+  used by ``studies/midpoint_diagnosis.py`` as an independent reference for the ADMM step
   (numpy energies of :mod:`tisim.materials`, not the Taichi kernels ADMM uses).
 * ``"energy-momentum"``: grad E(q_mid) replaced by a discrete gradient in the right
   Cauchy-Green tensor C = F^T F (O. Gonzalez, Exact energy and momentum conserving

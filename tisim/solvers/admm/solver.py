@@ -41,7 +41,7 @@ normal at the point, which is the exact prox for planes, spheres and cylinder
 sides, and for boxes inside one face's region. Held vertices (handles, mouse
 drag) are eliminated from the q-step.
 
-Energy behaviour (issue 13, ``tools/midpoint_diagnosis.py``): the step is the implicit
+Energy behaviour (issue 13, ``studies/midpoint_diagnosis.py``): the step is the implicit
 midpoint rule of the energy that is measured (an independent Newton solve of the midpoint
 equations with the numpy energies of :mod:`tisim.materials` gives the same trajectory to the
 ADMM tolerance). The midpoint rule is symplectic, but on stiff nonlinear elastodynamics with

@@ -17,7 +17,7 @@ fixed order, the same bits in every run), with atomics elsewhere.
 
 Every search is unrolled to a fixed number of halvings: no loop whose trip count differs
 between threads encloses or precedes an atomic (Taichi 1.7.4's SPIR-V code loses updates
-there, ``tools/spirv_loop_atomics.py``).
+there, ``studies/spirv_loop_atomics.py``).
 
 This module has no ``from __future__ import annotations``: Taichi reads the kernels' type
 annotations when they are decorated.

@@ -68,7 +68,7 @@ class SPDSolver:
 
     PARDISO factorises the cloth's systems about 4x faster than Debian's CHOLMOD with
     OpenBLAS (the 64 x 64 drape's contact systems, 12,675 dofs: 21.5 against 91.2 ms on
-    two cores, ``tools/bench_linear.py``) and repeats its bits at any thread count.
+    two cores, ``benchmarks/bench_linear.py``) and repeats its bits at any thread count.
 
     mixed (PARDISO only; ``solver.linear_precision = "mixed"``): factorise in single
     precision, about 1.4x faster, and refine the solution against A in double precision

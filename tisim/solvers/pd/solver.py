@@ -86,8 +86,8 @@ class SolverPD(Solver):
     launch, an extrapolation that raises it is replaced by the plain step. Used only with
     an exact global step and in steps without contact. On a small Neo-Hookean twisting
     bar (81 vertices, E = 1e6, nu = 0.4) a step needs 75 iterations where the plain
-    iteration needs 983 to reach a relative residual of 1e-8; see tools/twist_accuracy.py
-    and tools/convergence_pd.py for the 5k-vertex bar.
+    iteration needs 983 to reach a relative residual of 1e-8; see benchmarks/twist_accuracy.py
+    and studies/convergence_pd.py for the 5k-vertex bar.
 
     Contact: when the model has colliders or several objects and
     ``scene.contact.enabled``, :class:`tisim.contact.pd_contact.PDContact` adds
