@@ -356,8 +356,8 @@ class ProgressiveRefiner:
         try:
             # every level's start must be valid for the barrier, coarse ones made here too
             s.check_start(self.initial_state(level).x, s.obstacles.positions(0.0, self.model.initial_positions),
-                          advice="lower contact.thickness, or give the preview more vertices "
-                                 "(refine.coarse_vertices)" if made_here else "separate them")
+                          advice="give the preview more vertices (refine.coarse_vertices)" if made_here
+                          else "separate them")
         except MeshError as err:
             raise MeshError(f"hierarchy level {level} of {self.L} ({lv.vertex_count} vertices, "
                             f"{self.hierarchy.method}): {err.detail}", err.path) from None
