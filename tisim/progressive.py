@@ -241,9 +241,10 @@ def build_levels(scene, model, count: int | None = None):
                     mesh.uv, mesh.face_uv)
     try:
         if method in ("loop", "midpoint"):
-            H = hy.build_hierarchy(base, levels, method=method)
+            H = hy.build_hierarchy(base, levels, method=method, mass=rc.mass)
         elif method == "decimate":
-            H = hy.build_hierarchy(base, levels, method="decimate", coarse_vertices=tuple(rc.coarse_vertices))
+            H = hy.build_hierarchy(base, levels, method="decimate", coarse_vertices=tuple(rc.coarse_vertices),
+                                   mass=rc.mass)
         else:
             if len(rc.meshes) != levels - 1:
                 raise ConfigError("refine.meshes", f"expected {levels - 1} coarser meshes for {levels} levels, "
@@ -252,7 +253,7 @@ def build_levels(scene, model, count: int | None = None):
             for i, f in enumerate(rc.meshes):
                 m = load_cloth_mesh(str(scene.mesh_file(f, f"refine.meshes[{i}]")))
                 user.append(hy.Level.from_mesh(_transform(m.vertices, oc, scene), m.faces, rho, m.uv, m.face_uv))
-            H = hy.from_meshes(user + [base])
+            H = hy.from_meshes(user + [base], mass=rc.mass)
     except MeshError as e:
         raise MeshError(str(e).split(": ", 1)[-1] if scene.path and str(e).startswith(scene.path) else str(e),
                         scene.path) from None

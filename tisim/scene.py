@@ -294,6 +294,10 @@ class RefineConfig:
     method: Literal["auto", "decimate", "loop", "midpoint", "meshes"] = "auto"
     meshes: tuple[str, ...] = ()
     coarse_vertices: tuple[int, int] = (300, 1000)
+    # "consistent": every coarser level's masses are U^T m of the finer one's (the
+    # centre of mass is then the same on every level); "lumped": area times density on
+    # every level (the totals differ by the levels' area difference)
+    mass: Literal["consistent", "lumped"] = "consistent"
     schedule: Literal["sequential", "pipelined"] = "sequential"
     intermediate_tolerance: float = num(1e-2, gt=0, doc="Newton tolerance of non-finest levels")
     # 1: the paper's target P(x_l) + U (x_l - x_l'); below 1, position and velocity are

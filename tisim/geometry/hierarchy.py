@@ -507,6 +507,53 @@ def _barycentric_matrix(host, bary, faces, n_coarse) -> sp.csr_matrix:
     return sp.csr_matrix((bary.ravel(), (rows, cols)), shape=(n, n_coarse))
 
 
+def _lean_on_every_vertex(points, xc, fc, host, bary, dist) -> int:
+    """Re-host fine vertices (in place) so that every coarse vertex of a non-degenerate
+    triangle gets a non-zero weight: a coarse vertex that no fine vertex leans on has no
+    consistent mass (U^T m = 0) and no influence on P(x), a singular degree of freedom.
+    Such vertices appear at the corners of holes, of separate pieces and of bow-ties,
+    where the closest points of the fine vertices around land on the coarse triangles'
+    edges. The fine vertex nearest to such a corner j (one not needed by another
+    corner) is embedded at j itself, in j's largest incident triangle: its rest offset
+    X_i - X_j is stored in that triangle's frame, so P(X_coarse) = X_fine still holds
+    exactly. Returns the number of vertices re-hosted."""
+    n_c = len(xc)
+    tri = xc[fc]
+    area2 = np.linalg.norm(np.cross(tri[:, 1] - tri[:, 0], tri[:, 2] - tri[:, 0]), axis=1)
+    diag = float(np.linalg.norm(xc.max(0) - xc.min(0))) or 1.0
+    valid = area2 > _DEGENERATE_AREA * diag**2
+    in_valid = np.zeros(n_c, dtype=bool)
+    in_valid[fc[valid].ravel()] = True
+    w = np.bincount(fc[host].ravel(), weights=bary.ravel(), minlength=n_c)
+    tiny = 1e-9
+    bare = np.flatnonzero((w <= tiny) & in_valid)
+    if not len(bare):
+        return 0
+    tree = cKDTree(points)
+    moved = 0
+    for j in bare:
+        tris = np.flatnonzero(valid & (fc == j).any(axis=1))
+        t = int(tris[np.argmax(area2[tris])])
+        k = min(len(points), 32)
+        _, idx = tree.query(xc[j], k=k)
+        for i in np.atleast_1d(idx):
+            old = fc[host[i]]
+            # leaving its host must not leave another corner bare
+            if all(w[c] - b > tiny or b <= tiny for c, b in zip(old, bary[i])):
+                break
+        else:
+            continue
+        w[fc[host[i]]] -= bary[i]
+        host[i] = t
+        bary[i] = (fc[t] == j).astype(np.float64)
+        dist[i] = float(np.linalg.norm(points[i] - xc[j]))
+        w[j] += 1.0
+        moved += 1
+    if moved:
+        log.debug("embedding: %d fine vertices re-hosted on coarse corners no other leaned on", moved)
+    return moved
+
+
 def embed(
     fine_level: Level, coarse_level: Level, *, zero_mean_tangent: bool = False
 ) -> Prolongation:
@@ -531,6 +578,7 @@ def embed(
     """
     xc, fc = coarse_level.vertices, coarse_level.faces
     host, bary, dist = _closest_on_surface(fine_level.vertices, xc, fc)
+    _lean_on_every_vertex(fine_level.vertices, xc, fc, host, bary, dist)
     if zero_mean_tangent:
         U0 = _barycentric_matrix(host, bary, fc, len(xc))
         p0 = _with_offsets(U0, xc, fc, fine_level.vertices, host, bary, dist)
@@ -1170,7 +1218,8 @@ def _finish(
                 bad = int(np.argmin(m))
                 raise MeshError(
                     f"consistent mass U^T m of level {lvl} vertex {bad} is {m[bad]:.3g} kg "
-                    "(no fine vertex leans on it); use mass='lumped'"
+                    "(no fine vertex leans on it: it lies on degenerate triangles only); "
+                    "set refine.mass = \"lumped\""
                 )
             deviation[lvl] = float(np.max(np.abs(m - lumped) / lumped))
         else:
