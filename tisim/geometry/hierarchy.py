@@ -902,6 +902,13 @@ def _decimation_frame(x: np.ndarray):
     return y, to_world
 
 
+def _manifold(faces: np.ndarray) -> bool:
+    """No edge of more than two triangles and no two triangles on the same vertices."""
+    e = np.sort(faces[:, [[0, 1], [1, 2], [2, 0]]].reshape(-1, 2), axis=1)
+    _, counts = np.unique(e, axis=0, return_counts=True)
+    return bool(counts.max(initial=0) <= 2) and len(np.unique(np.sort(faces, axis=1), axis=0)) == len(faces)
+
+
 def decimate(
     level: Level,
     target_vertices: int,
@@ -945,10 +952,10 @@ def decimate(
     x, f = level.vertices, level.faces
     y, to_world = _decimation_frame(x)
 
-    def run(faces_target: int):
+    def run(faces_target: int, agg: float = aggressiveness):
         faces_target = int(np.clip(faces_target, 2, level.face_count - 1))
         v, t = fast_simplification.simplify(
-            y, f, target_count=faces_target, agg=aggressiveness, preserve_border=preserve_border
+            y, f, target_count=faces_target, agg=agg, preserve_border=preserve_border
         )
         v = to_world(v)
         t = np.asarray(t, dtype=np.int64)
@@ -966,6 +973,18 @@ def decimate(
         raise MeshError(f"decimating {n} vertices to {target} failed (got {len(v)} vertices)")
     v, t = collapse_needles(v, t)
     t = flip_slivers(v, t)
+    if not _manifold(t):
+        # the library can fold a flap of a noisy (scan-like) surface flat onto its
+        # neighbour (an edge of three triangles, or two triangles on the same three
+        # vertices): a gentler collapse order avoids it
+        for agg in (aggressiveness / 2, aggressiveness / 4, 1.0):
+            v2, t2 = run(round(target * ratio), agg)
+            v2, t2 = collapse_needles(v2, t2)
+            t2 = flip_slivers(v2, t2)
+            if len(t2) and len(v2) < n and _manifold(t2):
+                log.debug("decimation: folded triangles at agg %g; agg %g made a manifold level", aggressiveness, agg)
+                v, t = v2, t2
+                break
     fine_uv = _vertex_uv(level)
     uv = None if fine_uv is None else _uv_at(level, fine_uv, v)
     rho = level.areal_density if areal_density is None else float(areal_density)
