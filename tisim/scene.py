@@ -122,6 +122,10 @@ class ObjectConfig:
     frame: str | None = None
     velocity: Vec3 = (0.0, 0.0, 0.0)
     angular_velocity: Vec3 = (0.0, 0.0, 0.0)  # rad/s about the centre of mass
+    # a closed surface given as ``mesh`` is filled by TetGen with these quality switches
+    tet_radius_edge_ratio: float = num(1.5, ge=1.1, doc="TetGen's radius-edge ratio bound (-q), for a surface mesh")
+    tet_min_dihedral: float = num(10.0, ge=0, le=18, doc="TetGen's minimum dihedral angle bound, degrees")
+    tet_max_volume: float | None = num(None, gt=0, doc="TetGen's tet volume bound (-a), m^3 after scale")
     handles: dict[str, HandleConfig] = field(default_factory=dict)
     # cloth
     cloth_size: tuple[float, float] = (1.0, 1.0)

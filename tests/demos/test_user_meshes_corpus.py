@@ -52,7 +52,8 @@ def _refine_and_run(tmp_path: Path, name: str):
     assert len(levels) == 3, levels
     for lv in levels:
         assert _assert_frames_intersection_free(lv) == FRAMES + 1
-    rows = list(csv.DictReader(open(out / "consistency.csv")))
+    with open(out / "consistency.csv") as fh:
+        rows = list(csv.DictReader(fh))
     rel = max(float(row["com_distance_rel_2"]) for row in rows)
     assert rel < 0.02, rel
     # the scene refine wrote, run directly (the finest mesh, the plain cloth solver)

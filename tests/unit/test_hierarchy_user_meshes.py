@@ -45,9 +45,8 @@ def test_a_corner_no_fine_vertex_leans_on_is_rehosted_exactly():
 
 
 def test_refine_mass_is_a_scene_key():
-    from tisim.scene import load_scene
-
     from tisim.cli.app import demos_dir
+    from tisim.scene import load_scene
 
     sc = load_scene(demos_dir() / "refine-drape.toml", ["refine.mass=lumped"])
     assert sc.refine.mass == "lumped"

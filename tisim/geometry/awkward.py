@@ -218,7 +218,7 @@ def graded_sheet(size: float = 0.5, h_fine: float = 0.006, ratio: float = 10.0, 
     while x <= half + 1e-9:
         s = (x + half) / size
         h = h_fine * ratio**s
-        k = max(2, int(round(size / h)) + 1)
+        k = max(2, round(size / h) + 1)
         z = np.linspace(-half, half, k)
         pts.append(np.stack([np.full(k, x), z], 1))
         x += h

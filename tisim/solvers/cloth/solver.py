@@ -604,6 +604,10 @@ class SolverCloth(Solver):
                 else f"a {kind} (vertices {', '.join(map(str, local))}) of {name}")
 
     # ------------------------------------------------------------------ public
+    def inversion_is_divergence(self) -> bool:
+        # the scene's solids are stepped by a PD solver: its rule
+        return self.solid_solver is None or self.solid_solver.inversion_is_divergence()
+
     def info(self) -> dict:
         return {
             "linear_solver": self.linear.backend,
