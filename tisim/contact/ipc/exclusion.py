@@ -82,7 +82,7 @@ class RestExclusion:
         from tisim import backend
         from tisim.backend import download, upload
         from tisim.contact.ipc.broad_phase import BroadPhase
-        from tisim.geometry.distances import point_triangle_distance, segment_segment_distance
+        from tisim.geometry.distances import point_triangle_distances, segment_segment_distances
 
         rest = np.asarray(rest, dtype=np.float64)
         n = len(rest)
@@ -103,12 +103,12 @@ class RestExclusion:
         pt_rows = pt_rows[(piece[pt_rows] == piece[pt_rows[:, :1]]).all(axis=1)]
         ee_rows = ee_rows[(piece[ee_rows] == piece[ee_rows[:, :1]]).all(axis=1)]
         for kind, rows, dist, store, canon in (
-            ("pt", pt_rows, point_triangle_distance, self.pt, _canonical_pt),
-            ("ee", ee_rows, segment_segment_distance, self.ee, _canonical_ee),
+            ("pt", pt_rows, point_triangle_distances, self.pt, _canonical_pt),
+            ("ee", ee_rows, segment_segment_distances, self.ee, _canonical_ee),
         ):
             if not len(rows):
                 continue
-            d = np.array([dist(*(rest[int(i)] for i in r)) for r in rows])
+            d = dist(*(rest[rows[:, k]] for k in range(4)))
             close = rows[d < self.distance]
             if len(close):
                 self.min_distance = min(self.min_distance, float(d[d < self.distance].min()))
