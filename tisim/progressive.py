@@ -243,8 +243,17 @@ def build_levels(scene, model, count: int | None = None):
         if method in ("loop", "midpoint"):
             H = hy.build_hierarchy(base, levels, method=method, mass=rc.mass)
         elif method == "decimate":
-            H = hy.build_hierarchy(base, levels, method="decimate", coarse_vertices=tuple(rc.coarse_vertices),
-                                   mass=rc.mass)
+            need = hy.decimation_minimum(levels, tuple(rc.coarse_vertices))
+            if rc.method == "auto" and levels > 1 and base.vertex_count < need:
+                # too coarse to decimate: refine upward, the mesh is the preview
+                H = hy.build_hierarchy(base, levels, method="loop", mass=rc.mass)
+                log.info("%s has %d vertices, too few to decimate into %d levels (%d needed): it is the "
+                         "preview, and Loop subdivision makes the finer levels (%s vertices)",
+                         oc.mesh, base.vertex_count, levels, need,
+                         ", ".join(str(lv.vertex_count) for lv in H.levels[1:]))
+            else:
+                H = hy.build_hierarchy(base, levels, method="decimate", coarse_vertices=tuple(rc.coarse_vertices),
+                                       mass=rc.mass)
         else:
             if len(rc.meshes) != levels - 1:
                 raise ConfigError("refine.meshes", f"expected {levels - 1} coarser meshes for {levels} levels, "

@@ -43,12 +43,32 @@ def test_mesh_too_coarse_for_the_levels(tmp_path):
     """One line naming the user's mesh (not the scene written for it), and nothing left
     behind: no scene, no output folder; a bad --wind is refused before anything is written."""
     mesh = _sheet(tmp_path / "small.obj", 6, 6)  # 49 vertices; 3 levels need >= 1200
-    r = _refine(str(mesh), "--levels", "3", "--frames", "1", "--out", str(tmp_path / "o"))
-    _assert_one_line_error(r, "small.obj: ", "3-level hierarchy", "at least", "49")
+    # (method "auto" refines such a mesh upward: test_coarse_mesh_is_the_preview_of_loop_levels)
+    r = _refine(str(mesh), "--levels", "3", "--frames", "1", "--out", str(tmp_path / "o"),
+                "--set", "refine.method=decimate")
+    _assert_one_line_error(r, "small.obj: ", "3-level hierarchy", "at least", "49", 'refine.method = "loop"')
     assert not (tmp_path / "o").exists() and "wrote the scene" not in r.output
     r = _refine(str(mesh), "--levels", "1", "--wind", "nan,0,0", "--frames", "1", "--out", str(tmp_path / "o"))
     _assert_one_line_error(r, "--wind", "nan,0,0")
     assert not (tmp_path / "o").exists()
+
+
+def test_coarse_mesh_is_the_preview_of_loop_levels(tmp_path):
+    """A mesh too coarse to decimate into the levels asked for (49 vertices, 3 levels) is
+    the preview, and Loop subdivision makes the finer ones (49 -> 169 -> 625), said in one
+    line; the finest centre of mass follows the preview's."""
+    import csv
+
+    mesh = _sheet(tmp_path / "small.obj", 6, 6)
+    r = CliRunner().invoke(app, ["refine", str(mesh), "--levels", "3", "--frames", "2", "--out",
+                                 str(tmp_path / "o"), "--no-render"])
+    assert r.exit_code == 0, r.output
+    lines = [ln for ln in r.output.splitlines() if "Loop subdivision" in ln]
+    assert len(lines) == 1 and "49 vertices" in lines[0] and "169, 625" in lines[0], lines
+    assert sorted(p.name for p in (tmp_path / "o").glob("level_*")) == ["level_0", "level_1", "level_2"]
+    with open(tmp_path / "o" / "consistency.csv") as fh:
+        rows = list(csv.DictReader(fh))
+    assert max(float(row["com_distance_rel_2"]) for row in rows) < 0.02
 
 
 def test_user_levels_far_apart(tmp_path):

@@ -1301,6 +1301,14 @@ def from_meshes(
     )
 
 
+def decimation_minimum(levels: int, coarse_vertices: int | tuple[int, int] = (300, 1000),
+                       min_ratio: float = 2.0) -> int:
+    """The fewest finest-level vertices that ``build_hierarchy(method="decimate")`` can
+    turn into ``levels`` levels."""
+    lo = coarse_vertices if np.isscalar(coarse_vertices) else coarse_vertices[0]
+    return int(np.ceil(int(lo) * min_ratio ** (int(levels) - 1)))
+
+
 def build_hierarchy(
     level: Level,
     levels: int = 3,
@@ -1366,11 +1374,12 @@ def build_hierarchy(
     n = level.vertex_count
     if L == 0:
         return _finish([level], [], method, mass, rho, max_distance, False, embedded=True)
-    need = int(np.ceil(lo * min_ratio**L))
+    need = decimation_minimum(levels, (lo, hi), min_ratio)
     if n < need:
         raise MeshError(
             f"a {levels}-level hierarchy needs a finest mesh of at least {need} vertices "
-            f"(coarsest {lo} x {min_ratio:g}^{L}), got {n}"
+            f"(coarsest {lo} x {min_ratio:g}^{L}), got {n}; refine.method = \"loop\" makes it the "
+            f"preview and subdivides it"
         )
     c0 = float(np.clip(n / 4.0**L, lo, hi))
     c0 = min(c0, n / min_ratio**L)
