@@ -50,3 +50,21 @@ def test_refine_mass_is_a_scene_key():
 
     sc = load_scene(demos_dir() / "refine-drape.toml", ["refine.mass=lumped"])
     assert sc.refine.mass == "lumped"
+
+
+def test_decimated_levels_get_uvs_by_projection_onto_the_finest_mesh():
+    """UVs linear in the rest positions (a planar map of the graded sheet) must come out
+    exactly that map at every coarse vertex: closest point on the finest mesh, barycentric
+    interpolation there (the checker of the preview then matches the finest one's)."""
+    m = awkward.graded_sheet()
+    uv = np.stack([2.0 * m.vertices[:, 0] + 0.5, -m.vertices[:, 2] + 0.25], axis=1)
+    fine = hy.Level.from_mesh(m.vertices, m.faces, 0.2, uv=uv, face_uv=m.faces)
+    H = hy.build_hierarchy(fine, 3)
+    for lv in H.levels[:-1]:
+        assert lv.uv is not None and len(lv.uv) == lv.vertex_count
+        expect = np.stack([2.0 * lv.vertices[:, 0] + 0.5, -lv.vertices[:, 2] + 0.25], axis=1)
+        # a decimated vertex may lie off the fine sheet's border (the library moves a few):
+        # its UV is the closest border point's, so compare where it lies on the sheet
+        inside = (np.abs(lv.vertices[:, [0, 2]]) <= 0.25 + 1e-12).all(axis=1)
+        assert inside.mean() > 0.9
+        np.testing.assert_allclose(lv.uv[inside], expect[inside], atol=1e-9)
