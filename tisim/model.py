@@ -292,8 +292,13 @@ def _object_mesh(scene: Scene, name: str, oc: ObjectConfig) -> TetMesh:
     if oc.generator == "ball":
         return generate.ball(oc.radius, oc.ball_resolution)
     from tisim.geometry.io import load_tet_mesh
+    from tisim.geometry.tetrahedralize import warn_slivers
 
-    return load_tet_mesh(str(scene.mesh_file(oc.mesh, f"objects.{name}.mesh")))
+    mv = None if oc.tet_max_volume is None else oc.tet_max_volume / oc.scale**3  # the file's units
+    mesh = load_tet_mesh(str(scene.mesh_file(oc.mesh, f"objects.{name}.mesh")), max_volume=mv,
+                         quality={"minratio": oc.tet_radius_edge_ratio, "mindihedral": oc.tet_min_dihedral})
+    warn_slivers(mesh, f"objects.{name}.mesh")
+    return mesh
 
 
 def _cloth_mesh(scene: Scene, name: str, oc: ObjectConfig):

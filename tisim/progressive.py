@@ -244,9 +244,19 @@ def build_levels(scene, model, count: int | None = None):
                     mesh.uv, mesh.face_uv)
     try:
         if method in ("loop", "midpoint"):
-            H = hy.build_hierarchy(base, levels, method=method)
+            H = hy.build_hierarchy(base, levels, method=method, mass=rc.mass)
         elif method == "decimate":
-            H = hy.build_hierarchy(base, levels, method="decimate", coarse_vertices=tuple(rc.coarse_vertices))
+            need = hy.decimation_minimum(levels, tuple(rc.coarse_vertices))
+            if rc.method == "auto" and levels > 1 and base.vertex_count < need:
+                # too coarse to decimate: refine upward, the mesh is the preview
+                H = hy.build_hierarchy(base, levels, method="loop", mass=rc.mass)
+                log.info("%s has %d vertices, too few to decimate into %d levels (%d needed): it is the "
+                         "preview, and Loop subdivision makes the finer levels (%s vertices)",
+                         oc.mesh, base.vertex_count, levels, need,
+                         ", ".join(str(lv.vertex_count) for lv in H.levels[1:]))
+            else:
+                H = hy.build_hierarchy(base, levels, method="decimate", coarse_vertices=tuple(rc.coarse_vertices),
+                                       mass=rc.mass)
         else:
             if len(rc.meshes) != levels - 1:
                 raise ConfigError("refine.meshes", f"expected {levels - 1} coarser meshes for {levels} levels, "
@@ -255,7 +265,7 @@ def build_levels(scene, model, count: int | None = None):
             for i, f in enumerate(rc.meshes):
                 m = load_cloth_mesh(str(scene.mesh_file(f, f"refine.meshes[{i}]")))
                 user.append(hy.Level.from_mesh(_transform(m.vertices, oc, scene), m.faces, rho, m.uv, m.face_uv))
-            H = hy.from_meshes(user + [base])
+            H = hy.from_meshes(user + [base], mass=rc.mass)
     except MeshError as e:
         raise MeshError(str(e).split(": ", 1)[-1] if scene.path and str(e).startswith(scene.path) else str(e),
                         scene.path) from None
@@ -359,8 +369,8 @@ class ProgressiveRefiner:
         try:
             # every level's start must be valid for the barrier, coarse ones made here too
             s.check_start(self.initial_state(level).x, s.obstacles.positions(0.0, self.model.initial_positions),
-                          advice="lower contact.thickness, or give the preview more vertices "
-                                 "(refine.coarse_vertices)" if made_here else "separate them")
+                          advice="give the preview more vertices (refine.coarse_vertices)" if made_here
+                          else "separate them")
         except MeshError as err:
             raise MeshError(f"hierarchy level {level} of {self.L} ({lv.vertex_count} vertices, "
                             f"{self.hierarchy.method}): {err.detail}", err.path) from None

@@ -235,7 +235,8 @@ def run_scene(
     done = 0
     bar = _progress(progress and not live, n_frames, scene.name)
     guards = DivergenceGuards(model, scene.sim.on_divergence,
-                              max_capped_steps=getattr(solver, "max_capped_steps", MAX_CAPPED_STEPS))
+                              max_capped_steps=getattr(solver, "max_capped_steps", MAX_CAPPED_STEPS),
+                              inversion=solver.inversion_is_divergence())
 
     if viewer is not None:
         viewer.open(_view_info(model, scene, solver))
@@ -378,7 +379,10 @@ class DivergenceGuards:
       is finite; a potential of NaN counts only from a solver that reported a finite one
       before, since NaN also means "not computed");
     * an inverted element (det F <= 0) in the end-of-step state, for tet meshes only
-      (``model.element_count > 0``; cloth has no tets);
+      (``model.element_count > 0``; cloth has no tets), when ``inversion`` is true (the
+      solver's ``inversion_is_divergence()``): the ADMM solver guarantees det F > 0, so an
+      inverted tet there is a failure; PD with ARAP, corotated or neo-Hookean recovers
+      inverted tets in its local step, so there it is logged once and the run goes on;
     * ``MAX_CAPPED_STEPS`` consecutive steps with ``StepStats.converged`` false;
     * (``check_stall``) a step the solver could not converge even after its own retries
       (``StepStats.extra["stall_failed"]`` = 1): :class:`Stalled`, exit status 4.
@@ -387,8 +391,11 @@ class DivergenceGuards:
     "continue" logs each cause once and records its first occurrence (``info()``, in run.json).
     """
 
-    def __init__(self, model, on_divergence: str = "stop", max_capped_steps: int = MAX_CAPPED_STEPS):
+    def __init__(self, model, on_divergence: str = "stop", max_capped_steps: int = MAX_CAPPED_STEPS,
+                 inversion: bool = True):
         self.model = model
+        self.inversion = bool(inversion)
+        self.inverted_steps = 0  # steps that ended with an inverted tet (inversion = False)
         self.stop = on_divergence != "continue"
         self.max_capped_steps = int(max_capped_steps)
         self.capped_run = 0
@@ -437,8 +444,15 @@ class DivergenceGuards:
             J = volume_ratios(self.model, state.positions)
             bad = int(np.count_nonzero(~(J > 0)))
             if bad:
-                causes.append(("inversion", f"{bad} of {m} tets inverted at the end of the step "
-                                            f"(min det F = {float(np.nanmin(J)):.3g})"))
+                text = f"{bad} of {m} tets inverted at the end of the step (min det F = {float(np.nanmin(J)):.3g})"
+                if self.inversion:
+                    causes.append(("inversion", text))
+                else:
+                    self.inverted_steps += 1
+                    if "inverted" not in self._seen:
+                        self._seen.add("inverted")
+                        log.info("frame %d (t = %.4g s): %s; the solver's projections recover inverted tets, "
+                                 "so the run goes on", frame, state.time, text)
         if st.converged:
             self.capped_run = 0
         else:
@@ -462,7 +476,8 @@ class DivergenceGuards:
     def info(self) -> dict:
         """For run.json: the policy, the capped-step limit and count, first events per cause."""
         return {"on_divergence": "stop" if self.stop else "continue", "max_capped_steps": self.max_capped_steps,
-                "capped_steps": self.capped_steps, "events": self.events}
+                "capped_steps": self.capped_steps, "events": self.events,
+                "inversion_is_divergence": self.inversion, "inverted_steps": self.inverted_steps}
 
 
 def _accumulate(agg: StepStats, st: StepStats) -> None:

@@ -122,6 +122,10 @@ class ObjectConfig:
     frame: str | None = None
     velocity: Vec3 = (0.0, 0.0, 0.0)
     angular_velocity: Vec3 = (0.0, 0.0, 0.0)  # rad/s about the centre of mass
+    # a closed surface given as ``mesh`` is filled by TetGen with these quality switches
+    tet_radius_edge_ratio: float = num(1.5, ge=1.1, doc="TetGen's radius-edge ratio bound (-q), for a surface mesh")
+    tet_min_dihedral: float = num(10.0, ge=0, le=18, doc="TetGen's minimum dihedral angle bound, degrees")
+    tet_max_volume: float | None = num(None, gt=0, doc="TetGen's tet volume bound (-a), m^3 after scale")
     handles: dict[str, HandleConfig] = field(default_factory=dict)
     # cloth
     cloth_size: tuple[float, float] = (1.0, 1.0)
@@ -302,6 +306,10 @@ class RefineConfig:
     method: Literal["auto", "decimate", "loop", "midpoint", "meshes"] = "auto"
     meshes: tuple[str, ...] = ()
     coarse_vertices: tuple[int, int] = (300, 1000)
+    # "consistent": every coarser level's masses are U^T m of the finer one's (the
+    # centre of mass is then the same on every level); "lumped": area times density on
+    # every level (the totals differ by the levels' area difference)
+    mass: Literal["consistent", "lumped"] = "consistent"
     schedule: Literal["sequential", "pipelined"] = "sequential"
     intermediate_tolerance: float = num(1e-2, gt=0, doc="Newton tolerance of non-finest levels")
     # 1: the paper's target P(x_l) + U (x_l - x_l'); below 1, position and velocity are

@@ -31,3 +31,19 @@ def test_segment_segment_against_ipctk():
     for a0, a1, b0, b1 in cases:
         ref = np.sqrt(ipctk.edge_edge_distance(a0, a1, b0, b1))
         assert segment_segment_distance(a0, a1, b0, b1) == pytest.approx(ref, rel=1e-9, abs=1e-12)
+
+
+def test_batched_distances_match_the_single_ones_and_ipctk():
+    """The batched twins on random pairs, near-parallel and degenerate ones included."""
+    from tisim.geometry.distances import point_triangle_distances, segment_segment_distances
+
+    rng = np.random.default_rng(7)
+    k = 400
+    P = rng.normal(size=(4, k, 3))
+    P[3, :50] = P[2, :50] + 1e-9 * rng.normal(size=(50, 3))  # near-degenerate last primitive
+    P[1, 50:100] = P[0, 50:100] + (P[3, 50:100] - P[2, 50:100])  # parallel edges
+    pt = point_triangle_distances(*P)
+    ee = segment_segment_distances(*P)
+    for i in range(k):
+        assert pt[i] == pytest.approx(np.sqrt(ipctk.point_triangle_distance(*P[:, i])), rel=1e-9, abs=1e-12)
+        assert ee[i] == pytest.approx(segment_segment_distance(*P[:, i]), rel=1e-9, abs=1e-12)

@@ -43,12 +43,32 @@ def test_mesh_too_coarse_for_the_levels(tmp_path):
     """One line naming the user's mesh (not the scene written for it), and nothing left
     behind: no scene, no output folder; a bad --wind is refused before anything is written."""
     mesh = _sheet(tmp_path / "small.obj", 6, 6)  # 49 vertices; 3 levels need >= 1200
-    r = _refine(str(mesh), "--levels", "3", "--frames", "1", "--out", str(tmp_path / "o"))
-    _assert_one_line_error(r, "small.obj: ", "3-level hierarchy", "at least", "49")
+    # (method "auto" refines such a mesh upward: test_coarse_mesh_is_the_preview_of_loop_levels)
+    r = _refine(str(mesh), "--levels", "3", "--frames", "1", "--out", str(tmp_path / "o"),
+                "--set", "refine.method=decimate")
+    _assert_one_line_error(r, "small.obj: ", "3-level hierarchy", "at least", "49", 'refine.method = "loop"')
     assert not (tmp_path / "o").exists() and "wrote the scene" not in r.output
     r = _refine(str(mesh), "--levels", "1", "--wind", "nan,0,0", "--frames", "1", "--out", str(tmp_path / "o"))
     _assert_one_line_error(r, "--wind", "nan,0,0")
     assert not (tmp_path / "o").exists()
+
+
+def test_coarse_mesh_is_the_preview_of_loop_levels(tmp_path):
+    """A mesh too coarse to decimate into the levels asked for (49 vertices, 3 levels) is
+    the preview, and Loop subdivision makes the finer ones (49 -> 169 -> 625), said in one
+    line; the finest centre of mass follows the preview's."""
+    import csv
+
+    mesh = _sheet(tmp_path / "small.obj", 6, 6)
+    r = CliRunner().invoke(app, ["refine", str(mesh), "--levels", "3", "--frames", "2", "--out",
+                                 str(tmp_path / "o"), "--no-render"])
+    assert r.exit_code == 0, r.output
+    lines = [ln for ln in r.output.splitlines() if "Loop subdivision" in ln]
+    assert len(lines) == 1 and "49 vertices" in lines[0] and "169, 625" in lines[0], lines
+    assert sorted(p.name for p in (tmp_path / "o").glob("level_*")) == ["level_0", "level_1", "level_2"]
+    with open(tmp_path / "o" / "consistency.csv") as fh:
+        rows = list(csv.DictReader(fh))
+    assert max(float(row["com_distance_rel_2"]) for row in rows) < 0.02
 
 
 def test_user_levels_far_apart(tmp_path):
@@ -349,10 +369,11 @@ def test_decimated_preview_of_a_disc_falls(tmp_path):
 
 
 @pytest.mark.slow
-def test_coarse_level_within_the_thickness_is_refused(tmp_path):
+def test_coarse_level_thinner_than_the_thickness_starts(tmp_path):
     """A contact thickness above a decimated level's smallest triangle height (2.6 mm on
-    the middle level of this disc, 3.2 and 4.1 mm on the others): that level cannot
-    start; one line names it and what to change."""
+    the middle level of this disc, 3.2 and 4.1 mm on the others): that level used to be
+    refused ('within the contact thickness'); the pairs in contact at rest are now left out
+    of self-contact (tisim.contact.ipc.exclusion), so every level starts and runs."""
     from tisim.geometry.generate import cloth_disc
 
     m = cloth_disc(0.5, 0.0125, seed=5)
@@ -360,7 +381,8 @@ def test_coarse_level_within_the_thickness_is_refused(tmp_path):
     save_cloth_obj(mesh, m.vertices, ClothMesh(m.vertices, m.faces))
     p = _scene(tmp_path, mesh, '[contact]\nthickness = 0.0029\n[refine]\nlevels = 3\nmethod = "decimate"\n')
     r = _refine(str(p), "--frames", "1", "--out", str(tmp_path / "o"))
-    _assert_one_line_error(r, "s.toml", "hierarchy level 1 of 2", "contact thickness", "refine.coarse_vertices")
+    assert r.exit_code == 0, r.output
+    assert len(list((tmp_path / "o").glob("level_*/stats.csv"))) == 3
 
 
 def test_flat_mesh_pinned_at_its_top_edge_is_stood_up(tmp_path):

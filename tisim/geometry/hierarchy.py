@@ -507,6 +507,53 @@ def _barycentric_matrix(host, bary, faces, n_coarse) -> sp.csr_matrix:
     return sp.csr_matrix((bary.ravel(), (rows, cols)), shape=(n, n_coarse))
 
 
+def _lean_on_every_vertex(points, xc, fc, host, bary, dist) -> int:
+    """Re-host fine vertices (in place) so that every coarse vertex of a non-degenerate
+    triangle gets a non-zero weight: a coarse vertex that no fine vertex leans on has no
+    consistent mass (U^T m = 0) and no influence on P(x), a singular degree of freedom.
+    Such vertices appear at the corners of holes, of separate pieces and of bow-ties,
+    where the closest points of the fine vertices around land on the coarse triangles'
+    edges. The fine vertex nearest to such a corner j (one not needed by another
+    corner) is embedded at j itself, in j's largest incident triangle: its rest offset
+    X_i - X_j is stored in that triangle's frame, so P(X_coarse) = X_fine still holds
+    exactly. Returns the number of vertices re-hosted."""
+    n_c = len(xc)
+    tri = xc[fc]
+    area2 = np.linalg.norm(np.cross(tri[:, 1] - tri[:, 0], tri[:, 2] - tri[:, 0]), axis=1)
+    diag = float(np.linalg.norm(xc.max(0) - xc.min(0))) or 1.0
+    valid = area2 > _DEGENERATE_AREA * diag**2
+    in_valid = np.zeros(n_c, dtype=bool)
+    in_valid[fc[valid].ravel()] = True
+    w = np.bincount(fc[host].ravel(), weights=bary.ravel(), minlength=n_c)
+    tiny = 1e-9
+    bare = np.flatnonzero((w <= tiny) & in_valid)
+    if not len(bare):
+        return 0
+    tree = cKDTree(points)
+    moved = 0
+    for j in bare:
+        tris = np.flatnonzero(valid & (fc == j).any(axis=1))
+        t = int(tris[np.argmax(area2[tris])])
+        k = min(len(points), 32)
+        _, idx = tree.query(xc[j], k=k)
+        for i in np.atleast_1d(idx):
+            old = fc[host[i]]
+            # leaving its host must not leave another corner bare
+            if all(w[c] - b > tiny or b <= tiny for c, b in zip(old, bary[i])):
+                break
+        else:
+            continue
+        w[fc[host[i]]] -= bary[i]
+        host[i] = t
+        bary[i] = (fc[t] == j).astype(np.float64)
+        dist[i] = float(np.linalg.norm(points[i] - xc[j]))
+        w[j] += 1.0
+        moved += 1
+    if moved:
+        log.debug("embedding: %d fine vertices re-hosted on coarse corners no other leaned on", moved)
+    return moved
+
+
 def embed(
     fine_level: Level, coarse_level: Level, *, zero_mean_tangent: bool = False
 ) -> Prolongation:
@@ -531,6 +578,7 @@ def embed(
     """
     xc, fc = coarse_level.vertices, coarse_level.faces
     host, bary, dist = _closest_on_surface(fine_level.vertices, xc, fc)
+    _lean_on_every_vertex(fine_level.vertices, xc, fc, host, bary, dist)
     if zero_mean_tangent:
         U0 = _barycentric_matrix(host, bary, fc, len(xc))
         p0 = _with_offsets(U0, xc, fc, fine_level.vertices, host, bary, dist)
@@ -854,6 +902,13 @@ def _decimation_frame(x: np.ndarray):
     return y, to_world
 
 
+def _manifold(faces: np.ndarray) -> bool:
+    """No edge of more than two triangles and no two triangles on the same vertices."""
+    e = np.sort(faces[:, [[0, 1], [1, 2], [2, 0]]].reshape(-1, 2), axis=1)
+    _, counts = np.unique(e, axis=0, return_counts=True)
+    return bool(counts.max(initial=0) <= 2) and len(np.unique(np.sort(faces, axis=1), axis=0)) == len(faces)
+
+
 def decimate(
     level: Level,
     target_vertices: int,
@@ -897,10 +952,10 @@ def decimate(
     x, f = level.vertices, level.faces
     y, to_world = _decimation_frame(x)
 
-    def run(faces_target: int):
+    def run(faces_target: int, agg: float = aggressiveness):
         faces_target = int(np.clip(faces_target, 2, level.face_count - 1))
         v, t = fast_simplification.simplify(
-            y, f, target_count=faces_target, agg=aggressiveness, preserve_border=preserve_border
+            y, f, target_count=faces_target, agg=agg, preserve_border=preserve_border
         )
         v = to_world(v)
         t = np.asarray(t, dtype=np.int64)
@@ -918,6 +973,18 @@ def decimate(
         raise MeshError(f"decimating {n} vertices to {target} failed (got {len(v)} vertices)")
     v, t = collapse_needles(v, t)
     t = flip_slivers(v, t)
+    if not _manifold(t):
+        # the library can fold a flap of a noisy (scan-like) surface flat onto its
+        # neighbour (an edge of three triangles, or two triangles on the same three
+        # vertices): a gentler collapse order avoids it
+        for agg in (aggressiveness / 2, aggressiveness / 4, 1.0):
+            v2, t2 = run(round(target * ratio), agg)
+            v2, t2 = collapse_needles(v2, t2)
+            t2 = flip_slivers(v2, t2)
+            if len(t2) and len(v2) < n and _manifold(t2):
+                log.debug("decimation: folded triangles at agg %g; agg %g made a manifold level", aggressiveness, agg)
+                v, t = v2, t2
+                break
     fine_uv = _vertex_uv(level)
     uv = None if fine_uv is None else _uv_at(level, fine_uv, v)
     rho = level.areal_density if areal_density is None else float(areal_density)
@@ -1170,7 +1237,8 @@ def _finish(
                 bad = int(np.argmin(m))
                 raise MeshError(
                     f"consistent mass U^T m of level {lvl} vertex {bad} is {m[bad]:.3g} kg "
-                    "(no fine vertex leans on it); use mass='lumped'"
+                    "(no fine vertex leans on it: it lies on degenerate triangles only); "
+                    "set refine.mass = \"lumped\""
                 )
             deviation[lvl] = float(np.max(np.abs(m - lumped) / lumped))
         else:
@@ -1231,6 +1299,14 @@ def from_meshes(
         zero_mean_tangent,
         embedded=True,
     )
+
+
+def decimation_minimum(levels: int, coarse_vertices: int | tuple[int, int] = (300, 1000),
+                       min_ratio: float = 2.0) -> int:
+    """The fewest finest-level vertices that ``build_hierarchy(method="decimate")`` can
+    turn into ``levels`` levels."""
+    lo = coarse_vertices if np.isscalar(coarse_vertices) else coarse_vertices[0]
+    return int(np.ceil(int(lo) * min_ratio ** (int(levels) - 1)))
 
 
 def build_hierarchy(
@@ -1298,11 +1374,12 @@ def build_hierarchy(
     n = level.vertex_count
     if L == 0:
         return _finish([level], [], method, mass, rho, max_distance, False, embedded=True)
-    need = int(np.ceil(lo * min_ratio**L))
+    need = decimation_minimum(levels, (lo, hi), min_ratio)
     if n < need:
         raise MeshError(
             f"a {levels}-level hierarchy needs a finest mesh of at least {need} vertices "
-            f"(coarsest {lo} x {min_ratio:g}^{L}), got {n}"
+            f"(coarsest {lo} x {min_ratio:g}^{L}), got {n}; refine.method = \"loop\" makes it the "
+            f"preview and subdivides it"
         )
     c0 = float(np.clip(n / 4.0**L, lo, hi))
     c0 = min(c0, n / min_ratio**L)

@@ -246,14 +246,15 @@ def _merge_duplicates(x: np.ndarray, f: np.ndarray, src: str) -> tuple[np.ndarra
     return x[np.sort(first)], rank[inverse.ravel()][f]
 
 
-def load_tet_mesh(path, *, max_volume: float | None = None) -> TetMesh:
+def load_tet_mesh(path, *, max_volume: float | None = None, quality: dict | None = None) -> TetMesh:
     """Load a volumetric tet mesh, validated and positively oriented.
 
     path: any format meshio reads (.msh, .vtk, .vtu, .mesh, .xdmf, TetGen
     .node/.ele, ...). A file with triangles but no tets (.obj, .ply, .stl,
     .off, or a surface saved in any format) is a closed surface to fill: it is
     tetrahedralized with TetGen (``tetrahedralize``; ``max_volume`` in m^3 bounds
-    the tet size) and an info message says so. Higher-order tets keep their
+    the tet size, ``quality`` overrides TetGen's {"minratio", "mindihedral"}) and an
+    info message says so. Higher-order tets keep their
     corners; all tet blocks of the file are merged into one mesh.
 
     Raises MeshError (one line naming the file) for: missing file, unknown
@@ -276,7 +277,7 @@ def load_tet_mesh(path, *, max_volume: float | None = None) -> TetMesh:
 
     surface = validate_triangles(*_merge_duplicates(x, tris, src), source=src)
     log.info("%s: surface mesh (%d triangles), tetrahedralizing with TetGen", src, len(tris))
-    solid = tetrahedralize(surface, max_volume=max_volume)
+    solid = tetrahedralize(surface, max_volume=max_volume, quality=True if quality is None else quality)
     return validate_tets(solid.vertices, solid.tets, src)
 
 

@@ -44,7 +44,7 @@ np.savez(sys.argv[2], nodes=nodes, elems=np.asarray(elems, dtype=np.int64))
 def tetrahedralize(
     surface: TriMesh,
     max_volume: float | None = None,
-    quality: bool = True,
+    quality: bool | dict = True,
     *,
     isolated: bool = True,
     timeout: float = 600.0,
@@ -56,7 +56,9 @@ def tetrahedralize(
     no bound, TetGen only adds the points quality needs); TetGen applies it while
     refining, and its final smoothing can leave a few tets up to about 1.3 times
     larger. quality: ask TetGen for a radius-edge ratio below 1.5 and dihedral
-    angles above 10 degrees (switches ``-q1.5/10``). isolated: run TetGen in a
+    angles above 10 degrees (switches ``-q1.5/10``); a dict {"minratio": r,
+    "mindihedral": deg} sets those two bounds (scene keys
+    ``objects.NAME.tet_radius_edge_ratio`` / ``tet_min_dihedral``). isolated: run TetGen in a
     child process so that a crash inside it raises ``MeshError`` instead of
     killing this process (costs about 0.1 to 0.5 s). timeout: seconds before the
     child is stopped.
@@ -99,6 +101,8 @@ def tetrahedralize(
     options: dict = {"quality": bool(quality), "quiet": True, "nomergefacet": True}
     if quality:
         options.update(_QUALITY)
+        if isinstance(quality, dict):
+            options.update({k: float(v) for k, v in quality.items() if k in _QUALITY})
     if max_volume is not None:
         if not max_volume > 0:
             raise MeshError(f"max_volume must be positive, got {max_volume}", src)
@@ -131,6 +135,40 @@ def tetrahedralize(
         elems = np.searchsorted(used, elems)
     log.debug("TetGen: %d vertices, %d tets from %d triangles", len(nodes), len(elems), len(faces))
     return TetMesh(nodes, elems, source=src)
+
+
+SLIVER_DIHEDRAL = 5.0  # degrees: a tet whose smallest dihedral angle is below this is a sliver
+
+
+def min_dihedral_angles(vertices: np.ndarray, tets: np.ndarray) -> np.ndarray:
+    """(m,) the smallest of the six dihedral angles of every tet, degrees (a measure of
+    its quality: 70.5 for the regular tet, near 0 for a sliver or a needle)."""
+    x = np.asarray(vertices, dtype=np.float64)[np.asarray(tets)]
+    out = np.full(len(x), 180.0)
+    # the dihedral angle at edge (i, j) is between the faces that hold it: (i, j, k), (i, j, l)
+    for i, j, k, l in ((0, 1, 2, 3), (0, 2, 1, 3), (0, 3, 1, 2), (1, 2, 0, 3), (1, 3, 0, 2), (2, 3, 0, 1)):
+        e = x[:, j] - x[:, i]
+        e /= np.maximum(np.linalg.norm(e, axis=1), 1e-300)[:, None]
+        a = x[:, k] - x[:, i]
+        b = x[:, l] - x[:, i]
+        a -= (a * e).sum(1)[:, None] * e
+        b -= (b * e).sum(1)[:, None] * e
+        c = (a * b).sum(1) / np.maximum(np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1), 1e-300)
+        out = np.minimum(out, np.degrees(np.arccos(np.clip(c, -1.0, 1.0))))
+    return out
+
+
+def warn_slivers(mesh: TetMesh, key: str) -> int:
+    """Log one warning when ``mesh`` has slivers (smallest dihedral angle below
+    SLIVER_DIHEDRAL degrees), naming ``key``, the count and the worst angle; returns the
+    count. Slivers make the elastic solve stiff and invert first under load."""
+    ang = min_dihedral_angles(mesh.vertices, mesh.tets)
+    bad = int(np.count_nonzero(ang < SLIVER_DIHEDRAL))
+    if bad:
+        log.warning("%s (%s): %d of %d tets are slivers (smallest dihedral angle %.2g degrees, below %g); "
+                    "remesh it, or give a closed surface for TetGen to fill", key, mesh.source, bad, len(ang),
+                    float(ang.min()), SLIVER_DIHEDRAL)
+    return bad
 
 
 def _run_child(vertices, faces, options, timeout, src):

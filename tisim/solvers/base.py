@@ -74,6 +74,12 @@ class Solver(ABC):
     def step(self, state_in: State, state_out: State, dt: float) -> StepStats:
         """Advance ``state_in`` by ``dt`` seconds into ``state_out`` (distinct objects)."""
 
+    def inversion_is_divergence(self) -> bool:
+        """Whether an inverted tet (det F <= 0) at the end of a step means the run
+        diverged (the runner's DivergenceGuards). True unless the solver recovers
+        inverted elements by itself (SolverPD with inversion-robust materials)."""
+        return True
+
     def reset(self, state: State) -> None:
         """Forget warm-start data (called when the viewer resets the scene)."""
         state.warm.clear()

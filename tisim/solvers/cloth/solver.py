@@ -464,6 +464,13 @@ class SolverCloth(Solver):
         active = np.zeros(self.n, dtype=bool)
         active[: self.nc] = True
         self.broad = BroadPhase(self.n, faces_all, edges_all.astype(np.int32), active)
+        # self-contact pairs already within the barrier's reach at rest (slivers, narrow
+        # slits) are left out of every detection: start check, barrier, friction, CCD
+        self.exclusion = None
+        if config.self_contact:
+            from tisim.contact.ipc.exclusion import RestExclusion
+
+            self.exclusion = RestExclusion(cp.rest, cp.faces, cp.edges, self.contact.thickness + self.contact.dhat)
         self._last_pairs = (0, 0)  # the counts of the list in the broad phase's buffers
         # (inflation, positions) of the static detection the buffers hold, None after any other
         self._detected_at = None
@@ -555,7 +562,10 @@ class SolverCloth(Solver):
             dmin = self.barrier.min_distance(self.x, self.broad.pt, n_pt, self.broad.ee, n_ee)
             if dmin <= xi:
                 what, obstacle = self._closest_pair(x, n_pt, n_ee)
-                tail = "move the cloth away from it" if obstacle else advice
+                # (an object's own `thickness` key is the shell's, for its mass and bending)
+                tail = ("move the cloth away from it" if obstacle else
+                        f"{advice}, or set contact.thickness = {0.9 * dmin:.2g} (objects' own `thickness` "
+                        f"is the shell's, for mass and bending)")
                 raise MeshError(f"{what} start {dmin:.3g} m apart, within the contact thickness {xi:g} m: {tail}",
                                 src)
 
@@ -598,6 +608,10 @@ class SolverCloth(Solver):
                 else f"a {kind} (vertices {', '.join(map(str, local))}) of {name}")
 
     # ------------------------------------------------------------------ public
+    def inversion_is_divergence(self) -> bool:
+        # the scene's solids are stepped by a PD solver: its rule
+        return self.solid_solver is None or self.solid_solver.inversion_is_divergence()
+
     def info(self) -> dict:
         return {
             "linear_solver": self.linear.backend,
@@ -1190,20 +1204,30 @@ class SolverCloth(Solver):
             n_pt, n_ee = self.broad.detect(self.x, inflation, dx=self.dx, alpha=alpha)
         if not self.self_contact:
             n_pt, n_ee = self._drop_self_pairs(n_pt, n_ee)
+        elif self.exclusion is not None and self.exclusion.count:
+            n_pt, n_ee = self._drop_self_pairs(n_pt, n_ee, self.exclusion)
         self._last_pairs = (n_pt, n_ee)
         self._detected_at = key
         return n_pt, n_ee
 
-    def _drop_self_pairs(self, n_pt, n_ee):
-        """Keep only pairs that involve an obstacle (self-contact off)."""
+    def _drop_self_pairs(self, n_pt, n_ee, exclusion=None):
+        """Keep only pairs that involve an obstacle (self-contact off), or, given a
+        RestExclusion, drop the self-contact pairs it excludes (in place, order kept)."""
         nc = self.nc
         out = []
-        for f, k in ((self.broad.pt, n_pt), (self.broad.ee, n_ee)):
+        for kind, f, k in (("pt", self.broad.pt, n_pt), ("ee", self.broad.ee, n_ee)):
             if k == 0:
                 out.append(0)
                 continue
             rows = download(f)[:k]
-            keep = rows[(rows >= nc).any(axis=1)]
+            if exclusion is None:
+                keep = rows[(rows >= nc).any(axis=1)]
+            else:
+                mask = exclusion.keep(kind, rows)
+                if mask.all():
+                    out.append(k)
+                    continue
+                keep = rows[mask]
             if len(keep):
                 buf = download(f)
                 buf[: len(keep)] = keep

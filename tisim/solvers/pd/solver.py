@@ -22,6 +22,14 @@ _ENERGY_ROTATION_ITERATIONS = (
 )
 
 
+# Materials whose local step pulls an inverted element back (det F <= 0 -> > 0): ARAP and
+# corotated project onto the polar rotation with det R = +1 (never a reflection), and the
+# stable neo-Hookean's target F - (V/w) P(F) is finite there with P pushing J towards 1.
+# The log-barrier materials (symmetric-Dirichlet, symmetric-gradient) are infinite at J <= 0.
+# tests/unit/test_pd_inversion.py inverts a tet and checks each material.
+RECOVERS_INVERSION = frozenset({"arap", "corotated", "neo-hookean"})
+
+
 class SolverPD(Solver):
     """Backward Euler by local-global iterations with a constant global matrix (notes §2-3).
 
@@ -286,6 +294,12 @@ class SolverPD(Solver):
         self._build_system()
 
     # ------------------------------------------------------------------ stepping
+    def inversion_is_divergence(self) -> bool:
+        """An inverted tet is a passing state, not a divergence, when every material's
+        local step recovers it (RECOVERS_INVERSION); the runner still stops on
+        non-finite values, an infinite energy and a run of unconverged steps."""
+        return not self.model.materials_used <= RECOVERS_INVERSION
+
     def step(self, state_in, state_out, dt: float) -> StepStats:
         """Advance by dt seconds (by the "dt" tunable instead, once the viewer set it).
 

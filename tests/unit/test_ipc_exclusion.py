@@ -1,0 +1,113 @@
+"""Self-contact pairs already in contact at rest (slivers, narrow slits): found once
+against ipctk's distances, excluded from every detection of the cloth solver, and the
+start still refused, with the key to change and a value, for what is not excluded."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tisim.contact.ipc.exclusion import RestExclusion
+from tisim.geometry.mesh import MeshError
+from tisim.geometry.topology import edges as mesh_edges
+
+ipctk = pytest.importorskip("ipctk")
+
+
+def _sliver_fan(height=4e-4):
+    """Two triangles sharing the edge (0, 1) = [0, 0.1] on x, and a point 3 split off
+    the first at ``height`` above that edge's midpoint: (0, 1, 3) is a sliver, and
+    vertex 3 lies ``height`` from triangle (0, 1, 2) below, sharing no vertex with it."""
+    V = np.array([[0.0, 0, 0], [0.1, 0, 0], [0.05, 0, -0.08], [0.05, 0, height], [0.05, 0, 0.08]])
+    F = np.array([[0, 2, 1], [0, 1, 3], [1, 4, 3], [4, 0, 3]])
+    return V, F
+
+
+def test_rest_exclusion_finds_the_pairs_within_the_distance_as_ipctk_measures_them():
+    V, F = _sliver_fan()
+    E = mesh_edges(F)
+    ex = RestExclusion(V, F, E, 2e-3)
+    assert ex.count > 0
+    # every excluded pair is closer than the distance by ipctk, and every pair of the
+    # mesh closer than it (that shares no vertex) is excluded
+    for p, *t in ex.pt:
+        assert np.sqrt(ipctk.point_triangle_distance(V[p], *(V[i] for i in t))) < 2e-3
+    for a, b, c, d in ex.ee:
+        assert np.sqrt(ipctk.edge_edge_distance(V[a], V[b], V[c], V[d])) < 2e-3
+    for p in range(len(V)):
+        for f in F:
+            if p in f:
+                continue
+            d = np.sqrt(ipctk.point_triangle_distance(V[p], *V[f]))
+            assert ((p,) + tuple(sorted(f)) in ex.pt) == (d < 2e-3), (p, f, d)
+    assert ex.min_distance == pytest.approx(4e-4, rel=1e-9)
+    # keep(): the excluded rows go, in any corner order
+    rows = np.array([[3, 2, 1, 0], [2, 0, 1, 3]])
+    assert ex.keep("pt", rows).tolist() == [False, True]
+
+
+def test_pairs_of_two_pieces_are_never_excluded():
+    """Two triangles 0.5 mm apart, one above the other, are separate layers: nothing
+    would hold them apart, so they stay in the detection (and the start is refused)."""
+    V = np.array([[0, 0, 0], [1, 0, 0], [0, 0, 1], [0, 5e-4, 0], [1, 5e-4, 0], [0, 5e-4, 1.0]])
+    F = np.array([[0, 1, 2], [3, 4, 5]])
+    ex = RestExclusion(V, F, mesh_edges(F), 2e-3)
+    assert ex.count == 0
+
+
+def _scene(tmp_path, V, F, extra=""):
+    from tisim.geometry.cloth import ClothMesh, save_cloth_obj
+
+    save_cloth_obj(tmp_path / "m.obj", V, ClothMesh(V, F))
+    p = tmp_path / "s.toml"
+    p.write_text('[sim]\ndt = 0.01\n[solver]\ntype = "cloth"\n[contact]\nthickness = 1e-3\ndhat = 1e-3\n'
+                 f'[objects.c]\nkind = "cloth"\nmesh = "{tmp_path / "m.obj"}"\ntranslation = [0.0, 0.5, 0.0]\n'
+                 f'{extra}')
+    return p
+
+
+def _build(path, sets=()):
+    from tisim.runner import build
+    from tisim.scene import load_scene
+
+    return build(load_scene(path, list(sets)), "cpu", "f64")
+
+
+def test_a_sliver_runs_and_its_pair_is_in_no_detection(tmp_path):
+    """A vertex 0.4 mm from the triangle across a sliver, with a 1 mm contact thickness:
+    refused before; now the solver builds, the pair is in no detection (start, Newton
+    and CCD all read _detect), and a step falls freely, intersection-free."""
+    V, F = _sliver_fan()
+    _, model, solver = _build(_scene(tmp_path, V, F))
+    assert solver.exclusion.count > 0
+    from tisim.backend import download, upload
+
+    x = model.initial_positions[solver.cloth.vertex_slice]
+    upload(solver.x, x)
+    for alpha in (None, 1.0):
+        if alpha is not None:
+            upload(solver.dx, np.zeros_like(x))
+        n_pt, n_ee = solver._detect(0.2, alpha)
+        rows = download(solver.broad.pt)[:n_pt]
+        assert not any(sorted(r[1:]) == [0, 1, 2] and r[0] == 3 for r in rows)
+        # the pairs that are not excluded are still detected (inflation 0.2 m: all of them)
+        raw_pt, raw_ee = solver.broad.n_pt, solver.broad.n_ee
+        assert n_pt == raw_pt - len(solver.exclusion.pt) > 0
+        assert n_ee == raw_ee - len(solver.exclusion.ee) > 0
+    st, spare = model.initial_state(), model.initial_state()
+    solver.step(st, spare, 0.01)
+    V1 = spare.positions[solver.cloth.vertex_slice]
+    assert np.all(np.isfinite(V1)) and V1[:, 1].mean() < x[:, 1].mean()
+    cm = ipctk.CollisionMesh(V1, mesh_edges(F), F)
+    assert not ipctk.has_intersections(cm, V1)
+
+
+def test_two_layers_closer_than_the_thickness_are_refused_naming_the_key_and_a_value(tmp_path):
+    V = np.array([[0, 0, 0], [0.1, 0, 0], [0, 0, 0.1], [0, 5e-4, 0], [0.1, 5e-4, 0], [0, 5e-4, 0.1]])
+    F = np.array([[0, 2, 1], [3, 5, 4]])
+    p = _scene(tmp_path, V, F)
+    with pytest.raises(MeshError) as e:
+        _build(p)
+    msg = str(e.value)
+    assert "contact.thickness = 0.00045" in msg and "objects' own `thickness`" in msg, msg
+    _build(p, ["contact.thickness=0.00045"])  # the value it names works
