@@ -199,7 +199,7 @@ def _box_obj(path, half, centre):
     return path
 
 
-def _thrown_at_a_box(L, tmp_path, steps=1):
+def _thrown_at_a_box(L, tmp_path, steps=1, observe=None):
     """A light sheet thrown at 4 m/s (x L) onto a box mesh's edge; lengths scaled by L with
     the masses kept (density / L^3) and Young's modulus / L (energies x L^2, like inertia).
     Returns kappa / kappa_start at every accepted Newton iterate (before it adapts)."""
@@ -219,11 +219,19 @@ def _thrown_at_a_box(L, tmp_path, steps=1):
     solver = SolverCloth(model, sc.solver)
     st, spare = model.initial_state(), model.initial_state()
     kappas = []
-    solver.on_accept = lambda x, xn, p, *_: kappas.append(solver.kappa)
+
+    def on_accept(x, xn, p, *_):
+        kappas.append(solver.kappa)
+        if observe is not None:
+            observe(solver, x, xn)
+
+    solver.on_accept = on_accept
     for _ in range(steps):
         solver.step(st, spare, 0.01)
         st, spare = spare, st
         assert st.is_finite()
+    if observe is not None:
+        observe(solver, None, None)
     return np.array(kappas) / kappas[0]
 
 
@@ -234,3 +242,68 @@ def test_stiffness_doubling_is_scale_free(tmp_path):
     for L in (0.01, 100.0):
         scaled = _thrown_at_a_box(L, tmp_path)
         assert scaled.tolist() == unit.tolist(), f"scale {L}: kappa / kappa_0 {scaled} vs {unit} at 1 m"
+
+
+def _min_distance_to_obstacles(solver, x, near=0.01):
+    """Smallest distance between a cloth primitive and an obstacle primitive at x (n, 3),
+    by IPC Toolkit's distances over every point-triangle and edge-edge pair whose boxes are
+    closer than ``near`` (inf when none is): the closest pair when it matters."""
+    nc = solver.nc
+    F = solver.faces_all
+    E = np.unique(np.sort(np.concatenate([F[:, [0, 1]], F[:, [1, 2]], F[:, [2, 0]]]), axis=1), axis=0)
+    cloth_f, obs_f = F[(F < nc).all(1)], F[(F >= nc).all(1)]
+    cloth_e, obs_e = E[(E < nc).all(1)], E[(E >= nc).all(1)]
+    best = np.inf
+
+    def boxes(idx):
+        P = x[idx]
+        return P.min(axis=1), P.max(axis=1)
+
+    def close(a, b):
+        (alo, ahi), (blo, bhi) = a, b
+        gap = np.maximum(0.0, np.maximum(alo[:, None] - bhi[None], blo[None] - ahi[:, None]))
+        return np.argwhere(np.linalg.norm(gap, axis=2) < near)
+
+    for verts, faces in ((np.arange(nc), obs_f), (np.arange(nc, len(x)), cloth_f)):
+        for i, j in close(boxes(verts[:, None]), boxes(faces)):
+            f = faces[j]
+            best = min(best, ipctk.point_triangle_distance(x[verts[i]], x[f[0]], x[f[1]], x[f[2]]))
+    for i, j in close(boxes(cloth_e), boxes(obs_e)):
+        a, b = cloth_e[i], obs_e[j]
+        best = min(best, ipctk.edge_edge_distance(x[a[0]], x[a[1]], x[b[0]], x[b[1]]))
+    return float(np.sqrt(best))
+
+
+def test_stiffness_doubles_exactly_when_the_closest_pair_keeps_closing_in(tmp_path):
+    """IPC's rule, with the distances from ipctk: after an accepted iterate whose closest
+    pair is within sqrt(1e-9) of the scene size of touching (s = d^2 - xi^2 < 1e-9 diag^2)
+    and closer than at the previous iterate, kappa doubles (up to its cap); otherwise it
+    stays."""
+    seen = []  # (kappa before adapting, kappa_max, s at x, s at x_new)
+    diag = []  # the cloth's rest bounding-box diagonal, m
+
+    def observe(solver, x, xn):
+        xi = solver.contact.thickness
+        if x is None:
+            seen.append((solver.kappa, solver.kappa_max, None, None))
+            rest = solver.cloth.rest
+            diag.append(float(np.linalg.norm(rest.max(axis=0) - rest.min(axis=0))))
+            return
+        s0 = _min_distance_to_obstacles(solver, x) ** 2 - xi * xi
+        s1 = _min_distance_to_obstacles(solver, xn) ** 2 - xi * xi
+        seen.append((solver.kappa, solver.kappa_max, s0, s1))
+
+    _thrown_at_a_box(1.0, tmp_path, observe=observe)
+    diag = diag[0]
+    doubled = kept = 0
+    for k in range(len(seen) - 1):
+        kappa, kmax, s_prev, s = seen[k]
+        nxt = seen[k + 1][0]
+        should = s < 1e-9 * diag**2 and s < s_prev and kappa < kmax
+        if should:
+            assert nxt == pytest.approx(min(2 * kappa, kmax), rel=1e-12), (k, s, s_prev, kappa, nxt)
+            doubled += 1
+        else:
+            assert nxt == kappa, (k, s, s_prev, kappa, nxt)
+            kept += 1
+    assert doubled >= 2 and kept >= 2, (doubled, kept)
