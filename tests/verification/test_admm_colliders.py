@@ -118,3 +118,16 @@ def test_penalty_discrete_gradient_identity_with_penetrating_states(penetrating,
     x1 = x0 + 1e-3 * rng.standard_normal(x0.shape)
     np.testing.assert_allclose(mid.penalty_force(x0, x1, 0.0, 1e-3), _penalty_gradient(0.5 * (x0 + x1)),
                                rtol=1e-12, atol=1e-12)
+
+
+def test_reported_potential_includes_the_penalty_in_closed_form(penetrating):
+    """The potential ADMM reports (stats, energy drift) is elastic + gravity + k_c/2 sum
+    min(0, d)^2 at a penetrating state, with the penalty written here and the elastic
+    energy from tisim.materials."""
+    sc, model, solver, a = penetrating
+    x = a.positions
+    energy = ModelEnergy(model)
+    P = _penalty(x)
+    assert P > 1e-6
+    expected = energy.elastic(x) + energy.gravity_energy(x) + P
+    assert solver.potential_energy(x, float(a.time)) == pytest.approx(expected, rel=1e-9)
