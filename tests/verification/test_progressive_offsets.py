@@ -65,6 +65,9 @@ def test_prolonged_shell_is_at_rest_at_the_coarse_rest_shape(refiner):
     P, coarse, fine = _parts(refiner)
     term = refiner.fine_term()
     ps = ProlongedShell(term, P)
+    # a Newton iterate elsewhere first: the offsets must follow the iterate (notes §2.4)
+    bent = coarse.vertices @ np.diag([1.0, 1.2, 0.9])
+    ps.evaluate(bent, hessian=True)
     E, g, _ = ps.evaluate(coarse.vertices.copy(), hessian=True)
     # without the offsets the same coarse shape bends and stretches the fine sheet
     E_linear = term.evaluate(P.U @ coarse.vertices, energy_only=True, folded=False)[0]
