@@ -23,7 +23,7 @@ import taichi as ti
 
 ipctk = pytest.importorskip("ipctk")
 
-from tisim.contact.ipc import ccd  # noqa: E402
+from tisim.contact.ipc import ccd
 
 PT, EE = 0, 1
 S = 0.9  # the documented conservative rescaling

@@ -110,10 +110,8 @@ def test_cloth_model_masses_on_an_irregular_mesh(rng, tmp_path):
     x, f = _irregular_sheet(rng)
     path = tmp_path / "sheet.obj"
     with open(path, "w") as fh:
-        for p in x:
-            fh.write("v %r %r %r\n" % tuple(float(c) for c in p))
-        for t in f:
-            fh.write("f %d %d %d\n" % tuple(int(i) + 1 for i in t))
+        fh.writelines(f"v {float(p[0])!r} {float(p[1])!r} {float(p[2])!r}\n" for p in x)
+        fh.writelines(f"f {t[0] + 1} {t[1] + 1} {t[2] + 1}\n" for t in f)
     sc = scene_from_dict({"solver": {"type": "cloth"}, "objects": {"c": {
         "kind": "cloth", "mesh": str(path), "density": 300.0, "thickness": 2e-3, "scale": 1.5}}},
         str(tmp_path / "scene.toml"))

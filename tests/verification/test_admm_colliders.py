@@ -96,7 +96,7 @@ def test_admm_step_is_the_midpoint_rule_with_the_penalty(penetrating):
 
 
 def test_penalty_discrete_gradient_identity_with_penetrating_states(penetrating, rng):
-    sc, model, solver, a = penetrating
+    _, model, _, a = penetrating
     em = MidpointNewton(model, scheme="energy-momentum")
     energy = ModelEnergy(model)
     x0 = a.positions.copy()
@@ -124,7 +124,7 @@ def test_reported_potential_includes_the_penalty_in_closed_form(penetrating):
     """The potential ADMM reports (stats, energy drift) is elastic + gravity + k_c/2 sum
     min(0, d)^2 at a penetrating state, with the penalty written here and the elastic
     energy from tisim.materials."""
-    sc, model, solver, a = penetrating
+    _, model, solver, a = penetrating
     x = a.positions
     energy = ModelEnergy(model)
     P = _penalty(x)

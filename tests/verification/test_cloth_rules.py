@@ -93,7 +93,7 @@ def _potential(solver, x_hat, h, f_ext):
 
 
 def test_every_accepted_iterate_satisfies_armijo():
-    sc, model, solver, x0, v = _plane_scene()
+    _, _, solver, x0, v = _plane_scene()
     h = 0.01
     x_hat = x0 + h * v
     f_ext = solver.cloth_mass[:, None] * G
@@ -160,7 +160,7 @@ REGIMES = [(-0.3, 0.6), (0.5, 0.6), (0.098, 0.3)]
 
 @pytest.mark.parametrize("velocity,gap", REGIMES)
 def test_initial_barrier_stiffness_is_ipcs(velocity, gap):
-    sc, model, solver, x0, v = _plane_scene(velocity=velocity, gap=gap, res=(3, 3))
+    sc, _, solver, x0, v = _plane_scene(velocity=velocity, gap=gap, res=(3, 3))
     h = 0.01
     x_hat = x0 + h * v
     f_ext = solver.cloth_mass[:, None] * G
@@ -178,7 +178,7 @@ def test_initial_barrier_stiffness_covers_both_clamps_and_the_balance():
     """The three cases above are in different regimes of the clamp (so each branch is seen)."""
     ratios = []
     for velocity, gap in REGIMES:
-        sc, model, solver, x0, v = _plane_scene(velocity=velocity, gap=gap, res=(3, 3))
+        _, _, solver, x0, v = _plane_scene(velocity=velocity, gap=gap, res=(3, 3))
         h = 0.01
         k, kmax = _ipc_kappa(solver, x0, x0 + h * v, h, solver.cloth_mass[:, None] * G)
         ratios.append(k / (kmax / 100))
@@ -192,10 +192,8 @@ def _box_obj(path, half, centre):
     f = [(0, 1, 3), (0, 3, 2), (4, 6, 7), (4, 7, 5), (0, 4, 5), (0, 5, 1),
          (2, 3, 7), (2, 7, 6), (0, 2, 6), (0, 6, 4), (1, 5, 7), (1, 7, 3)]
     with open(path, "w") as fh:
-        for p in v:
-            fh.write("v %r %r %r\n" % tuple(float(c) for c in p))
-        for a, b, c in f:
-            fh.write(f"f {a + 1} {b + 1} {c + 1}\n")
+        fh.writelines(f"v {float(p[0])!r} {float(p[1])!r} {float(p[2])!r}\n" for p in v)
+        fh.writelines(f"f {a + 1} {b + 1} {c + 1}\n" for a, b, c in f)
     return path
 
 

@@ -62,7 +62,7 @@ def test_hierarchy_is_decimated_with_nonzero_offsets(refiner):
 
 
 def test_prolonged_shell_is_at_rest_at_the_coarse_rest_shape(refiner):
-    P, coarse, fine = _parts(refiner)
+    P, coarse, _ = _parts(refiner)
     term = refiner.fine_term()
     ps = ProlongedShell(term, P)
     # a Newton iterate elsewhere first: the offsets must follow the iterate (notes §2.4)
@@ -80,7 +80,7 @@ def test_prolonged_shell_is_at_rest_at_the_coarse_rest_shape(refiner):
 
 
 def test_prolonged_shell_gradient_with_frozen_offsets(refiner, rng):
-    P, coarse, fine = _parts(refiner)
+    P, coarse, _ = _parts(refiner)
     term = refiner.fine_term()
     ps = ProlongedShell(term, P)
     x0 = coarse.vertices + 2e-3 * rng.normal(size=coarse.vertices.shape)
@@ -118,7 +118,7 @@ def test_inertial_target_prolongs_momentum_through_U(refiner, gain):
 
 
 def test_initial_velocity_is_prolonged_through_U_with_the_coarse_momentum(refiner):
-    P, coarse, fine = _parts(refiner)
+    P, coarse, _ = _parts(refiner)
     v0 = refiner.initial_state(0).v
     v1 = refiner.initial_state(1).v
     # the coarse level spins about its vertex mean c (model._initial_velocity); U is linear
