@@ -11,20 +11,25 @@ mutant the script
    so Ctrl-C or a crash cannot leave a mutant behind),
 2. writes the mutated file there, runs the group's test files with
    ``pytest -x -q -p no:cacheprovider`` and a timeout, and puts the file back,
-3. records killed (the tests failed), survived (they passed) or timeout.
+3. records killed (the tests failed), survived (they passed), timeout, or error (pytest
+   could not run them: exit code 2-5). Timeouts and errors count as caught in the score,
+   and are listed apart in the table so that they can be looked at.
 
 Before the mutants, each group's tests run once unmutated: a group whose tests fail as
 they are is reported as "baseline failed" and its mutants are skipped (a kill would mean
 nothing).
 
 ``--tests-from REV`` replaces the copy's ``tests/`` with the one of a git revision (the
-score before new tests were written); ``--deselect FILE`` leaves a test file out.
+score before new tests were written); ``--deselect FILE`` leaves a test file out;
+``--tests a.py,b.py`` runs those files for every mutant instead of the groups' lists (to
+try a new test against the mutants it is meant to kill); ``--list`` prints every mutant
+with its line.
 A mutant marked ``equivalent = "why"`` in the data file is run but reported apart: it
 does not count against the score.
 
     python tools/mutate.py --groups ipc,shell --json out/mutation-after.json
     python tools/mutate.py --tests-from 570b27c --json out/mutation-before.json
-    python tools/mutate.py --only ipc-halfspace-grad-sign      # one mutant, verbose
+    python tools/mutate.py --only halfspace-grad-factor -v      # one mutant, pytest's output
 
 Writes a JSON (every mutant: id, group, file, line, status, seconds, the failing test's
 last lines) and prints a Markdown table: killed / survived / timeout per group.
