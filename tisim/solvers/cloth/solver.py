@@ -520,6 +520,10 @@ class SolverCloth(Solver):
         self.bbox_diag = max(_diag(cp.rest), 1e-6)
         self.kappa = self.contact.kappa if self.contact.kappa > 0 else 0.0
         self.kappa_max = math.inf
+        # observer of the Newton loop (tests): on_accept(x, x_new, p, E, E_new) after each
+        # accepted line search, x_new = x + alpha p, with the incremental potential's values
+        # the line search compared, before the barrier stiffness adapts
+        self.on_accept = None
         self.self_contact = config.self_contact
         self.gravity = np.asarray(model.gravity, dtype=np.float64)
         if cloth is None:
@@ -1047,6 +1051,8 @@ class SolverCloth(Solver):
                         pulled[:] = False
                         continue
                     break
+                if self.on_accept is not None:
+                    self.on_accept(x, xt, p, E0, Et)
                 x = xt
                 # (held vertices being pulled may still be moved below: no reuse then)
                 E_known = None if pulled.any() else (Et, self.kappa, w_al, last_elastic[0])
