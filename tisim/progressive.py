@@ -1094,7 +1094,8 @@ def write_consistency(out: Path, L: int, diagonal: float) -> dict:
                 d = np.linalg.norm(cols[level]["com"][:n] - cols[0]["com"][:n], axis=1) / diagonal
                 ax[0].plot(cols[level]["time"][:n], 100 * d, label=f"level {level}")
         ax[0].set_xlabel("time (s)")
-        ax[0].set_ylabel("centre-of-mass distance from preview (% of diagonal)")
+        # two lines: on one, the label was longer than the axis and cut at both ends
+        ax[0].set_ylabel("centre-of-mass distance\nfrom preview (% of diagonal)")
         ax[1].set_xlabel("time (s)")
         ax[1].set_ylabel("kinetic energy (J)")
         for a in ax:
@@ -1224,11 +1225,39 @@ def render_levels(refiner: ProgressiveRefiner, frames: int) -> dict:
     if n:
         import imageio.v3 as iio
 
-        side = FrameWriter(refiner.out / "side_by_side", fps=fps, video_name="levels.mp4")
-        for i in range(n):
-            side.write(np.concatenate([iio.imread(images[k][i]) for k in sorted(images)], axis=1))
-        path = side.finish()
+        from tisim.render.video import write_side_by_side
+
+        levels = sorted(images)
+        ms = level_timings(refiner)
+        labels = []
+        for k in levels:
+            lv = refiner.hierarchy.levels[k]
+            what = " (preview)" if k == 0 else (" (finest)" if k == refiner.L else "")
+            head = [f"level {k}{what}", f"{lv.vertex_count} vertices",
+                    f"{ms[k]:.0f} ms/frame" if math.isfinite(ms.get(k, math.nan)) else "ms/frame: n/a"]
+            labels.append([[*head, f"t = {i * scene.sim.dt * scene.sim.substeps:.2f} s"] for i in range(n)])
+        path = write_side_by_side([images[k][:n] for k in levels], labels, refiner.out / "side_by_side",
+                                  fps=fps, video_name="levels.mp4")
         out["side_by_side"] = str(path) if path else None
+    return out
+
+
+def level_timings(refiner: ProgressiveRefiner) -> dict[int, float]:
+    """{level: median wall-clock ms per frame} from each level's stats.csv (frames that
+    stepped; NaN when there is none)."""
+    import csv
+
+    out = {}
+    for level in range(refiner.L + 1):
+        f = refiner.level_dir(level) / "stats.csv"
+        ms = []
+        if f.exists():
+            with open(f, newline="") as fh:
+                for row in csv.DictReader(fh):
+                    v = row.get("wall_ms") or ""
+                    if v and int(float(row.get("frame") or 0)) > 0:
+                        ms.append(float(v))
+        out[level] = float(np.median(ms)) if ms else math.nan
     return out
 
 
