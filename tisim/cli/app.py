@@ -100,7 +100,8 @@ def _wrapped(label: str, text: str, indent: int, width: int) -> list[str]:
     continuation lines indented under the text."""
     import textwrap
 
-    lines = textwrap.wrap(text, max(20, width - indent)) or [""]
+    # whole words, hyphenated ones too (a demo name cut at its hyphen reads as two words)
+    lines = textwrap.wrap(text, max(20, width - indent), break_on_hyphens=False, break_long_words=False) or [""]
     return [(label.ljust(indent) if i == 0 else " " * indent) + ln for i, ln in enumerate(lines)]
 
 
