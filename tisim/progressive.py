@@ -862,6 +862,9 @@ class ProgressiveRefiner:
         d = np.linalg.norm(traj[0] - traj[self.L], axis=1)
         out["direct_com_distance_max"] = float(d.max())
         out["direct_com_distance_max_rel"] = float(d.max() / diag)
+        # the direct runs' centre-of-mass paths (frames 0..N, m), for comparing them with the
+        # preview's (level_0/stats.csv): docs/teaching.md's locking exercise
+        out["com"] = {f"level_{k}": v.tolist() for k, v in traj.items()}
         return out
 
 
