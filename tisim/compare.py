@@ -383,3 +383,9 @@ def _jsonable(o):
     if isinstance(o, float) and not math.isfinite(o):
         return None if math.isnan(o) else ("inf" if o > 0 else "-inf")
     return o
+
+
+# tisim.compare(...) is the Python API's compare (tisim.api.compare)
+from tisim._callable_module import make_callable  # noqa: E402
+
+make_callable(__name__, "compare")

@@ -28,6 +28,19 @@ def test_import_tisim_imports_neither_taichi_nor_pandas():
     assert r.stdout.strip() == "['tisim.api']", r.stdout
 
 
+def test_compare_and_sweep_stay_callable_after_their_modules_are_imported():
+    """tisim.compare and tisim.sweep are also submodules; importing one (as the API itself
+    does) made the package attribute the module, and a second tisim.compare(...) raised
+    "'module' object is not callable"."""
+    import tisim.compare
+    import tisim.sweep
+
+    assert callable(tisim.compare) and callable(tisim.sweep)
+    assert tisim.compare.summarize is not None  # the module's contents are still there
+    with pytest.raises(ConfigError, match="no such scene file or demo"):
+        tisim.sweep("no-such-demo", {"contact.mu": [0.1]})
+
+
 def test_load_applies_overrides_as_the_cli_set_does():
     sim = tisim.load("stick-slip", **{"contact.mu": 0.18, "objects.box.resolution": [2, 2, 2]})
     assert sim.scene.contact.mu == 0.18
