@@ -201,6 +201,10 @@ class Result:
     simulation: Simulation
     _video: Path | None = None
 
+    def __repr__(self) -> str:
+        return (f"Result({self.simulation.name!r}, {self.ended}, {self.frames} frames, "
+                f"positions {self.positions.shape}, out_dir={str(self.out_dir)!r})")
+
     @property
     def frames(self) -> int:
         """Frames simulated (not counting the initial state)."""
@@ -442,6 +446,9 @@ class Comparison:
     stats: dict[str, pd.DataFrame]
     summary: dict
     out_dir: Path
+
+    def __repr__(self) -> str:
+        return f"Comparison({list(self.table.index)}, out_dir={str(self.out_dir)!r})"
 
     def video(self, *, width: int | None = 960) -> Clip:
         """The labelled side-by-side video (integrator, time, energy on each panel)."""

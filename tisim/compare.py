@@ -186,12 +186,14 @@ def summarize(stats: dict[str, np.ndarray], total_mass: float | None = None) -> 
 
 def _plot(curves: dict[str, tuple[np.ndarray, np.ndarray]], ylabel: str, title: str, path: Path,
           logy: bool = False) -> None:
-    import matplotlib
+    # a Figure of its own, not pyplot: matplotlib.use("Agg") here switched a Jupyter
+    # kernel's backend for good, and the notebook's own plots stopped showing
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4), dpi=120)
+    fig = Figure(figsize=(7, 4), dpi=120)
+    FigureCanvasAgg(fig)
+    ax = fig.subplots()
     for name, (t, y) in curves.items():
         if logy:
             y = np.where(y > 0, y, np.nan)
@@ -205,7 +207,6 @@ def _plot(curves: dict[str, tuple[np.ndarray, np.ndarray]], ylabel: str, title: 
     ax.legend()
     fig.tight_layout()
     fig.savefig(path)
-    plt.close(fig)
 
 
 def _drop_stale(run_dir: Path, started: float) -> None:
@@ -386,6 +387,6 @@ def _jsonable(o):
 
 
 # tisim.compare(...) is the Python API's compare (tisim.api.compare)
-from tisim._callable_module import make_callable  # noqa: E402
+from tisim._callable_module import make_callable
 
 make_callable(__name__, "compare")

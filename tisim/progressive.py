@@ -1085,12 +1085,13 @@ def write_consistency(out: Path, L: int, diagonal: float) -> dict:
     summary["second_difference_max"] = {f"level_{k}": float(np.nanmax(c["second"])) if np.isfinite(
         c["second"]).any() else None for k, c in cols.items()}
     try:
-        import matplotlib
+        # a Figure of its own, not pyplot (which would switch a notebook's backend)
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
-        fig, ax = plt.subplots(1, 2, figsize=(10, 3.6))
+        fig = Figure(figsize=(10, 3.6))
+        FigureCanvasAgg(fig)
+        ax = fig.subplots(1, 2)
         for level in range(L + 1):
             ax[1].plot(cols[level]["time"][:n], cols[level]["ke"][:n], label=f"level {level}")
             if level:
@@ -1107,7 +1108,6 @@ def write_consistency(out: Path, L: int, diagonal: float) -> dict:
             a.grid(alpha=0.3)
         fig.tight_layout()
         fig.savefig(out / "consistency.png", dpi=90)
-        plt.close(fig)
     except Exception as e:  # the numbers are in the CSV either way
         log.warning("could not draw consistency.png: %s", e)
     return summary

@@ -749,6 +749,6 @@ def sweep(
 
 
 # tisim.sweep(...) is the Python API's sweep (tisim.api.sweep)
-from tisim._callable_module import make_callable  # noqa: E402
+from tisim._callable_module import make_callable
 
 make_callable(__name__, "sweep")

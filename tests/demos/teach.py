@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "teaching.md"
-_FENCE = re.compile(r"^```([^\n]*)\n(.*?)^```[ \t]*$", re.M | re.S)
-_HEAD = re.compile(r"^## Exercise (\d+):", re.M)
+_FENCE = re.compile(r"^```([^\n]*)\n(.*?)^```[ \t]*$", re.MULTILINE | re.DOTALL)
+_HEAD = re.compile(r"^## Exercise (\d+):", re.MULTILINE)
 _EXPECT = re.compile(r"^(?P<expr>.+?)\s*(?P<op>==|=|<|>)\s*(?P<value>[^±]+?)(?:\s*±\s*(?P<tol>[\d.eE+-]+)(?P<pct>%)?)?$")
 
 

@@ -126,8 +126,19 @@ def test_video_of_a_run_is_an_inline_mp4(tmp_path):
 
 
 def test_compare_returns_a_table_and_each_integrators_stats(tmp_path):
-    cmp = tisim.compare("spinning-bar", ["admm", "implicit-euler"], frames=2, out=tmp_path / "c", render=False,
-                        **{"objects.bar.resolution": [4, 1, 1]})
+    import matplotlib
+
+    before = matplotlib.get_backend()
+    matplotlib.use("svg")  # the user's backend (a notebook's inline one)
+    try:
+        cmp = tisim.compare("spinning-bar", ["admm", "implicit-euler"], frames=2, out=tmp_path / "c",
+                            render=False, **{"objects.bar.resolution": [4, 1, 1]})
+        # the plots are drawn without switching it: matplotlib.use("Agg") did, and a
+        # notebook's own plots stopped showing after its first compare
+        assert matplotlib.get_backend() == "svg"
+    finally:
+        matplotlib.use(before)
+    assert (tmp_path / "c" / "energy.png").stat().st_size > 1000
     assert list(cmp.table.index) == ["admm", "implicit-euler"]
     assert set(cmp.table["ended"]) == {"completed"}
     assert {k: len(v) for k, v in cmp.stats.items()} == {"admm": 3, "implicit-euler": 3}
