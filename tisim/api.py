@@ -405,7 +405,11 @@ class Simulation:
         x = self.model.initial_positions if positions is None else np.asarray(positions, dtype=np.float64)
         if x.shape != (self.model.vertex_count, 3):
             raise ValueError(f"positions must be ({self.model.vertex_count}, 3), got {x.shape}")
-        if self._renderer is None or self._renderer._window is None:
+        from tisim.render import offscreen
+
+        # the process has one GGUI window (tisim.render.offscreen): another simulation's
+        # render of another size replaced it, and drawing into the old one would crash
+        if self._renderer is None or self._renderer._window is not offscreen._window:
             from tisim.runner import view_info
 
             self._renderer = OffscreenRenderer()

@@ -110,6 +110,10 @@ def test_render_frame_draws_the_body_and_its_labels(tmp_path):
     assert np.abs(labelled[corner].astype(int) - img[corner]).max() > 100  # text written there
     with pytest.raises(ValueError, match="positions must be"):
         sim.render_frame(np.zeros((3, 3)))
+    # another size in between replaces the process's one GGUI window: this one reopens
+    other = tisim.load("stick-slip", **{**SMALL, "render.width": 96, "render.height": 64})
+    assert other.render_frame().shape == (64, 96, 3)
+    np.testing.assert_array_equal(sim.render_frame(), img)
 
 
 @needs_vulkan
