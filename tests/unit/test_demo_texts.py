@@ -66,3 +66,22 @@ def test_look_for_is_validated():
         scene_from_dict({**base, "scene": {"look_for": 3}})
     with pytest.raises(ConfigError, match="scene.look_fr"):
         scene_from_dict({**base, "scene": {"look_fr": "typo"}})
+
+
+def test_a_closed_pipe_ends_the_list_quietly(monkeypatch, capsys):
+    """`tisim demo --list | head -1`: the longer list meets a closed pipe; the command
+    ended in an AttributeError traceback (typer's click has no Abort to catch) instead of
+    a quiet exit."""
+    import io
+
+    from tisim.cli.app import main
+
+    class ClosedPipe(io.StringIO):
+        def write(self, s):
+            raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr(sys, "argv", ["tisim", "demo", "--list"])
+    monkeypatch.setattr(sys, "stdout", ClosedPipe())
+    with pytest.raises(SystemExit) as e:
+        main()
+    assert e.value.code == 1

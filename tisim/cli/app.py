@@ -846,7 +846,7 @@ def main() -> None:
     except cx.ClickException as e:
         e.show()
         sys.exit(e.exit_code)
-    except (KeyboardInterrupt, cx.Abort):
+    except (KeyboardInterrupt, getattr(cx, "Abort", KeyboardInterrupt)):  # (typer 0.2x's click has no Abort)
         sys.exit(130)
     sys.exit(code if isinstance(code, int) else 0)
 
