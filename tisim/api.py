@@ -99,7 +99,7 @@ def demos() -> pd.DataFrame:
     watch in it), one row each, as ``tisim demo --list`` prints them."""
     import pandas as pd
 
-    from tisim.demos import demo_texts
+    from tisim.demo_texts import demo_texts
 
     return pd.DataFrame([{"name": n, "description": d, "look_for": w} for n, d, w in demo_texts()])
 

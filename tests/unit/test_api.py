@@ -41,6 +41,16 @@ def test_compare_and_sweep_stay_callable_after_their_modules_are_imported():
         tisim.sweep("no-such-demo", {"contact.mu": [0.1]})
 
 
+def test_no_api_name_is_also_a_submodule():
+    """A submodule named like an API function replaces it on the package once imported
+    (tisim/demos.py made tisim.demos() "'module' object is not callable" after tisim demo
+    --list had run in the process); compare and sweep are the callable exceptions."""
+    import importlib.util
+
+    for name in tisim._API:
+        assert importlib.util.find_spec(f"tisim.{name}") is None, name
+
+
 def test_load_applies_overrides_as_the_cli_set_does():
     sim = tisim.load("stick-slip", **{"contact.mu": 0.18, "objects.box.resolution": [2, 2, 2]})
     assert sim.scene.contact.mu == 0.18

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from tisim.cli.app import app
 from tisim.config import ConfigError
-from tisim.demos import demo_texts
+from tisim.demo_texts import demo_texts
 from tisim.scene import scene_from_dict
 
 if sys.version_info >= (3, 11):

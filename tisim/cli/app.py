@@ -90,7 +90,7 @@ def demos_dir() -> Path:
 
 def list_demos() -> list[tuple[str, str]]:
     """(name, whole description on one line) of every bundled demo, sorted by name."""
-    from tisim.demos import demo_texts
+    from tisim.demo_texts import demo_texts
 
     return [(name, desc) for name, desc, _ in demo_texts()]
 
@@ -123,7 +123,7 @@ def _print_demo_list() -> None:
 
 def _print_demo_about(name: str) -> None:
     """``tisim demo NAME --about``: the description, what to look for, how to run it."""
-    from tisim.demos import demo_text
+    from tisim.demo_texts import demo_text
 
     desc, look = demo_text(demos_dir() / f"{name}.toml")
     width = _terminal_width()
