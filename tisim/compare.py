@@ -7,7 +7,10 @@ integrator through :func:`tisim.runner.run_scene` (``out_dir/NAME/stats.csv`` an
 * ``energy.png``: total energy (kinetic + elastic + gravity + penalty) over time;
 * ``linear_momentum.png``: |p(t) - p(0)| (kg m/s);
 * ``angular_momentum.png``: |L(t)| about the origin (kg m^2/s);
-* ``compare.json``: the summary returned (drifts, iterations, timings per integrator).
+* ``compare.json``: the summary returned (drifts, iterations, timings per integrator);
+* with ``render``: ``NAME/frames/`` and ``NAME/NAME.mp4`` per integrator, and
+  ``side_by_side/side_by_side.mp4``: the integrators next to each other,
+  each panel labelled with the integrator, the time and the total energy.
 
 Like with like: every integrator must integrate the same energy (the one each reports
 as its potential, so the energy curves measure dissipation and drift, not a model
@@ -183,12 +186,14 @@ def summarize(stats: dict[str, np.ndarray], total_mass: float | None = None) -> 
 
 def _plot(curves: dict[str, tuple[np.ndarray, np.ndarray]], ylabel: str, title: str, path: Path,
           logy: bool = False) -> None:
-    import matplotlib
+    # a Figure of its own, not pyplot: matplotlib.use("Agg") here switched a Jupyter
+    # kernel's backend for good, and the notebook's own plots stopped showing
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4), dpi=120)
+    fig = Figure(figsize=(7, 4), dpi=120)
+    FigureCanvasAgg(fig)
+    ax = fig.subplots()
     for name, (t, y) in curves.items():
         if logy:
             y = np.where(y > 0, y, np.nan)
@@ -202,7 +207,6 @@ def _plot(curves: dict[str, tuple[np.ndarray, np.ndarray]], ylabel: str, title: 
     ax.legend()
     fig.tight_layout()
     fig.savefig(path)
-    plt.close(fig)
 
 
 def _drop_stale(run_dir: Path, started: float) -> None:
@@ -222,6 +226,7 @@ def compare(
     progress: bool | Callable[[str, int, int], None] | None = None,
     options: dict[str, dict] | None = None,
     mixed_energies: bool = False,
+    render: bool = False,
 ) -> dict:
     """Run ``scene`` with each integrator and write stats, plots and compare.json.
 
@@ -232,6 +237,8 @@ def compare(
     options: per-integrator config overrides, e.g. ``{"xpbd": {"substeps": 20}}``.
     mixed_energies: run integrators that integrate different energies anyway (flagged);
     by default that is a :class:`tisim.config.ConfigError` raised before any run.
+    render: render each run off-screen (needs Vulkan) and compose the labelled
+    side-by-side video (``summary["side_by_side"]``, its path).
 
     Returns {"scene": name, "integrators": {name: summary}, "plots": [paths], "energy":
     {material: energy} shared by all (None when mixed), "same_energy": bool}, where a
@@ -282,7 +289,13 @@ def compare(
         log.info("compare: running %s with %s", scene.name, name)
         started = time.time()
         try:
-            res = run_scene(sc, run_dir, frames=frames, progress=bool(progress) and not callable(progress))
+            viewer = None
+            if render:
+                from tisim.api import recording_viewer
+
+                viewer = recording_viewer(sc, run_dir, video_name=f"{name}.mp4")
+            res = run_scene(sc, run_dir, frames=frames, progress=bool(progress) and not callable(progress),
+                            viewer=viewer)
         except (ConfigError, MeshError):
             raise  # the scene's mistake, the same for every integrator: one line, nothing more to run
         except KeyboardInterrupt:  # before the first step (the runner keeps the frames of one after it)
@@ -315,15 +328,52 @@ def compare(
         _plot({k: (t[k], np.linalg.norm(np.stack([v["lx"], v["ly"], v["lz"]], 1), axis=1))
                for k, v in curves.items()}, "|L(t)| (kg m^2/s)", f"{scene.name}: angular momentum", paths[2])
         plots = [str(p) for p in paths]
+    side = side_by_side(scene, out, list(curves)) if render and curves else None
     summary = {
         "scene": scene.name,
         "integrators": results,
         "plots": plots,
+        "side_by_side": str(side) if side else None,
         "energy": next(iter(energies.values())) if same else None,
         "same_energy": same,
     }
     (out / "compare.json").write_text(json.dumps(_jsonable(summary), indent=2))
     return summary
+
+
+def panel_labels(name: str, stats: dict[str, np.ndarray], ended: str = "completed") -> list[list[str]]:
+    """The lines written on an integrator's panel, per frame: its name, the time (s) and
+    the total energy (J) with its change from frame 0 (per cent of |E(0)|, or J when E(0)
+    is 0); the last frame of a run that did not complete says how it ended."""
+    E = stats["total_energy"]
+    E0 = float(E[0])
+    out = []
+    for i, (t, e) in enumerate(zip(stats["time"], E)):
+        change = f"{100 * (e - E0) / abs(E0):+.3f}%" if E0 != 0 else f"{e - E0:+.3g} J"
+        lines = [name, f"t = {t:.3f} s", f"E = {e:.5g} J ({change})"]
+        if ended != "completed" and i == len(E) - 1:
+            lines.append(ended)
+        out.append(lines)
+    return out
+
+
+def side_by_side(scene, out: Path, names: list[str]) -> Path | None:
+    """``out/side_by_side.mp4`` from the integrators' rendered frames (``out/NAME/frames``)
+    and their stats.csv, each panel labelled (:func:`panel_labels`)."""
+    from tisim.render.video import write_side_by_side
+
+    panels, labels = [], []
+    for name in names:
+        frames = sorted((out / name / "frames").glob("frame_*.png"))
+        stats = read_stats(out / name / "stats.csv")
+        if not frames or not stats:
+            continue
+        ended = (json.loads((out / name / "run.json").read_text()).get("ended", "completed")
+                 if (out / name / "run.json").exists() else "completed")
+        panels.append(frames[: len(stats["time"])])
+        labels.append(panel_labels(name, stats, ended))
+    fps = scene.render.fps or 1.0 / (scene.sim.dt * scene.sim.substeps)
+    return write_side_by_side(panels, labels, out / "side_by_side", fps=fps, video_name="side_by_side.mp4")
 
 
 def _jsonable(o):
@@ -334,3 +384,9 @@ def _jsonable(o):
     if isinstance(o, float) and not math.isfinite(o):
         return None if math.isnan(o) else ("inf" if o > 0 else "-inf")
     return o
+
+
+# tisim.compare(...) is the Python API's compare (tisim.api.compare)
+from tisim._callable_module import make_callable
+
+make_callable(__name__, "compare")

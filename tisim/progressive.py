@@ -875,6 +875,9 @@ class ProgressiveRefiner:
         d = np.linalg.norm(traj[0] - traj[self.L], axis=1)
         out["direct_com_distance_max"] = float(d.max())
         out["direct_com_distance_max_rel"] = float(d.max() / diag)
+        # the direct runs' centre-of-mass paths (frames 0..N, m), for comparing them with the
+        # preview's (level_0/stats.csv): docs/teaching.md's locking exercise
+        out["com"] = {f"level_{k}": v.tolist() for k, v in traj.items()}
         return out
 
 
@@ -1086,19 +1089,21 @@ def write_consistency(out: Path, L: int, diagonal: float) -> dict:
     summary["second_difference_max"] = {f"level_{k}": float(np.nanmax(c["second"])) if np.isfinite(
         c["second"]).any() else None for k, c in cols.items()}
     try:
-        import matplotlib
+        # a Figure of its own, not pyplot (which would switch a notebook's backend)
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
-        fig, ax = plt.subplots(1, 2, figsize=(10, 3.6))
+        fig = Figure(figsize=(10, 3.6))
+        FigureCanvasAgg(fig)
+        ax = fig.subplots(1, 2)
         for level in range(L + 1):
             ax[1].plot(cols[level]["time"][:n], cols[level]["ke"][:n], label=f"level {level}")
             if level:
                 d = np.linalg.norm(cols[level]["com"][:n] - cols[0]["com"][:n], axis=1) / diagonal
                 ax[0].plot(cols[level]["time"][:n], 100 * d, label=f"level {level}")
         ax[0].set_xlabel("time (s)")
-        ax[0].set_ylabel("centre-of-mass distance from preview (% of diagonal)")
+        # two lines: on one, the label was longer than the axis and cut at both ends
+        ax[0].set_ylabel("centre-of-mass distance\nfrom preview (% of diagonal)")
         ax[1].set_xlabel("time (s)")
         ax[1].set_ylabel("kinetic energy (J)")
         for a in ax:
@@ -1107,7 +1112,6 @@ def write_consistency(out: Path, L: int, diagonal: float) -> dict:
             a.grid(alpha=0.3)
         fig.tight_layout()
         fig.savefig(out / "consistency.png", dpi=90)
-        plt.close(fig)
     except Exception as e:  # the numbers are in the CSV either way
         log.warning("could not draw consistency.png: %s", e)
     return summary
@@ -1206,11 +1210,39 @@ def render_levels(refiner: ProgressiveRefiner, frames: int) -> dict:
     if n:
         import imageio.v3 as iio
 
-        side = FrameWriter(refiner.out / "side_by_side", fps=fps, video_name="levels.mp4")
-        for i in range(n):
-            side.write(np.concatenate([iio.imread(images[k][i]) for k in sorted(images)], axis=1))
-        path = side.finish()
+        from tisim.render.video import write_side_by_side
+
+        levels = sorted(images)
+        ms = level_timings(refiner)
+        labels = []
+        for k in levels:
+            lv = refiner.hierarchy.levels[k]
+            what = " (preview)" if k == 0 else (" (finest)" if k == refiner.L else "")
+            head = [f"level {k}{what}", f"{lv.vertex_count} vertices",
+                    f"{ms[k]:.0f} ms/frame" if math.isfinite(ms.get(k, math.nan)) else "ms/frame: n/a"]
+            labels.append([[*head, f"t = {i * scene.sim.dt * scene.sim.substeps:.2f} s"] for i in range(n)])
+        path = write_side_by_side([images[k][:n] for k in levels], labels, refiner.out / "side_by_side",
+                                  fps=fps, video_name="levels.mp4")
         out["side_by_side"] = str(path) if path else None
+    return out
+
+
+def level_timings(refiner: ProgressiveRefiner) -> dict[int, float]:
+    """{level: median wall-clock ms per frame} from each level's stats.csv (frames that
+    stepped; NaN when there is none)."""
+    import csv
+
+    out = {}
+    for level in range(refiner.L + 1):
+        f = refiner.level_dir(level) / "stats.csv"
+        ms = []
+        if f.exists():
+            with open(f, newline="") as fh:
+                for row in csv.DictReader(fh):
+                    v = row.get("wall_ms") or ""
+                    if v and int(float(row.get("frame") or 0)) > 0:
+                        ms.append(float(v))
+        out[level] = float(np.median(ms)) if ms else math.nan
     return out
 
 

@@ -239,7 +239,7 @@ def run_scene(
                               inversion=solver.inversion_is_divergence())
 
     if viewer is not None:
-        viewer.open(_view_info(model, scene, solver))
+        viewer.open(view_info(model, scene, solver))
 
     def emit(frame: int, st: StepStats | None, wall_ms: float):
         q = frame_quantities(model, state.positions, state.velocities)
@@ -531,7 +531,9 @@ def cloth_colors(info, model) -> np.ndarray | None:
     return face_colors
 
 
-def _view_info(model, scene, solver):
+def view_info(model, scene, solver=None):
+    """What a viewer needs to draw ``model`` as ``scene`` sets it (camera, colours,
+    colliders); the solver's tunables for a live panel when ``solver`` is given."""
     from tisim.render.base import ViewInfo
 
     info = ViewInfo(
@@ -542,7 +544,7 @@ def _view_info(model, scene, solver):
         colliders=[c for c in model.colliders if c.visible],
         camera=scene.camera,
         render=scene.render,
-        tunables=solver.tunables(),
+        tunables=solver.tunables() if solver is not None else (),
     )
     info.face_colors = cloth_colors(info, model)
     return info

@@ -36,6 +36,8 @@ Material = Literal["arap", "corotated", "neo-hookean", "symmetric-dirichlet", "s
 class SceneInfo:
     name: str = ""
     description: str = ""
+    # what a viewer should watch for (``tisim demo NAME --about``, docs/teaching.md)
+    look_for: str = ""
 
     def __post_init__(self):
         # the name makes file and folder names (out/NAME/, NAME.mp4): a path in it wrote

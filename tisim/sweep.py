@@ -747,3 +747,9 @@ def sweep(
         "interrupted": interrupted, "seconds": time.perf_counter() - t0, "machine": machine(),
     })
     return result
+
+
+# tisim.sweep(...) is the Python API's sweep (tisim.api.sweep)
+from tisim._callable_module import make_callable
+
+make_callable(__name__, "sweep")

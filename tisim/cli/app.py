@@ -89,24 +89,50 @@ def demos_dir() -> Path:
 
 
 def list_demos() -> list[tuple[str, str]]:
-    import sys as _sys
+    """(name, whole description on one line) of every bundled demo, sorted by name."""
+    from tisim.demo_texts import demo_texts
 
-    if _sys.version_info >= (3, 11):
-        import tomllib
-    else:  # pragma: no cover
-        import tomli as tomllib
-    out = []
-    for p in sorted(demos_dir().glob("*.toml")):
-        try:
-            desc = tomllib.loads(p.read_text()).get("scene", {}).get("description", "")
-        except Exception:  # a broken demo file still shows up in the list
-            desc = "(unreadable scene file)"
-        desc = " ".join(str(desc).split())  # one line, whatever the file's layout
-        if len(desc) > 110:
-            cut = desc[:110].rsplit(" ", 1)[0]
-            desc = cut.rstrip(",;:") + " ..."
-        out.append((p.stem, desc))
-    return out
+    return [(name, desc) for name, desc, _ in demo_texts()]
+
+
+def _wrapped(label: str, text: str, indent: int, width: int) -> list[str]:
+    """``label`` padded to ``indent`` then ``text`` wrapped to ``width`` columns, the
+    continuation lines indented under the text."""
+    import textwrap
+
+    # whole words, hyphenated ones too (a demo name cut at its hyphen reads as two words)
+    lines = textwrap.wrap(text, max(20, width - indent), break_on_hyphens=False, break_long_words=False) or [""]
+    return [(label.ljust(indent) if i == 0 else " " * indent) + ln for i, ln in enumerate(lines)]
+
+
+def _terminal_width() -> int:
+    import shutil
+
+    return min(shutil.get_terminal_size((100, 24)).columns, 120)
+
+
+def _print_demo_list() -> None:
+    """``tisim demo --list``: each demo's whole description, wrapped under its name."""
+    demos = list_demos()
+    indent = max((len(n) for n, _ in demos), default=0) + 2
+    width = _terminal_width()
+    for n, d in demos:
+        typer.echo("\n".join(_wrapped(n, d, indent, width)))
+    typer.echo(f"\n{len(demos)} demos: tisim demo NAME runs one, tisim demo NAME --about says what to look for.")
+
+
+def _print_demo_about(name: str) -> None:
+    """``tisim demo NAME --about``: the description, what to look for, how to run it."""
+    from tisim.demo_texts import demo_text
+
+    desc, look = demo_text(demos_dir() / f"{name}.toml")
+    width = _terminal_width()
+    typer.echo(name)
+    typer.echo("\n".join(_wrapped("", desc, 2, width)))
+    if look:
+        typer.echo("\nWhat to look for:")
+        typer.echo("\n".join(_wrapped("", look, 2, width)))
+    typer.echo(f"\nRun it: tisim demo {name} (add --headless for PNG frames and an MP4 in out/{name}/)")
 
 
 def _run(
@@ -137,11 +163,9 @@ def _run(
         viewer = GGUIViewer()
     elif not no_render:
         if vulkan_available():
-            from tisim.render.offscreen import OffscreenRenderer
-            from tisim.render.video import FrameWriter
+            from tisim.api import recording_viewer
 
-            fps = scene.render.fps or 1.0 / (scene.sim.dt * scene.sim.substeps)
-            viewer = OffscreenRenderer(FrameWriter(out_dir, fps=fps, video_name=f"{scene.name}.mp4"))
+            viewer = recording_viewer(scene, out_dir)
         else:
             logging.warning(
                 "no Vulkan driver found: running headless without images "
@@ -303,7 +327,9 @@ def run(
 def demo(
     ctx: typer.Context,
     name: Optional[str] = typer.Argument(None, help="Demo name (see --list)."),
-    list_: bool = typer.Option(False, "--list", "-l", help="List the demos."),
+    list_: bool = typer.Option(False, "--list", "-l", help="List the demos with their descriptions."),
+    about: bool = typer.Option(False, "--about", help="Print the demo's description and what to look for in "
+                                                     "it, without running it."),
     frames: Optional[int] = _FRAMES,
     headless: bool = _HEADLESS,
     out: Optional[Path] = _OUT,
@@ -321,13 +347,16 @@ def demo(
     _quiet(quiet, ctx)
     demos = list_demos()
     if list_ or name is None:
-        width = max((len(n) for n, _ in demos), default=0)
-        for n, d in demos:
-            typer.echo(f"{n.ljust(width)}  {d}")
+        if about:
+            _die("--about needs a demo's name: tisim demo NAME --about")
+        _print_demo_list()
         raise typer.Exit(0)
     names = [n for n, _ in demos]
     if name not in names:
         _die(f"unknown demo {name!r}: expected one of {', '.join(names)}")
+    if about:
+        _print_demo_about(name)
+        raise typer.Exit(0)
     path = demos_dir() / f"{name}.toml"
     if not (headless or no_render):
         from tisim.preview import is_progressive, live_unavailable_reason
@@ -368,8 +397,11 @@ def compare(
     arch: str = _ARCH,
     precision: Optional[str] = _PREC,
     set: List[str] = _SET,  # noqa: A002
+    no_render: bool = typer.Option(False, "--no-render", help="Write no images (stats and plots only)."),
 ):
-    """Run one scene with several integrators; write stats and energy/momentum plots."""
+    """Run one scene with several integrators; write stats, energy/momentum plots, each
+    integrator's frames and a side-by-side video labelled with the integrator, time and
+    energy."""
 
     def go() -> int:
         from tisim.compare import check_comparable, comparable_integrators
@@ -391,11 +423,19 @@ def compare(
         from tisim.runner import scene_precision
 
         backend.init(arch, scene_precision(sc, precision))
-        summary = do_compare(sc, chosen, out_dir, frames=frames)
+        from tisim.render import vulkan_available
+
+        render = not no_render and vulkan_available()
+        if not no_render and not render:
+            logging.warning("no Vulkan driver found: no frames or video (stats and plots are written)")
+        summary = do_compare(sc, chosen, out_dir, frames=frames, render=render)
         from tisim.compare import format_table
 
         typer.echo("\n".join(format_table(summary)))  # with the energy each integrator integrated
-        typer.echo(f"wrote {out_dir}/ (per-integrator stats.csv, energy/momentum plots)")
+        typer.echo(f"wrote {out_dir}/ (per-integrator stats.csv{', frames/, NAME.mp4' if render else ''}, "
+                   "energy/momentum plots)")
+        if summary.get("side_by_side"):
+            typer.echo(f"side by side: {summary['side_by_side']}")
         codes = []
         for name, v in summary["integrators"].items():
             codes.append(_ended_code(v["ended"], v.get("error")))
@@ -806,7 +846,7 @@ def main() -> None:
     except cx.ClickException as e:
         e.show()
         sys.exit(e.exit_code)
-    except (KeyboardInterrupt, cx.Abort):
+    except (KeyboardInterrupt, getattr(cx, "Abort", KeyboardInterrupt)):  # (typer 0.2x's click has no Abort)
         sys.exit(130)
     sys.exit(code if isinstance(code, int) else 0)
 

@@ -121,3 +121,47 @@ class FrameWriter:
         writer.close()
         log.info("wrote %s (%d frames at %g fps)", self.video_path, self.count, self.fps)
         return self.video_path
+
+
+def write_side_by_side(
+    panels: list[list[Path]],
+    labels: list[list[list[str]]],
+    out_dir: str | Path,
+    *,
+    fps: float,
+    video_name: str = "side_by_side.mp4",
+    gap: int = 4,
+) -> Path | None:
+    """One video of several frame sequences next to each other, each panel labelled.
+
+    panels: per panel, its PNG frames in order (all of one size). labels: per panel and
+    frame, the lines written on that panel's top-left corner (``tisim.render.text``).
+    A panel with fewer frames than the longest (a run that diverged) holds its last
+    frame. gap: dark pixels between panels. The composed frames go to
+    ``out_dir/frames`` and the MP4 to ``out_dir/video_name``; returns its path (None
+    without frames or ffmpeg).
+    """
+    import imageio.v3 as iio
+
+    from tisim.render.text import draw_text
+
+    panels = [p for p in panels if p]
+    if not panels:
+        return None
+    n = max(len(p) for p in panels)
+    writer = FrameWriter(out_dir, fps=fps, video_name=video_name)
+    for old in sorted(writer.frames_dir.glob("frame_*.png")):  # a longer earlier video's frames
+        old.unlink()
+    for i in range(n):
+        row = []
+        for k, frames in enumerate(panels):
+            j = min(i, len(frames) - 1)
+            img = iio.imread(frames[j])[:, :, :3]
+            lines = labels[k][min(j, len(labels[k]) - 1)] if labels[k] else []
+            # large enough to read on a projector: a 24th of the panel's height
+            img = draw_text(img, lines, size=max(14, img.shape[0] // 24)) if lines else img
+            if row:
+                row.append(np.full((img.shape[0], gap, 3), 20, np.uint8))
+            row.append(img)
+        writer.write(np.concatenate(row, axis=1))
+    return writer.finish()
