@@ -1,9 +1,9 @@
 """Reads docs/teaching.md: its exercises, their runnable blocks and their stated results.
 
 An exercise is a ``## Exercise N: ...`` section. Its fenced blocks with the info string
-``sh teach`` are shell commands (one per line; ``tisim`` runs as ``python -m tisim``),
-``python teach`` blocks are run in one namespace per exercise (``import tisim`` done),
-and ``text expect`` blocks state the results, one a line:
+``sh {.teach}`` are shell commands (one per line; ``tisim`` runs as ``python -m tisim``),
+``python {.teach}`` blocks are run in one namespace per exercise (``import tisim`` done),
+and ``text {.expect}`` blocks state the results, one a line:
 
     EXPR = VALUE ± TOL        (TOL absolute, or relative with a %)
     EXPR < VALUE   /   EXPR > VALUE
@@ -48,7 +48,8 @@ def exercises(doc: Path = DOC) -> list[Exercise]:
         body = text[h.start(): heads[i + 1].start() if i + 1 < len(heads) else len(text)]
         ex = Exercise(int(h.group(1)), body.splitlines()[0][3:].strip())
         for m in _FENCE.finditer(body):
-            info, code = m.group(1).split(), m.group(2)
+            # "python {.teach}": the class form that the docs' Markdown (SuperFences) renders
+            info, code = re.sub(r"[{}.]", " ", m.group(1)).split(), m.group(2)
             if info[:2] in (["sh", "teach"], ["python", "teach"]):
                 ex.blocks.append((info[0], code))
             elif info[:2] == ["text", "expect"]:

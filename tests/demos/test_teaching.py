@@ -1,4 +1,4 @@
-"""docs/teaching.md runs as written: every exercise's ``sh teach`` commands and ``python
+"""docs/teaching.md runs as written: every exercise's ``sh {.teach}`` commands and ``python
 teach`` cells run (small frame counts), and the results its "Expected" blocks state are the
 ones they produce, within the stated tolerances (tests/demos/teach.py reads the page)."""
 
