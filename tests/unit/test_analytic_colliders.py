@@ -231,3 +231,20 @@ def test_ccd_bound_never_crosses(key):
             d_after = shape.distance(x + min(1.0, a * (1 + 1e-6) + 1e-12) * p)
             assert (d_after <= XI + eta * (d0 - XI) + 1e-6 * np.abs(p).max()).any(), trial
     assert clamped > 10
+
+
+def test_winding_number_tells_inside_from_outside_of_a_closed_mesh():
+    """Against the sphere it approximates: 1 inside, 0 outside (away from the surface);
+    an open mesh (one face removed) is not closed."""
+    from tisim.geometry.generate import icosphere
+    from tisim.geometry.winding import is_closed, winding_numbers
+
+    ico = icosphere(2)
+    V = ico.vertices / np.linalg.norm(ico.vertices, axis=1, keepdims=True)
+    rng = np.random.default_rng(7)
+    p = rng.uniform(-1.5, 1.5, (200, 3))
+    r = np.linalg.norm(p, axis=1)
+    far = np.abs(r - 1) > 0.05  # the facets lie within 1.5% of the radius
+    w = winding_numbers(p, V, ico.faces)
+    np.testing.assert_allclose(w[far], (r[far] < 1).astype(float), atol=1e-9)
+    assert is_closed(ico.faces) and not is_closed(ico.faces[1:])

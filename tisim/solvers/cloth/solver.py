@@ -547,6 +547,22 @@ class SolverCloth(Solver):
                                         other=(x_obs, obs.faces[rows]), other_name=name)
         for shape, c in zip(self.planes.shapes, self.obstacles.analytic):
             _check_start_analytic(xc, cp.faces, cp.edges, shape, c, xi, src)
+        if self.no:
+            # a cloth wholly inside a closed tessellated collider crosses nothing: test one
+            # vertex (none crosses the surface, checked above)
+            from tisim.geometry.winding import is_closed, winding_numbers
+
+            for (c, _, _), rows in zip(self.obstacles.parts, self.obstacles.part_faces):
+                if c is None or c in self.obstacles.analytic:
+                    continue
+                if c.kind == "mesh":
+                    F = self.obstacles.faces[rows]
+                    inside = is_closed(F) and abs(winding_numbers(xc[:1], x_obs, F)[0]) > 0.5
+                else:  # a moving analytic collider, tessellated: its own distance at t = 0
+                    inside = bool((c.distance(xc, 0.0) < 0).all())
+                if inside:
+                    raise MeshError(f"the cloth starts inside {c.kind} collider {c.name!r}: move the cloth out of it",
+                                    src)
         x = np.concatenate([xc, x_obs]) if self.no else xc
         upload(self.x, x)
         n_pt, n_ee = self._detect(xi + 1e-12)
