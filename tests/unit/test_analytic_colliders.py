@@ -193,7 +193,7 @@ def test_friction_gradient_and_hessian_match_finite_differences(key):
             z[i] = y
             return g(z.ravel())[3 * i:3 * i + 3]
 
-        check_hessian(gi, lambda y, sl=sl: hess(np.concatenate([x[:i], y[None], x[i + 1:]]).ravel())[sl, sl],
+        check_hessian(gi, lambda y, i=i, sl=sl: hess(np.concatenate([x[:i], y[None], x[i + 1:]]).ravel())[sl, sl],
                       x[i], eps=1e-10, rtol=1e-4)
     assert np.linalg.eigvalsh(H).min() >= -1e-9 * np.abs(H).max()
     # the friction force lies in the tangent plane of the lag's normal
@@ -248,3 +248,31 @@ def test_winding_number_tells_inside_from_outside_of_a_closed_mesh():
     w = winding_numbers(p, V, ico.faces)
     np.testing.assert_allclose(w[far], (r[far] < 1).astype(float), atol=1e-9)
     assert is_closed(ico.faces) and not is_closed(ico.faces[1:])
+
+
+def test_sag_allowance_keeps_random_triangles_off_the_sphere():
+    """Triangles whose vertices sit on the grown sphere keep the thickness from the real
+    one (ipctk's point-triangle distance to the centre), and the allowance is tight: an
+    equilateral triangle of circumradius rho centred over the centre reaches it."""
+    ipctk = pytest.importorskip("ipctk")
+    from tisim.contact.ipc.analytic import sag_allowance
+
+    rng = np.random.default_rng(8)
+    R, xi = 0.3, 1e-3
+    for k in range(300):
+        rho = 10 ** rng.uniform(-3, -0.7)
+        grown = R + xi + sag_allowance(R, xi, rho)
+        # three points on a circle of radius r <= rho on the grown sphere
+        n = rng.normal(size=3)
+        n /= np.linalg.norm(n)
+        u = np.cross(n, [1.0, 0.0, 0.0] if abs(n[0]) < 0.9 else [0.0, 1.0, 0.0])
+        u /= np.linalg.norm(u)
+        w = np.cross(n, u)
+        tight = k % 2 == 0
+        r = rho if tight else rho * rng.uniform(0.3, 1.0)
+        th = np.array([0.0, 2 * np.pi / 3, 4 * np.pi / 3]) if tight else rng.uniform(0, 2 * np.pi, 3)
+        tri = math.sqrt(grown**2 - r * r) * n + r * (np.cos(th)[:, None] * u + np.sin(th)[:, None] * w)
+        d = math.sqrt(ipctk.point_triangle_distance(np.zeros(3), *tri)) - R
+        assert d >= xi * (1 - 1e-9), (d, rho)
+        if tight:
+            assert d == pytest.approx(xi, rel=1e-6)

@@ -2,15 +2,14 @@
 vertex ever closer than the contact thickness to the sphere, cylinder or box (distances
 from ``Collider.distance``, code the solver does not use), cloth edges and triangles
 kept off a box's edges and corners and a cylinder's rims (ipctk over the cloth and the
-line sets), and a triangle's interior over a curved surface within the sagitta bound of
-docs/colliders.md. The tessellated colliders this replaces ended 2.0 mm inside a sphere
+line sets), and the triangles' interiors kept off a sphere and a cylinder's side (ipctk's
+distances to the centre and to the axis). The tessellated colliders this replaces ended 2.0 mm inside a sphere
 of radius 3 m and 1.4 mm inside a cylinder of radius 2 m (thickness 1 mm)."""
 
 from __future__ import annotations
 
 import math
 
-import numpy as np
 import pytest
 
 from tisim.model import Model
@@ -41,20 +40,22 @@ def _settle(size, cells, collider, height, steps, dt=0.01):
         yield solver, model, prev, st
 
 
-def _triangle_gap(center, radius, tri):
-    """Smallest distance (m) of the triangles tri (m, 3, 3) to a sphere, from ipctk's
-    point-triangle distance to the centre (an independent computation)."""
+def _triangle_gap(c, tri):
+    """Smallest distance (m) of the triangles tri (m, 3, 3) to a sphere or to the side of
+    a cylinder (its distance from the axis, less the radius), from ipctk's point-triangle
+    and edge-edge distances (an independent computation)."""
     import ipctk
 
-    return min(math.sqrt(ipctk.point_triangle_distance(center, *t)) for t in tri) - radius
-
-
-def _circumradius(tri):
-    a = np.linalg.norm(tri[:, 1] - tri[:, 2], axis=1)
-    b = np.linalg.norm(tri[:, 0] - tri[:, 2], axis=1)
-    c = np.linalg.norm(tri[:, 0] - tri[:, 1], axis=1)
-    area = 0.5 * np.linalg.norm(np.cross(tri[:, 1] - tri[:, 0], tri[:, 2] - tri[:, 0]), axis=1)
-    return a * b * c / (4 * area)
+    centre = c.center(0.0)
+    if c.kind == "sphere":
+        return min(math.sqrt(ipctk.point_triangle_distance(centre, *t)) for t in tri) - c.radius
+    a = c.orientation(0.0) @ c.axis
+    e0, e1 = centre - 100.0 * a, centre + 100.0 * a  # the axis, far beyond the sheet
+    best = math.inf
+    for t in tri:
+        for i in range(3):
+            best = min(best, ipctk.edge_edge_distance(e0, e1, t[i], t[(i + 1) % 3]))
+    return math.sqrt(best) - c.radius
 
 
 CASES = {
@@ -65,9 +66,9 @@ CASES = {
 }
 SLOW_CASES = {
     "sphere-r0.05-sheet-0.1m": (0.1, 10, {"type": "sphere", "position": [0, -0.05, 0], "radius": 0.05}, 0.003, 40),
-    "sphere-r3-sheet-3m": (3.0, 16, {"type": "sphere", "position": [0, -3, 0], "radius": 3.0}, 0.004, 40),
+    "sphere-r3-sheet-3m": (3.0, 16, {"type": "sphere", "position": [0, -3, 0], "radius": 3.0}, 0.008, 40),
     "capped-cylinder-rims-sheet-3m": (3.0, 16, {"type": "cylinder", "position": [0, -2, 0], "radius": 2.0,
-                                                "axis": [0, 0, 1], "length": 1.0}, 0.004, 40),
+                                                "axis": [0, 0, 1], "length": 1.0}, 0.008, 40),
     # a corner straight up (the diagonal (1, 1, 1) turned onto +y), under a triangle's interior
     "box-corner-sheet-0.3m": (0.3, 12, {"type": "box", "position": [0.02, -0.1 * math.sqrt(3), 0.01],
                                         "half_extents": [0.1] * 3, "rotation": [-45.0, 0.0, 35.2643897]}, 0.004, 40),
@@ -84,7 +85,9 @@ def _check_case(size, cells, collider, height, steps):
         xc = st.positions[model.cloth.vertex_slice]
         d = c.distance(xc)
         assert d.min() > 0.99 * XI, d.min()
-        touched |= d.min() < XI + 1e-3
+        # (a curved shape is met a sag allowance farther out, so that the triangles clear it)
+        allowance = solver.planes.shapes[0].r - c.radius if c.kind in ("sphere", "cylinder") else 0.0
+        touched |= d.min() < XI + allowance + 2e-3
         if c.kind in ("box", "cylinder") and len(solver.obstacles.line_edges):
             # cloth edges and faces against the box's edges and corners / the rims
             V, F, _ = solver.collision_state(st)
@@ -92,12 +95,10 @@ def _check_case(size, cells, collider, height, steps):
             r = ipc_report(V, F, P, edges=solver.edges_all, probe=0.01)
             assert not r.intersecting and r.step_free
             assert r.min_distance > 0.99 * XI, r.min_distance
-        if c.kind == "sphere":
-            # a triangle's interior may sag towards the sphere by at most rho^2 / (2 R)
-            tri = xc[model.cloth.faces]
-            gap = _triangle_gap(c.center(0.0), c.radius, tri)
-            rho = _circumradius(tri).max()
-            assert gap > XI - rho * rho / (2 * c.radius) - 1e-12, (gap, rho)
+        if c.kind == "sphere" or (c.kind == "cylinder" and not math.isfinite(c.length)):
+            # the triangles' interiors, not only their vertices
+            gap = _triangle_gap(c, xc[model.cloth.faces])
+            assert gap > 0.99 * XI, gap
     assert touched  # the sheet did reach the shape
 
 

@@ -27,14 +27,19 @@ takes one iteration; a sphere or cylinder a few. A vertex whose distance exceeds
 target by more than |p| is skipped (d is 1-Lipschitz).
 
 What the vertex terms guarantee: every cloth vertex stays farther than xi from the
-shape. A convex shape's smooth faces cannot reach a cloth triangle's interior without
-nearing its vertices by at least as much, except by curvature: a triangle of
-circumradius rho whose vertices are at R + xi from a sphere's centre has every point at
-sqrt((R + xi)^2 - rho^2) >= R + xi - rho^2 / (2 R) from it (cylinder side: the same with
-the cylinder's radius). A box's edges and corners and a capped cylinder's rims can reach
-a triangle's interior or an edge's middle: the cloth solver adds them as a line set
-(straight edges exact; the rims as polylines within 1% of the thickness) to the mesh
-pipeline's edge-edge and point-triangle pairs (``_Obstacles`` in the cloth solver).
+shape. A flat face cannot reach a cloth triangle's interior without nearing its vertices
+as much; a curved one can: for f(x) = |P (x - c)|^2 (P = I: squared distance from a
+sphere's centre; P the projection across a cylinder's axis) and a point p = sum l_i v_i
+of a triangle with circumcentre o and circumradius rho, the quadratic's identity gives
+f(p) = sum l_i f(v_i) - sum l_i |P (v_i - p)|^2 >= min f(v_i) - (rho^2 - |p - o|^2), so
+vertices at R + xi + delta from the centre (or axis) keep every point of the triangle at
+sqrt((R + xi + delta)^2 - rho^2) or more. ``shape_of`` therefore grows a sphere's or
+cylinder's radius by ``sag_allowance`` = sqrt((R + xi)^2 + rho^2) - (R + xi) (about
+rho^2 / (2 R)), rho the cloth's largest circumradius: the triangles keep xi from the real
+surface. A box's edges and corners and a capped cylinder's rims can reach a triangle's
+interior or an edge's middle: the cloth solver adds them as a line set (straight edges
+exact; the rims as polylines within 1% of the thickness) to the mesh pipeline's
+edge-edge and point-triangle pairs (``_Obstacles`` in the cloth solver).
 
 Limitations: static shapes only (a moving collider is tessellated); the friction's
 tangent plane is the closest-point normal's, lagged at the start of each friction pass.
@@ -197,17 +202,32 @@ class Cylinder(_Shape):
         return d, n, Dq
 
 
-def shape_of(collider) -> _Shape:
-    """The analytic shape of a ``tisim.contact.colliders.Collider`` at t = 0 (static)."""
+def sag_allowance(radius: float, thickness: float, circumradius: float) -> float:
+    """How much farther out (m) a curved surface of ``radius`` must be met by triangles'
+    vertices so that the triangles (circumradius at most ``circumradius``) keep the
+    ``thickness`` from it: sqrt((R + xi)^2 + rho^2) - (R + xi), about rho^2 / (2 R)
+    (see the module docstring)."""
+    a = float(radius) + float(thickness)
+    rho = float(circumradius)
+    return rho * rho / (math.sqrt(a * a + rho * rho) + a)
+
+
+def shape_of(collider, *, thickness: float = 0.0, circumradius: float = 0.0) -> _Shape:
+    """The analytic shape of a ``tisim.contact.colliders.Collider`` at t = 0 (static).
+    A sphere's or cylinder's radius grows by ``sag_allowance(radius, thickness,
+    circumradius)``: met by the vertices of triangles of that circumradius, the real
+    surface then keeps the thickness from the triangles too."""
     c, R = collider.center(0.0), collider.orientation(0.0)
     if collider.kind == "plane":
         return Plane(c, R @ collider.normal)
     if collider.kind == "sphere":
-        return Sphere(c, collider.radius)
+        r = collider.radius
+        return Sphere(c, r + sag_allowance(r, thickness, circumradius))
     if collider.kind == "box":
         return Box(c, R, collider.half_extents)
     if collider.kind == "cylinder":
-        return Cylinder(c, R @ collider.axis, collider.radius, collider.length)
+        r = collider.radius
+        return Cylinder(c, R @ collider.axis, r + sag_allowance(r, thickness, circumradius), collider.length)
     raise ValueError(f"collider {collider.name!r} of kind {collider.kind!r} is not analytic")
 
 

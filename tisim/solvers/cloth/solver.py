@@ -500,8 +500,12 @@ class SolverCloth(Solver):
         from tisim.contact.ipc.analytic import AnalyticColliders, shape_of
 
         an = self.obstacles.analytic
-        # the static analytic colliders (the name ``planes`` is kept from when only planes were)
-        self.planes = AnalyticColliders([shape_of(c) for c in an],
+        # the static analytic colliders (the name ``planes`` is kept from when only planes were);
+        # curved ones are met a sag allowance farther out, for the largest triangle the
+        # strain limit lets the cloth stretch to (or by NO_LIMIT_STRETCH without a limit)
+        stretch = config.strain_limit if config.strain_limit > 0 else NO_LIMIT_STRETCH
+        rho = stretch * _largest_circumradius(cp.rest, cp.faces)
+        self.planes = AnalyticColliders([shape_of(c, thickness=self.contact.thickness, circumradius=rho) for c in an],
                                         [self.contact.mu if c.friction is None else c.friction for c in an], self.nc)
         self.wind = Wind(model.scene.wind, length_scale=_diag(cp.rest))
         self.linear = SPDSolver(mixed=config.linear_precision == "mixed")
@@ -1188,15 +1192,20 @@ def _check_start_analytic(xc, faces, edges, shape, c, xi: float, src) -> None:
     from tisim.geometry.mesh import MeshError
 
     name = f"{c.kind} collider {c.name!r}"
-    d = shape.distance(xc)
-    i = int(np.argmin(d))
+    d = c.distance(xc, 0.0)  # from the real surface (a curved shape's is grown: the sag allowance)
+    allowance = shape.r - c.radius if shape.kind in ("sphere", "cylinder") else 0.0
+    i = int(np.argmin(d - allowance))
     if (d < 0).all():
-        raise MeshError(f"the cloth starts inside {name} (every vertex; the deepest {-d[i]:.3g} m): "
+        raise MeshError(f"the cloth starts inside {name} (every vertex; the deepest {-d.min():.3g} m): "
                         "move the cloth out of it", src)
-    if d[i] <= xi:
-        where = "inside" if d[i] < 0 else "within the contact thickness of"
-        raise MeshError(f"cloth vertex {i} starts {d[i]:.3g} m from {name}, {where} it (contact thickness "
-                        f"{xi:g} m): move the cloth away from it", src)
+    j = int(np.argmin(d))
+    if d[j] < 0:  # some vertices inside, some outside
+        raise MeshError(f"the cloth intersects collider {c.name!r}: cloth vertex {j} is {-d[j]:.3g} m inside "
+                        f"the {c.kind}: move the cloth away from it", src)
+    if d[i] <= xi + allowance:
+        extra = f" plus {allowance:.2g} m for its triangles' sag over the curve" if allowance > 0 else ""
+        raise MeshError(f"cloth vertex {i} starts {d[i]:.3g} m from {name}, within the contact thickness "
+                        f"{xi:g} m{extra}: move the cloth away from it", src)
     if shape.kind == "sphere":
         # a triangle whose vertices are all outside can still cut a cap off the sphere
         from tisim.geometry.distances import point_triangle_distance
@@ -1431,6 +1440,22 @@ class _Obstacles:
             else:
                 out.append(model_positions[ids])
         return np.concatenate(out) if out else np.zeros((0, 3))
+
+
+# the stretch assumed for the curved colliders' sag allowance when there is no strain limit
+NO_LIMIT_STRETCH = 1.1
+
+
+def _largest_circumradius(x: np.ndarray, faces: np.ndarray) -> float:
+    """The largest circumradius (m) of the triangles faces (m, 3) over x (n, 3)."""
+    if not len(faces):
+        return 0.0
+    t = x[faces]
+    a, b, c = (np.linalg.norm(t[:, i] - t[:, j], axis=1) for i, j in ((1, 2), (0, 2), (0, 1)))
+    area2 = np.linalg.norm(np.cross(t[:, 1] - t[:, 0], t[:, 2] - t[:, 0]), axis=1)
+    ok = area2 > 0  # (a degenerate triangle has no circumcircle; its edges bound it)
+    rho = (a * b * c)[ok] / (2 * area2[ok])  # abc / (4 area)
+    return float(max(rho.max(initial=0.0), 0.5 * max(a.max(), b.max(), c.max())))
 
 
 # colliders met analytically when static (tisim.contact.ipc.analytic)
