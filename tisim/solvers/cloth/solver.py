@@ -453,8 +453,12 @@ class SolverCloth(Solver):
         if model.solid_vertex_count > 0 and cloth is None:
             self.solid_solver = _solid_solver(model, config.solids)
 
-        # obstacles: collider meshes and solid surfaces, after the cloth vertices
-        self.obstacles = _Obstacles(model, cp, include_solids=cloth is None)
+        # obstacles: collider meshes and solid surfaces, after the cloth vertices; curved
+        # colliders are met a sag allowance farther out, for the largest triangle the strain
+        # limit lets the cloth stretch to (or by NO_LIMIT_STRETCH without a limit)
+        stretch = config.strain_limit if config.strain_limit > 0 else NO_LIMIT_STRETCH
+        self.circumradius = stretch * _largest_circumradius(cp.rest, cp.faces)
+        self.obstacles = _Obstacles(model, cp, include_solids=cloth is None, circumradius=self.circumradius)
         self.no = self.obstacles.vertex_count
         self.n = self.nc + self.no
         faces_all = np.concatenate([cp.faces, self.obstacles.faces + self.nc]).astype(np.int32)
@@ -500,13 +504,10 @@ class SolverCloth(Solver):
         from tisim.contact.ipc.analytic import AnalyticColliders, shape_of
 
         an = self.obstacles.analytic
-        # the static analytic colliders (the name ``planes`` is kept from when only planes were);
-        # curved ones are met a sag allowance farther out, for the largest triangle the
-        # strain limit lets the cloth stretch to (or by NO_LIMIT_STRETCH without a limit)
-        stretch = config.strain_limit if config.strain_limit > 0 else NO_LIMIT_STRETCH
-        rho = stretch * _largest_circumradius(cp.rest, cp.faces)
-        self.planes = AnalyticColliders([shape_of(c, thickness=self.contact.thickness, circumradius=rho) for c in an],
-                                        [self.contact.mu if c.friction is None else c.friction for c in an], self.nc)
+        # the static analytic colliders (the name ``planes`` is kept from when only planes were)
+        self.planes = AnalyticColliders(
+            [shape_of(c, thickness=self.contact.thickness, circumradius=self.circumradius) for c in an],
+            [self.contact.mu if c.friction is None else c.friction for c in an], self.nc)
         self.wind = Wind(model.scene.wind, length_scale=_diag(cp.rest))
         self.linear = SPDSolver(mixed=config.linear_precision == "mixed")
         if config.linear_precision == "mixed" and self.linear.backend != "pardiso":
@@ -1364,16 +1365,26 @@ class _Obstacles:
     Vertex positions at time t come from the colliders' rigid motion and from the
     solids' current positions."""
 
-    def __init__(self, model, cp, include_solids: bool = True):
+    def __init__(self, model, cp, include_solids: bool = True, circumradius: float = 0.0):
+        from tisim.contact.ipc.analytic import sag_allowance
+
         span = _diag(cp.rest)
-        xi = model.scene.contact.thickness
+        contact = model.scene.contact
+        xi = contact.thickness
         self.parts = []  # (collider or None, vertex ids into the solid block or None, count)
         self.part_faces = []  # each part's rows of ``faces``, for its name in messages
         faces, mus, off = [], [], 0
         edges = []  # the line sets' edges (no faces)
         self._static = {}  # part index -> its fixed vertices (the line sets)
         mu_default = np.nan
-        self.analytic = [c for c in model.colliders if c.kind in ANALYTIC_KINDS and not c.is_moving()]
+        def fine_enough(c):
+            # a cloth coarse against the curvature would float by its sag allowance: it
+            # meets the tessellated shape instead, whose facets its triangles rest on
+            return c.kind not in ("sphere", "cylinder") or sag_allowance(c.radius, xi, circumradius) <= (
+                SAG_LIMIT * (xi + contact.dhat))
+
+        self.analytic = [c for c in model.colliders
+                         if c.kind in ANALYTIC_KINDS and not c.is_moving() and fine_enough(c)]
         self.planes = [c for c in self.analytic if c.kind == "plane"]  # (the planes among them)
         nf = 0
         for c in model.colliders:
@@ -1444,6 +1455,9 @@ class _Obstacles:
 
 # the stretch assumed for the curved colliders' sag allowance when there is no strain limit
 NO_LIMIT_STRETCH = 1.1
+# a static sphere or cylinder is analytic while the cloth's sag allowance over it is at
+# most this many times the barrier's reach (thickness + dhat); beyond, it is tessellated
+SAG_LIMIT = 1.0
 
 
 def _largest_circumradius(x: np.ndarray, faces: np.ndarray) -> float:
