@@ -623,6 +623,7 @@ class SolverCloth(Solver):
             "linear_solver": self.linear.backend,
             "cloth_vertices": self.nc,
             "obstacle_vertices": self.no,
+            "analytic_colliders": [c.name for c in self.obstacles.analytic],
             "cloth_faces": int(len(self.cloth.faces)),
             "barrier_stiffness": self.kappa,
             "totals": dict(self._stats_total),
