@@ -51,12 +51,13 @@ def _icosphere_obj(path, radius):
                     + "".join(f"f {i + 1} {j + 1} {k + 1}\n" for i, j, k in ico.faces))
 
 
-@pytest.mark.parametrize("value,key", [("0.5", "strain_limit"), ("1", "strain_limit"),
-                                       ("1e300", "strain_stiffness")])
+@pytest.mark.parametrize("value,key", [("0.5", "solver.strain_limit"), ("1", "solver.strain_limit"),
+                                       ("1e300", "solver.strain_stiffness"), ("1e-300", "contact.dhat")])
 def test_unusable_solver_values_are_refused(tmp_path, value, key):
-    # they ended as internal errors (a ValueError, a LinAlgError) with exit code 1
-    r = _run(tmp_path, "", f"solver.{key}={value}", y=1.0)
-    _one_line(r, f"solver.{key}")
+    # they ended as internal errors (a ValueError, a LinAlgError, a ZeroDivisionError)
+    # with exit code 1
+    r = _run(tmp_path, "", f"{key}={value}", y=1.0)
+    _one_line(r, key)
 
 
 @pytest.mark.slow  # Taichi starts in a subprocess
