@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
 from tisim.model import Model
@@ -88,10 +89,21 @@ def _check_case(size, cells, collider, height, steps):
         # (a curved shape is met a sag allowance farther out, so that the triangles clear it)
         allowance = solver.planes.shapes[0].r - c.radius if c.kind in ("sphere", "cylinder") else 0.0
         touched |= d.min() < XI + allowance + 2e-3
-        if c.kind in ("box", "cylinder") and len(solver.obstacles.line_edges):
-            # cloth edges and faces against the box's edges and corners / the rims
+        if c.kind == "box":
+            # cloth vertices, edges and faces against the box's own 12 triangles (ipctk)
+            Vb, Fb = c.surface_mesh(0.0)
+            nc = len(xc)
+            F = np.concatenate([model.cloth.faces, Fb + nc])
+            V = np.concatenate([xc, Vb])
+            P = np.concatenate([prev.positions[model.cloth.vertex_slice], Vb])
+            r = ipc_report(V, F, P, probe=0.01)
+            assert not r.intersecting and r.step_free
+            assert r.min_distance > 0.99 * XI, r.min_distance
+        if c.kind == "cylinder" and math.isfinite(c.length):
+            # cloth edges and faces against the rims (the solver's line sets, ipctk)
             V, F, _ = solver.collision_state(st)
             P, _, _ = solver.collision_state(prev)
+            assert len(solver.obstacles.line_edges)
             r = ipc_report(V, F, P, edges=solver.edges_all, probe=0.01)
             assert not r.intersecting and r.step_free
             assert r.min_distance > 0.99 * XI, r.min_distance
