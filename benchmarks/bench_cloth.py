@@ -82,7 +82,8 @@ def bench_tisim(cells: int, frames: int, arch: str, overrides: list[str]) -> tup
         # the independent check, outside the timed region
         V, F, pl = solver.collision_state(st)
         P, _, _ = solver.collision_state(prev)
-        r = ipc_report(V, F, P, planes=pl, plane_rows=solver.nc) if finite else None
+        r = ipc_report(V, F, P, planes=pl, plane_rows=solver.nc, edges=solver.edges_all,
+                       colliders=solver.analytic_colliders) if finite else None
         rows.append(
             {
                 "frame": f,

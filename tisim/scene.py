@@ -259,7 +259,9 @@ class ContactConfig:
     margin: float = num(0.0, ge=0, doc="detection distance beyond contact, m")
     stiffness: float = num(1e4, gt=0, doc="penalty stiffness for penalty-based solvers, N/m")
     # C-IPC (cloth solver)
-    dhat: float = num(1e-3, gt=0, doc="barrier activation distance beyond the thickness, m")
+    # (below a picometre the barrier's band is narrower than the round-off of metre-scale
+    # coordinates, and at 1e-300 its squares underflow: the barrier stiffness divided by 0)
+    dhat: float = num(1e-3, ge=1e-12, doc="barrier activation distance beyond the thickness, m")
     thickness: float = num(1e-3, ge=0, doc="contact offset xi: no two primitives come closer, m")
     eps_v: float = num(1e-3, gt=0, doc="friction smoothing velocity: slower counts as sticking, m/s")
     friction_iterations: int = num(

@@ -365,8 +365,8 @@ class IPCReport:
     intersecting: ipctk.has_intersections. min_distance: smallest distance between
     non-adjacent primitives (m; inf when none is within ``probe``). step_free: the
     linear step from the previous state is collision-free by ipctk's tight-inclusion
-    CCD (None without a previous state). plane_distance: smallest vertex-plane distance
-    over the analytic planes (m; inf without planes).
+    CCD (None without a previous state). plane_distance: smallest vertex distance to
+    the analytic planes and colliders (m; inf without any).
     """
 
     intersecting: bool
@@ -376,18 +376,22 @@ class IPCReport:
 
 
 def ipc_report(vertices, faces, previous=None, *, probe: float = 1e-2, planes=(),
-               plane_rows: int | None = None) -> IPCReport:
+               plane_rows: int | None = None, edges=None, colliders=()) -> IPCReport:
     """Check a surface state with ipctk: vertices (n, 3) m, faces (m, 3) (cloth and
     obstacle triangles together), previous (n, 3) the state one step earlier, planes
     [(point, unit normal), ...] checked analytically for the first ``plane_rows``
-    vertices (default all; obstacles may rest on a plane, the cloth may not)."""
+    vertices (default all; obstacles may rest on a plane, the cloth may not).
+    edges: (e, 2) every edge (default: the faces' edges; the cloth solver's
+    ``edges_all`` adds the line sets of box edges and cylinder rims). colliders:
+    analytic ``Collider``s measured like the planes, with ``Collider.distance``."""
     import ipctk
 
     from tisim.geometry.topology import edges as mesh_edges
 
     V = np.asfortranarray(np.asarray(vertices, dtype=np.float64))
     F = np.asfortranarray(np.asarray(faces, dtype=np.int32))
-    E = np.asfortranarray(mesh_edges(F).astype(np.int32))
+    E = mesh_edges(F) if edges is None else np.asarray(edges).reshape(-1, 2)
+    E = np.asfortranarray(E.astype(np.int32))
     mesh = ipctk.CollisionMesh(V, E, F)
     inter = bool(ipctk.has_intersections(mesh, V))
     col = ipctk.NormalCollisions()
@@ -402,6 +406,8 @@ def ipc_report(vertices, faces, previous=None, *, probe: float = 1e-2, planes=()
     rows = V[: len(V) if plane_rows is None else plane_rows]
     for p, n in planes:
         pd = min(pd, float(((rows - np.asarray(p)) @ np.asarray(n)).min()))
+    for c in colliders:
+        pd = min(pd, float(c.distance(rows).min()))
     return IPCReport(inter, dmin, step, pd)
 
 

@@ -28,7 +28,8 @@ def _run_checked(name, frames, overrides=()):
         assert st.is_finite(), (name, k)
         V, F, planes = solver.collision_state(st)
         P, _, _ = solver.collision_state(prev)
-        r = ipc_report(V, F, P, planes=planes, plane_rows=solver.nc)
+        r = ipc_report(V, F, P, planes=planes, plane_rows=solver.nc, edges=solver.edges_all,
+                       colliders=solver.analytic_colliders)
         assert not r.intersecting, (name, k)
         assert r.step_free, (name, k)
         assert r.min_distance > xi and r.plane_distance > xi, (name, k, r)

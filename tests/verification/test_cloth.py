@@ -53,7 +53,8 @@ def _ipc_check(solver, tol_distance):
     def check(k, prev, st):
         V, F, planes = solver.collision_state(st)
         P, _, _ = solver.collision_state(prev)
-        r = ipc_report(V, F, P, planes=planes, plane_rows=solver.nc)
+        r = ipc_report(V, F, P, planes=planes, plane_rows=solver.nc, edges=solver.edges_all,
+                       colliders=solver.analytic_colliders)
         assert not r.intersecting, f"step {k}: ipctk finds an intersection"
         assert r.step_free, f"step {k}: the step from the previous state is not collision-free"
         assert r.min_distance > tol_distance, f"step {k}: distance {r.min_distance} below the thickness"
@@ -152,13 +153,22 @@ def test_incline_slides_below_the_threshold_at_the_coulomb_rate(angle):
     assert a == pytest.approx(expect, rel=0.05)
 
 
-def _impact(ratio, steps):
-    """A light sheet thrown at 4 m/s onto a (tessellated) sphere: the barrier stiffness
-    must double at impact. Returns (kappa / IPC's minimum, gaps per step, iterations)."""
+def _impact(ratio, steps, folder):
+    """A light sheet thrown at 4 m/s onto a tessellated sphere (a mesh collider: the
+    barrier over point-triangle and edge-edge pairs, whose stiffness this is about; a
+    sphere collider is analytic): the barrier stiffness must double at impact. Returns
+    (kappa / IPC's minimum, gaps per step, iterations)."""
+    from tisim.geometry.generate import icosphere
+
+    ico = icosphere(4)
+    V = 0.1 * ico.vertices / np.linalg.norm(ico.vertices, axis=1, keepdims=True)
+    path = folder / "ball.obj"
+    path.write_text("".join(f"v {a:.17g} {b:.17g} {c:.17g}\n" for a, b, c in V)
+                    + "".join(f"f {i + 1} {j + 1} {k + 1}\n" for i, j, k in ico.faces))
     sc, model, solver = _build(
         {"c": _cloth(cloth_size=[0.3, 0.3], cloth_resolution=[8, 8], translation=[0.0, 0.106, 0.0],
                      velocity=[0.0, -4.0, 0.0])},
-        {"ball": {"type": "sphere", "position": [0.0, 0.0, 0.0], "radius": 0.1}},
+        {"ball": {"type": "mesh", "mesh": str(path)}},
         contact={"mu": 0.0, "kappa_max_ratio": ratio})
     st, spare = model.initial_state(), model.initial_state()
     gaps, its = [], []
@@ -171,15 +181,15 @@ def _impact(ratio, steps):
     return solver.kappa / (solver.kappa_max / ratio), np.array(gaps), its
 
 
-def test_barrier_stiffness_may_double_past_ipcs_cap_at_impact():
+def test_barrier_stiffness_may_double_past_ipcs_cap_at_impact(tmp_path):
     """IPC caps the adapted stiffness at 100x its minimum. A light cloth meets that cap at
     impact and its gaps collapse to 1e-11..1e-8 m (the digits depend on the CPU: every
     step stops at the iteration limit, so round-off is not averaged away), where every
     sliding Newton step is cut by CCD to a few percent (50 iterations, the limit). With
     the doubling allowed further (contact.kappa_max_ratio) the gaps stay a sizeable fraction of dhat = 1 mm and Newton
     converges in fewer iterations; the start stays in IPC's range either way."""
-    k_ipc, gaps_ipc, its_ipc = _impact(100.0, 4)
-    k, gaps, its = _impact(1e4, 4)
+    k_ipc, gaps_ipc, its_ipc = _impact(100.0, 4, tmp_path)
+    k, gaps, its = _impact(1e4, 4, tmp_path)
     assert k_ipc == pytest.approx(100.0)  # IPC's cap binds
     assert gaps_ipc.max() < 1e-3 * 1e-3  # below a thousandth of dhat (seen: 1.5e-8 on a Xeon)
     assert 100.0 < k <= 1e4 * (1 + 1e-12)

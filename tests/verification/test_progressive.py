@@ -185,11 +185,12 @@ def test_refine_drape_follows_the_preview_and_never_intersects(tmp_path, demos_d
             st = types.SimpleNamespace(positions=ck.x, time=ck.t,
                                        warm={} if ck.obstacles is None else {"cloth_obstacles": ck.obstacles})
             V, F, planes = s.collision_state(st)
-            rep = ipc_report(V, F, prev, planes=planes, plane_rows=s.nc)
+            rep = ipc_report(V, F, prev, planes=planes, plane_rows=s.nc, edges=s.edges_all,
+                             colliders=s.analytic_colliders)
             assert not rep.intersecting, (level, f)
             assert rep.step_free in (None, True), (level, f)
             assert rep.min_distance > xi and rep.plane_distance > xi, (level, f, rep)
-            touched |= rep.min_distance < xi + 2 * sc.contact.dhat
+            touched |= min(rep.min_distance, rep.plane_distance) < xi + 2 * sc.contact.dhat
             prev = V
         assert int(_stats(tmp_path, level)[-1]["n_contacts"]) > 0
     assert touched  # the cloth did reach the sphere

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from tisim.config import num
+from tisim.config import ConfigError, num
 from tisim.solvers.pd.config import PDConfig
 
 
@@ -36,8 +36,10 @@ class ClothConfig:
                      "Hessian is refreshed after that many iterations, a backtracking line search, and "
                      "to confirm convergence)"
     )
-    strain_limit: float = num(1.01, ge=0, doc="largest membrane stretch sigma_max (0: no limit)")
-    strain_stiffness: float = num(1e2, gt=0, doc="strain-limit barrier stiffness, scales E t")
+    strain_limit: float = num(1.01, ge=0, doc="largest membrane stretch sigma_max, > 1 (0: no limit)")
+    # Beyond 1e12 E t the barrier's Hessian swamps the mass matrix in double precision: a
+    # hanging sheet stopped moving from 1e16 on, and 1e300 overflowed the Newton system
+    strain_stiffness: float = num(1e2, gt=0, le=1e12, doc="strain-limit barrier stiffness, scales E t")
     self_contact: bool = True
     bending: bool = True
     bending_hessian: Literal["lumped", "coupled"] = field(
@@ -58,3 +60,9 @@ class ClothConfig:
     )
     ccd_eta: float = num(0.1, gt=0, lt=1, doc="CCD keeps this fraction of the gap")
     solids: PDConfig = field(default_factory=PDConfig)
+
+    def __post_init__(self):
+        # the barrier acts on stretches in (1, s_max): at s_max <= 1 the rest shape itself
+        # would violate the limit
+        if 0.0 < self.strain_limit <= 1.0:
+            raise ConfigError("strain_limit", f"expected 0 (no limit) or a stretch > 1, got {self.strain_limit!r}")

@@ -25,7 +25,9 @@ References:
 Limitations:
     One-way coupling with soft bodies (the cloth does not push the body back; two-way
     coupling would put the body's elastic energy and the cloth in one Newton solve).
-    Colliders are tessellated (a sphere is a fine polyhedron). The wind force is
+    Static planes, spheres, boxes and cylinders are met analytically by the cloth's
+    vertices (their edges and rims as line sets, docs/colliders.md); moving colliders and
+    mesh colliders are tessellated. The wind force is
     explicit (held over a step). The Hessian is assembled on the host.
 """
 
@@ -422,7 +424,8 @@ class SolverCloth(Solver):
     """Implicit-Euler cloth with C-IPC contact (see the module docstring).
 
     model.cloth holds the shells; the scene's solids are stepped by a PD solver and
-    met as moving obstacles; colliders are tessellated into obstacle meshes.
+    met as moving obstacles; static planes, spheres, boxes and cylinders are analytic
+    (tisim.contact.ipc.analytic), the other colliders tessellated into obstacle meshes.
     """
 
     name = "cloth"
@@ -454,13 +457,20 @@ class SolverCloth(Solver):
         if model.solid_vertex_count > 0 and cloth is None:
             self.solid_solver = _solid_solver(model, config.solids)
 
-        # obstacles: collider meshes and solid surfaces, after the cloth vertices
-        self.obstacles = _Obstacles(model, cp, include_solids=cloth is None)
+        # obstacles: collider meshes and solid surfaces, after the cloth vertices; curved
+        # colliders are met a sag allowance farther out, for the largest triangle the strain
+        # limit lets the cloth stretch to (or by NO_LIMIT_STRETCH without a limit)
+        stretch = config.strain_limit if config.strain_limit > 0 else NO_LIMIT_STRETCH
+        self.circumradius = stretch * _largest_circumradius(cp.rest, cp.faces)
+        self.obstacles = _Obstacles(model, cp, include_solids=cloth is None, circumradius=self.circumradius)
         self.no = self.obstacles.vertex_count
         self.n = self.nc + self.no
         faces_all = np.concatenate([cp.faces, self.obstacles.faces + self.nc]).astype(np.int32)
         self.faces_all = faces_all
         edges_all = mesh_edges(faces_all) if len(faces_all) else np.zeros((0, 2), np.int32)
+        if len(self.obstacles.line_edges):
+            edges_all = np.concatenate([edges_all, self.obstacles.line_edges + self.nc])
+        self.edges_all = edges_all
         active = np.zeros(self.n, dtype=bool)
         active[: self.nc] = True
         self.broad = BroadPhase(self.n, faces_all, edges_all.astype(np.int32), active)
@@ -502,11 +512,13 @@ class SolverCloth(Solver):
         self._strain_folded = isinstance(self.elastic, ShellTerm) and self.elastic.fold_strain(self.strain)
         # Newton iterations that share one elastic Hessian (the progressive preview sets its own)
         self.hessian_reuse = int(config.hessian_reuse)
-        from tisim.contact.ipc.halfspace import HalfSpaces
+        from tisim.contact.ipc.analytic import AnalyticColliders, shape_of
 
-        pl = self.obstacles.planes
-        self.planes = HalfSpaces([c.center(0.0) for c in pl], [c.orientation(0.0) @ c.normal for c in pl],
-                                 [self.contact.mu if c.friction is None else c.friction for c in pl], self.nc)
+        an = self.obstacles.analytic
+        # the static analytic colliders (the name ``planes`` is kept from when only planes were)
+        self.planes = AnalyticColliders(
+            [shape_of(c, thickness=self.contact.thickness, circumradius=self.circumradius) for c in an],
+            [self.contact.mu if c.friction is None else c.friction for c in an], self.nc)
         self.wind = Wind(model.scene.wind, length_scale=_diag(cp.rest))
         self.linear = SPDSolver(mixed=config.linear_precision == "mixed")
         if config.linear_precision == "mixed" and self.linear.backend != "pardiso":
@@ -553,12 +565,24 @@ class SolverCloth(Solver):
                 name = f"collider {c.name!r}" if c is not None else "a soft body's surface"
                 check_intersection_free(xc, cp.faces, cp.edges, source=src,
                                         other=(x_obs, obs.faces[rows]), other_name=name)
-        for (pt, nrm), c in zip(zip(self.planes.p, self.planes.n), self.obstacles.planes):
-            d = (xc - pt) @ nrm
-            i = int(np.argmin(d))
-            if d[i] <= xi:
-                raise MeshError(f"cloth vertex {i} starts {d[i]:.3g} m from plane collider {c.name!r}, within the "
-                                f"contact thickness {xi:g} m: move the cloth up", src)
+        for shape, c in zip(self.planes.shapes, self.obstacles.analytic):
+            _check_start_analytic(xc, cp.faces, cp.edges, shape, c, xi, src)
+        if self.no:
+            # a cloth wholly inside a closed tessellated collider crosses nothing: test one
+            # vertex (none crosses the surface, checked above)
+            from tisim.geometry.winding import is_closed, winding_numbers
+
+            for (c, _, _), rows in zip(self.obstacles.parts, self.obstacles.part_faces):
+                if c is None or c in self.obstacles.analytic:
+                    continue
+                if c.kind == "mesh":
+                    F = self.obstacles.faces[rows]
+                    inside = is_closed(F) and abs(winding_numbers(xc[:1], x_obs, F)[0]) > 0.5
+                else:  # a moving analytic collider, tessellated: its own distance at t = 0
+                    inside = bool((c.distance(xc, 0.0) < 0).all())
+                if inside:
+                    raise MeshError(f"the cloth starts inside {c.kind} collider {c.name!r}: move the cloth out of it",
+                                    src)
         x = np.concatenate([xc, x_obs]) if self.no else xc
         upload(self.x, x)
         n_pt, n_ee = self._detect(xi + 1e-12)
@@ -621,6 +645,7 @@ class SolverCloth(Solver):
             "linear_solver": self.linear.backend,
             "cloth_vertices": self.nc,
             "obstacle_vertices": self.no,
+            "analytic_colliders": [c.name for c in self.obstacles.analytic],
             "cloth_faces": int(len(self.cloth.faces)),
             "barrier_stiffness": self.kappa,
             "totals": dict(self._stats_total),
@@ -649,13 +674,21 @@ class SolverCloth(Solver):
     def collision_state(self, state):
         """The contact surfaces of ``state``, for independent checks: (vertices (n, 3),
         faces (m, 3), planes [(point, unit normal), ...]): cloth vertices first, then the
-        obstacle meshes where the last step left them; planes are analytic."""
+        obstacle meshes (and line sets: ``edges_all`` holds their edges) where the last
+        step left them; planes are analytic, and so are ``analytic_colliders``."""
         obs = state.warm.get("cloth_obstacles")
         if obs is None:
             obs = self.obstacles.positions(state.time, state.positions)
         V = np.concatenate([state.positions[self.cloth.vertex_slice], obs])
-        planes = [(p, n) for p, n in zip(self.planes.p, self.planes.n)]
-        return V, self.faces_all, planes
+        return V, self.faces_all, self.planes.planes
+
+    @property
+    def analytic_colliders(self) -> list:
+        """The static colliders met analytically (``Collider``s: plane, sphere, box,
+        cylinder); ``collision_state`` gives only the planes among them, an independent
+        check measures the others with ``Collider.distance``. The box edges and cylinder
+        rims are also line sets among the obstacle vertices (``edges_all``)."""
+        return list(self.obstacles.analytic)
 
     def step(self, state_in, state_out, dt: float) -> StepStats:
         t0 = time.perf_counter()
@@ -1061,9 +1094,12 @@ class SolverCloth(Solver):
                 if finishing:
                     break
                 # adapt the barrier stiffness when a pair keeps closing in (IPC)
-                if sum(pairs) and self.kappa > 0:
-                    # the line search's last energy was evaluated at this x over these pairs
-                    dmin = self.barrier.last_min_distance
+                if (sum(pairs) or planes) and self.kappa > 0:
+                    # the line search's last energy was evaluated at this x over these pairs;
+                    # the analytic colliders' gaps count as the pairs' do
+                    dmin = self.barrier.last_min_distance if sum(pairs) else math.inf
+                    if planes:
+                        dmin = min(dmin, planes.min_distance(x[:nc]))
                     s = dmin * dmin - xi * xi
                     if s < 1e-9 * self.bbox_diag**2 and s < prev_min_s:
                         self.kappa = min(self.kappa_max, 2 * self.kappa)
@@ -1297,6 +1333,51 @@ class SolverCloth(Solver):
         log.debug("barrier stiffness %.3g (range %.3g .. %.3g)", self.kappa, k_min, self.kappa_max)
 
 
+def _check_start_analytic(xc, faces, edges, shape, c, xi: float, src) -> None:
+    """Refuse a cloth (vertices xc (n, 3), faces, edges) that starts inside the analytic
+    collider ``c`` (its ``shape``), crosses it, or has a vertex within the thickness xi
+    of it: one MeshError line naming the collider."""
+    from tisim.geometry.cloth import check_intersection_free
+    from tisim.geometry.mesh import MeshError
+
+    name = f"{c.kind} collider {c.name!r}"
+    d = c.distance(xc, 0.0)  # from the real surface (a curved shape's is grown: the sag allowance)
+    allowance = shape.r - c.radius if shape.kind in ("sphere", "cylinder") else 0.0
+    i = int(np.argmin(d - allowance))
+    if (d < 0).all():
+        raise MeshError(f"the cloth starts inside {name} (every vertex; the deepest {-d.min():.3g} m): "
+                        "move the cloth out of it", src)
+    j = int(np.argmin(d))
+    if d[j] < 0:  # some vertices inside, some outside
+        raise MeshError(f"the cloth intersects collider {c.name!r}: cloth vertex {j} is {-d[j]:.3g} m inside "
+                        f"the {c.kind}: move the cloth away from it", src)
+    if d[i] <= xi + allowance:
+        extra = f" plus {allowance:.2g} m for its triangles' sag over the curve" if allowance > 0 else ""
+        raise MeshError(f"cloth vertex {i} starts {d[i]:.3g} m from {name}, within the contact thickness "
+                        f"{xi:g} m{extra}: move the cloth away from it", src)
+    if shape.kind == "sphere":
+        # a triangle whose vertices are all outside can still cut a cap off the sphere
+        from tisim.geometry.distances import point_triangle_distance
+
+        tri = xc[faces]
+        reach = np.linalg.norm(tri - tri.mean(axis=1, keepdims=True), axis=2).max(axis=1)
+        near = np.flatnonzero(d[faces].min(axis=1) - reach < 0)
+        for f in near:
+            if point_triangle_distance(shape.c, *tri[f]) < shape.r:
+                raise MeshError(f"the cloth intersects {name}: cloth face {f} (vertices "
+                                f"{', '.join(map(str, faces[f]))}) cuts through it: move the cloth away from it",
+                                src)
+    elif shape.kind in ("box", "cylinder"):
+        # a box's edge or a cylinder's rim can pierce a triangle whose vertices are outside
+        if shape.kind == "box":
+            other = c.surface_mesh(0.0)
+        else:
+            m = _rim_segments(shape.r, xi)
+            extent = 2.0 * float(np.abs(xc - shape.c).max()) + shape.r
+            other = c.surface_mesh(0.0, extent=extent, segments=m)
+        check_intersection_free(xc, faces, edges, source=src, other=other, other_name=name)
+
+
 class _StrainTerm:
     """The strain-limit barrier on the level's own membrane (C-IPC), host interface."""
 
@@ -1423,22 +1504,49 @@ def _solid_solver(model, pd_config):
 
 
 class _Obstacles:
-    """Kinematic triangle meshes the cloth meets: every collider, tessellated, and the
-    surfaces of the solids. Vertex positions at time t come from the colliders' rigid
-    motion and from the solids' current positions."""
+    """Kinematic triangle meshes and line sets the cloth meets, and the static analytic
+    shapes (``analytic``: planes, spheres, boxes, cylinders; tisim.contact.ipc.analytic).
+    Mesh colliders and moving colliders are tessellated; the surfaces of the solids are
+    met as they are. A static box's 12 edges and 8 corners and a static capped
+    cylinder's rims (polylines) are line sets: the analytic terms keep the cloth's
+    vertices off the shape, the line sets its edges and faces off the shape's edges.
+    Vertex positions at time t come from the colliders' rigid motion and from the
+    solids' current positions."""
 
-    def __init__(self, model, cp, include_solids: bool = True):
+    def __init__(self, model, cp, include_solids: bool = True, circumradius: float = 0.0):
+        from tisim.contact.ipc.analytic import sag_allowance
+
         span = _diag(cp.rest)
-        self.parts = []  # (collider or None, vertex ids into the solid block or None)
+        contact = model.scene.contact
+        xi = contact.thickness
+        self.parts = []  # (collider or None, vertex ids into the solid block or None, count)
         self.part_faces = []  # each part's rows of ``faces``, for its name in messages
         faces, mus, off = [], [], 0
+        edges = []  # the line sets' edges (no faces)
+        self._static = {}  # part index -> its fixed vertices (the line sets)
         mu_default = np.nan
-        self.planes = [c for c in model.colliders if c.kind == "plane" and not c.is_moving()]
+        def fine_enough(c):
+            # a cloth coarse against the curvature would float by its sag allowance: it
+            # meets the tessellated shape instead, whose facets its triangles rest on
+            return c.kind not in ("sphere", "cylinder") or sag_allowance(c.radius, xi, circumradius) <= (
+                SAG_LIMIT * (xi + contact.dhat))
+
+        self.analytic = [c for c in model.colliders
+                         if c.kind in ANALYTIC_KINDS and not c.is_moving() and fine_enough(c)]
+        self.planes = [c for c in self.analytic if c.kind == "plane"]  # (the planes among them)
+        nf = 0
         for c in model.colliders:
-            if c.kind == "plane" and not c.is_moving():
-                continue  # an analytic half-space (tisim.contact.ipc.halfspace)
-            V, F = self._mesh(c, 0.0, span)
-            self.part_faces.append(slice(sum(map(len, faces)), sum(map(len, faces)) + len(F)))
+            if c in self.analytic:
+                V, E = _line_set(c, xi)
+                if not len(V):
+                    continue
+                self._static[len(self.parts)] = V
+                F = np.zeros((0, 3), np.int64)
+                edges.append(E + off)
+            else:
+                V, F = self._mesh(c, 0.0, span)
+            self.part_faces.append(slice(nf, nf + len(F)))
+            nf += len(F)
             faces.append(F + off)
             mus.append(np.full(len(V), np.nan if c.friction is None else c.friction))
             self.parts.append((c, None, len(V)))
@@ -1449,13 +1557,14 @@ class _Obstacles:
             ids = np.unique(surf)
             remap = np.full(ns, -1, dtype=np.int64)
             remap[ids] = np.arange(len(ids))
-            self.part_faces.append(slice(sum(map(len, faces)), sum(map(len, faces)) + len(surf)))
+            self.part_faces.append(slice(nf, nf + len(surf)))
             faces.append(remap[surf] + off)
             mus.append(np.full(len(ids), mu_default))
             self.parts.append((None, ids, len(ids)))
             off += len(ids)
         self.vertex_count = off
         self.faces = np.concatenate(faces).astype(np.int32) if faces else np.zeros((0, 3), np.int32)
+        self.line_edges = np.concatenate(edges).astype(np.int32) if edges else np.zeros((0, 2), np.int32)
         self.vertex_mu = np.concatenate(mus) if mus else np.zeros(0)
         self.span = span
 
@@ -1482,9 +1591,68 @@ class _Obstacles:
     def positions(self, t: float, model_positions: np.ndarray) -> np.ndarray:
         """(vertex_count, 3) obstacle vertices at time t (solids from ``model_positions``)."""
         out = []
-        for c, ids, _ in self.parts:
-            if c is not None:
+        for k, (c, ids, _) in enumerate(self.parts):
+            if k in self._static:
+                out.append(self._static[k])
+            elif c is not None:
                 out.append(self._mesh(c, t, self.span)[0])
             else:
                 out.append(model_positions[ids])
         return np.concatenate(out) if out else np.zeros((0, 3))
+
+
+# the stretch assumed for the curved colliders' sag allowance when there is no strain limit
+NO_LIMIT_STRETCH = 1.1
+# a static sphere or cylinder is analytic while the cloth's sag allowance over it is at
+# most this many times the barrier's reach (thickness + dhat); beyond, it is tessellated
+SAG_LIMIT = 1.0
+
+
+def _largest_circumradius(x: np.ndarray, faces: np.ndarray) -> float:
+    """The largest circumradius (m) of the triangles faces (m, 3) over x (n, 3)."""
+    if not len(faces):
+        return 0.0
+    t = x[faces]
+    a, b, c = (np.linalg.norm(t[:, i] - t[:, j], axis=1) for i, j in ((1, 2), (0, 2), (0, 1)))
+    area2 = np.linalg.norm(np.cross(t[:, 1] - t[:, 0], t[:, 2] - t[:, 0]), axis=1)
+    ok = area2 > 0  # (a degenerate triangle has no circumcircle; its edges bound it)
+    rho = (a * b * c)[ok] / (2 * area2[ok])  # abc / (4 area)
+    return float(max(rho.max(initial=0.0), 0.5 * max(a.max(), b.max(), c.max())))
+
+
+# colliders met analytically when static (tisim.contact.ipc.analytic)
+ANALYTIC_KINDS = ("plane", "sphere", "box", "cylinder")
+# a capped cylinder's rim polyline keeps within this fraction of the contact thickness
+# of the circle (its chords' sagitta), so the line set's guarantee loses at most 1%
+RIM_SAGITTA = 0.01
+RIM_MAX_SEGMENTS = 8192
+
+
+def _rim_segments(radius: float, thickness: float) -> int:
+    """Segments of a circle of ``radius`` whose chords' sagitta radius (1 - cos(pi / n))
+    is at most RIM_SAGITTA * thickness (at least 16, at most RIM_MAX_SEGMENTS)."""
+    c = 1.0 - RIM_SAGITTA * thickness / radius
+    if c <= -1.0:
+        return 16
+    return int(min(max(math.ceil(math.pi / math.acos(max(c, -1.0))), 16), RIM_MAX_SEGMENTS))
+
+
+def _line_set(c, thickness: float) -> tuple[np.ndarray, np.ndarray]:
+    """(vertices (k, 3), edges (l, 2)) of a static analytic collider's edges: a box's 12
+    edges, a capped cylinder's two rims; none for planes, spheres, unbounded cylinders."""
+    from tisim.contact.ipc.analytic import Box, shape_of
+
+    s = shape_of(c)
+    if s.kind == "box":
+        return s.corners(), Box.edges()
+    if s.kind == "cylinder" and s.capped:
+        m = _rim_segments(s.r, thickness)
+        u = s._perp
+        w = np.cross(s.a, u)
+        th = 2 * np.pi * np.arange(m) / m
+        ring = s.r * (np.cos(th)[:, None] * u + np.sin(th)[:, None] * w)
+        V = np.concatenate([s.c + ring - s.half * s.a, s.c + ring + s.half * s.a])
+        i = np.arange(m)
+        E = np.concatenate([np.stack([i, (i + 1) % m], 1), m + np.stack([i, (i + 1) % m], 1)])
+        return V, E
+    return np.zeros((0, 3)), np.zeros((0, 2), np.int64)
