@@ -382,6 +382,12 @@ class AnalyticColliders:
             self._T.append(_basis(n[act]))
         self._xref = (x if reference is None else reference).copy()
 
+    def friction_bound(self) -> float:
+        """sum mu lambda over the lagged contacts (N): the most friction they give."""
+        if self._lam is None or not self.count:
+            return 0.0
+        return float(sum(self.mu[k] * lam.sum() for k, lam in enumerate(self._lam)))
+
     def _u(self, x, k: int):
         """(m, 2) tangential displacements of shape k's vertices with friction."""
         act = self._act[k]
