@@ -510,6 +510,8 @@ class SolverADMM(Solver):
         timings["factor"] += 1e3 * (time.perf_counter() - tf)
         z = x0 + h * v0
         fext = self._mass[:, None] * self.model.gravity[None, :]
+        if self._grab_force is not None:  # the live window's grab: an external force beside gravity
+            fext = fext + self._grab_force
         mu_c = self._contact_mu(h)
         contact = bool(self._colliders)
         qp = W = mu_col = None

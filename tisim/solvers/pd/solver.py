@@ -319,6 +319,9 @@ class SolverPD(Solver):
         g = np.asarray(self.model.gravity, dtype=np.float64)
         xt = self._x_tilde
         np.add(v_n, h * g, out=xt)
+        a_grab = self.grab_acceleration(self.model.mass)
+        if a_grab is not None:  # the live window's grab: an external force beside gravity
+            xt += h * a_grab
         xt *= h / (1.0 + c * h)
         xt += q_n
         np.copyto(self._x0, self._x_tilde)
