@@ -104,13 +104,11 @@ class LiveControl:
                 self._notify(f"{name} = {value:g} refused: {exc}")
                 continue
             self.recent_changes.add(name)
-        if ev.drag_released or ev.drag_vertex is None:
-            if self.grab.active:
-                self.grab.release()
+        if (ev.drag_released or ev.drag_vertex is None) and self.grab.active:
+            self.grab.release()
         if ev.drag_vertex is not None:
             if self.grab.vertex != ev.drag_vertex:
                 self.grab.begin(ev.drag_vertex, state.positions, self.dt)
-                self.grab.stiffness = self.grab.stiffness or self.default_stiffness
             if ev.drag_target is not None and np.all(np.isfinite(ev.drag_target)):
                 self.grab.target = np.asarray(ev.drag_target, dtype=np.float64)
 

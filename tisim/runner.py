@@ -355,6 +355,9 @@ def run_scene(
             row.update(st.extra)
         stats.write(row)
         if viewer is not None:
+            readout = getattr(viewer, "set_readout", None)
+            if readout is not None:
+                readout({"energy": row["total_energy"]})  # NaN where the solver reports no potential
             viewer.draw(frame, state.time, state.positions)
         if export_meshes:
             export_frame_meshes(model, mesh_dir, frame, state.positions)
@@ -388,7 +391,7 @@ def run_scene(
                 control.apply_events(ev, state)
                 if paused and not step_once:
                     viewer.draw(frame, state.time, state.positions)
-                    time.sleep(1 / 60)
+                    time.sleep(getattr(viewer, "idle_sleep", 1 / 60))
                     continue
                 control.before_step(state)
             t0 = time.perf_counter()

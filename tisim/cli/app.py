@@ -140,8 +140,12 @@ def _run(
             from tisim.render.offscreen import OffscreenRenderer
             from tisim.render.video import FrameWriter
 
-            fps = scene.render.fps or 1.0 / (scene.sim.dt * scene.sim.substeps)
-            viewer = OffscreenRenderer(FrameWriter(out_dir, fps=fps, video_name=f"{scene.name}.mp4"))
+            from tisim.render.video import video_timing
+
+            sim_fps = 1.0 / (scene.sim.dt * scene.sim.substeps)
+            vt = video_timing(sim_fps, frames or scene.sim.frames, scene.render.fps)
+            viewer = OffscreenRenderer(FrameWriter(out_dir, fps=vt.fps, video_name=f"{scene.name}.mp4"),
+                                       stride=vt.stride, overlay=scene.render.overlay, slowdown=vt.slowdown)
         else:
             logging.warning(
                 "no Vulkan driver found: running headless without images "

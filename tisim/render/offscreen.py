@@ -562,8 +562,13 @@ class OffscreenRenderer:
     Needs Vulkan (``vulkan_available()``), lavapipe is enough.
     """
 
-    def __init__(self, frames: FrameWriter | None = None):
+    def __init__(self, frames: FrameWriter | None = None, *, stride: int = 1, overlay: bool = False,
+                 slowdown: float = 1.0):
         self.frames = frames
+        self.stride = max(1, int(stride))  # render every stride-th frame (videos at most 60 fps)
+        self.overlay = bool(overlay)  # write the text block of panel.overlay_lines into each frame
+        self.slowdown = float(slowdown)
+        self.readout: dict[str, float] = {}
         self.video_path: Path | None = None
         self.info: ViewInfo | None = None
         self.view: CameraView | None = None
@@ -606,10 +611,23 @@ class OffscreenRenderer:
         self, frame: int, time: float, positions: np.ndarray, extra_points: np.ndarray | None = None
     ) -> None:
         self._check_open()
+        if frame % self.stride:
+            return
         self._drawer.update(positions, time, extra_points)
         self.render()
+        if self.overlay:
+            from tisim.render.panel import overlay_lines
+            from tisim.render.text import draw_text
+
+            rate = f"slow motion {self.slowdown:.3g}x" if self.slowdown > 1.01 else ""
+            lines = overlay_lines(time, frame, self.info.tunables, energy=self.readout.get("energy"), rate=rate)
+            self._image = draw_text(self.image(), lines)
         if self.frames is not None:
             self.frames.write(self.image())
+
+    def set_readout(self, values: dict[str, float]) -> None:
+        """Quantities of the frame about to be drawn (``energy`` in J) for the overlay."""
+        self.readout = dict(values)
 
     def render(self) -> None:
         """Render the current geometry (``draw`` does this; call it after ``set_view``)."""

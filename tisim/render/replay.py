@@ -14,7 +14,7 @@ reported. :func:`random_events` makes such sessions from a seed.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -70,6 +70,8 @@ class ReplayViewer:
     """A viewer that takes its input from a list of :class:`InputEvent` (see the module
     docstring). It stops (``running`` False) once every event is delivered and
     ``tail`` more iterations have run."""
+
+    idle_sleep = 0.0  # the loop does not wait while paused: nobody is watching
 
     def __init__(self, events, *, tail: int = 5, seed: int = 0, pick_radius_px: float = 12.0):
         self.events = sorted(events, key=lambda e: e.at)
@@ -163,6 +165,12 @@ class ReplayViewer:
             if k in self.values:
                 self.values[k] = float(v)
 
+    def take_refine(self) -> bool:
+        """The preview's refine request (key ``f``): never, in a replay."""
+        return False
+
+    refine_status = ""
+
     def close(self) -> None:
         self._closed = True
 
@@ -232,5 +240,8 @@ def random_events(seed: int, count: int, *, width: int, height: int, tunables=()
                 out.append(InputEvent(at, "move", x=x, y=y, shift=bool(rng.random() < 0.2),
                                       ctrl=bool(rng.random() < 0.2)))
             out.append(InputEvent(at, "release", button, x=x, y=y))
-        at += int(rng.integers(0, 2)) if at < polls else 0
-    return out[:count]
+        at += int(rng.integers(0, 2))
+    out = out[:count]
+    # spread over exactly ``polls`` iterations, in order (several events share a poll)
+    last = max(e.at for e in out)
+    return [replace(e, at=1 + (e.at - 1) * (polls - 1) // max(last - 1, 1)) for e in out]

@@ -596,12 +596,13 @@ class SolverPD(Solver):
             Tunable("dt", self._h, 1e-4, 0.05, log=True),
             Tunable("iterations", float(self._iterations), 1, 100),
             Tunable("stiffness", self._stiffness, 0.01, 100.0, log=True),
-        ]
+        ] + ([Tunable("contact.mu", float(self.contact.config.mu), 0.0, 2.0)] if self.contact is not None else [])
 
     def set_tunable(self, name: str, value: float) -> None:
         """dt (s; refactors now, and step() uses it from then on instead of the dt it is
         passed), iterations, stiffness (scales Young's modulus, i.e. both Lamé parameters;
-        refactors)."""
+        refactors), contact.mu (the Coulomb friction of the scene's contacts, from the next
+        detection on; colliders with a friction of their own keep it)."""
         if name == "dt":
             value = float(value)
             if not value > 0:
@@ -619,6 +620,16 @@ class SolverPD(Solver):
             if value != self._stiffness:
                 self._stiffness = value
                 self._build_system()
+        elif name == "contact.mu" and self.contact is not None:
+            import dataclasses
+
+            value = float(value)
+            if not value >= 0:
+                raise ValueError(f"contact.mu must be >= 0, got {value}")
+            # colliders with their own friction keep it (ContactDetector.friction_of)
+            cfg = dataclasses.replace(self.contact.config, mu=value)
+            self.contact.config = cfg
+            self.contact.detector.config = cfg
         else:
             raise KeyError(name)
 
