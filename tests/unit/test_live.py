@@ -256,3 +256,27 @@ def test_videos_play_at_most_60_fps_and_last_at_least_3_s(sim_fps, frames, reque
     assert t.fps <= 60.0
     if requested is None:
         assert (frames // t.stride + 1) / t.fps >= 3.0
+
+
+def test_crease_normals_are_flat_on_a_box_and_smooth_on_a_ball():
+    from tisim.geometry.generate import box, icosphere
+    from tisim.geometry.topology import surface_triangles
+    from tisim.render.camera import vertex_normals
+    from tisim.render.offscreen import crease_matrix
+
+    b = box(resolution=(3, 3, 3))
+    F = surface_triangles(b.tets)
+    x = b.vertices
+    fn = np.cross(x[F[:, 1]] - x[F[:, 0]], x[F[:, 2]] - x[F[:, 0]])
+    cn = crease_matrix(x, F) @ fn
+    cn /= np.linalg.norm(cn, axis=1, keepdims=True)
+    # on a box every corner is shaded with its own face's normal: flat faces, sharp edges
+    np.testing.assert_allclose(cn, np.repeat(fn / np.linalg.norm(fn, axis=1, keepdims=True), 3, axis=0),
+                               atol=1e-12)
+    # on a sphere every corner gets the vertex's smooth normal
+    s = icosphere(2)
+    fs = np.cross(s.vertices[s.faces[:, 1]] - s.vertices[s.faces[:, 0]],
+                  s.vertices[s.faces[:, 2]] - s.vertices[s.faces[:, 0]])
+    cs = crease_matrix(s.vertices, s.faces) @ fs
+    cs /= np.linalg.norm(cs, axis=1, keepdims=True)
+    np.testing.assert_allclose(cs, vertex_normals(s.vertices, s.faces)[s.faces.reshape(-1)], atol=1e-12)
