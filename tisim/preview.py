@@ -278,6 +278,9 @@ def run_preview(scene_path: Path, sets: list[str] = (), *, viewer, out_root: Pat
                     colliders=[c for c in session.refiner.model.colliders if c.visible], camera=sc.camera,
                     render=sc.render, title=f"tisim preview: {sc.name}", tunables=tunables(session.values),
                     face_colors=checker_colors(lv.faces, lv.uv, lv.face_uv, sc.render.color))
+    from tisim.render.base import drawn_ground
+
+    info.ground = drawn_ground(session.state.x, info.colliders, session.refiner.model.gravity)
     launched = []
     drawn = 0
     viewer.open(info)

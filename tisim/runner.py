@@ -705,6 +705,11 @@ def _view_info(model, scene, solver, control=None):
         tunables=tunables,
     )
     info.face_colors = cloth_colors(info, model)
+    from tisim.render.base import drawn_ground
+
+    info.ground = drawn_ground(model.initial_positions, info.colliders, model.gravity)
+    held = [h.vertices for h in getattr(model, "handles", ())]
+    info.held_vertices = np.unique(np.concatenate(held)).astype(np.int64) if held else None
     return info
 
 

@@ -379,6 +379,13 @@ class SceneDrawer:
             corner_colors = (np.broadcast_to(np.asarray(info.render.color, dtype=np.float64),
                                              (3 * len(info.faces), 3))
                              if vc is None else vc[np.asarray(info.faces).reshape(-1)])
+        if info.held_vertices is not None and len(info.held_vertices) and len(info.faces):
+            from tisim.render.base import CLAMP_COLOR
+
+            held = np.zeros(info.vertex_count, dtype=bool)
+            held[np.asarray(info.held_vertices, dtype=np.int64)] = True
+            clamp = np.repeat(held[np.asarray(info.faces)].all(axis=1), 3)
+            corner_colors = np.where(clamp[:, None], np.asarray(CLAMP_COLOR), corner_colors)
         self.surface = _CreasedMesh(info.vertex_count, info.faces, corner_colors)
         cam = info.camera
         self._cam_dist = float(np.linalg.norm(np.subtract(cam.position, cam.lookat)))
@@ -387,7 +394,17 @@ class SceneDrawer:
         self._collider_vertices: list[np.ndarray] = []
         self.grounds: list[_Ground] = []
         tile = nice_length(self._cam_dist / 6.0)
-        for c in info.colliders:
+        colliders = list(info.colliders)
+        if info.ground is not None:  # a floor to draw only: the scene has no plane collider
+            from tisim.contact.colliders import Collider
+
+            point, normal = info.ground
+            z = np.zeros(3)
+            colliders.append(Collider(name="ground (drawn)", kind="plane", position=np.asarray(point, float),
+                                      normal=np.asarray(normal, float), radius=0.0, axis=np.array([0.0, 1.0, 0.0]),
+                                      length=0.0, half_extents=z, rotation=np.eye(3), velocity=z,
+                                      angular_velocity=z))
+        for c in colliders:
             if not getattr(c, "visible", True):
                 continue
             if c.kind == "plane":
