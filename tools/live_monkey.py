@@ -22,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 BAD = re.compile(r"error|diverged|Traceback|exception", re.IGNORECASE)
 
@@ -101,7 +102,7 @@ def main(argv=None) -> int:
         alive = proc.poll() is None
         title = xdo("getwindowname", win) if alive else ""
         log.flush()
-        text = open(log.name).read()
+        text = Path(log.name).read_text()
         bad = [line for line in text.splitlines() if BAD.search(line)]
         ok = alive and not bad
         rollbacks = text.count("rolled back")
