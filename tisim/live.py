@@ -104,6 +104,10 @@ class LiveControl:
                 self._notify(f"{name} = {value:g} refused: {exc}")
                 continue
             self.recent_changes.add(name)
+            if name == "dt":  # the grab's force acts over the new step
+                self.dt = float(value)
+                if self.grab.active:
+                    self.grab.dt = self.dt
         if (ev.drag_released or ev.drag_vertex is None) and self.grab.active:
             self.grab.release()
         if ev.drag_vertex is not None:

@@ -19,7 +19,8 @@ M = sum_j m_j w_j the region's effective mass:
 
 k the grab stiffness (N/m, on the whole region), c = 2 zeta sqrt(k M) its damping. Every
 region vertex gets the acceleration w_i (k D - c v_i) / M, so the region moves as one
-piece, fading out at its rim. The force is explicit (evaluated at the start of the step),
+piece, fading out at its rim. k is capped at M / h^2 (the panel's value above that acts
+as M / h^2), where the explicit spring and damper are still stable. The force is explicit (evaluated at the start of the step),
 so it is bounded by construction: |sum f_i| <= k reach + c max|v_i|. With the default
 k = 0.5 M / h^2 a step moves a vertex by at most half of ``reach`` (the region's radius)
 towards the cursor whatever the drag, and the explicit spring and damper are stable
@@ -37,6 +38,7 @@ import numpy as np
 REGION_VERTICES = 10  # the picked vertex's neighbourhood: its 10 nearest vertices
 DAMPING_RATIO = 0.7
 STIFFNESS_PER_MASS_H2 = 0.5  # default k = 0.5 M / h^2 (M: the region's effective mass)
+MAX_STIFFNESS_PER_MASS_H2 = 1.0  # the spring acts with at most k = M / h^2: stable explicitly
 
 
 def falloff(d: np.ndarray, radius: float) -> np.ndarray:
@@ -65,6 +67,7 @@ class GrabTool:
         self.radius = 0.0
         self.target: np.ndarray | None = None
         self.force = np.zeros(3)  # the last total force, N
+        self.dt: float | None = None  # the step the force is applied over, s
 
     @property
     def active(self) -> bool:
@@ -90,6 +93,7 @@ class GrabTool:
             self.radius = radius
         self.vertex = v
         self.target = x[v].copy()
+        self.dt = float(dt)
         if self.stiffness is None:
             self.stiffness = STIFFNESS_PER_MASS_H2 * self.effective_mass() / max(dt, 1e-12) ** 2
 
@@ -121,10 +125,10 @@ class GrabTool:
         r = self.reach()
         if n > r:
             D = D * (r / n)
-        k = self.stiffness
         M = self.effective_mass()
         if not M > 0:
             return None
+        k = self.effective_stiffness()
         c = 2.0 * DAMPING_RATIO * math.sqrt(k * M)
         v = np.asarray(velocities, dtype=np.float64)[self.region]
         v = np.where(np.isfinite(v), v, 0.0)
@@ -134,9 +138,17 @@ class GrabTool:
         self.force = f[self.region].sum(axis=0)
         return f
 
+    def effective_stiffness(self) -> float:
+        """The stiffness the spring acts with, N/m: ``stiffness``, capped at M / h^2 so
+        that the explicit spring and damper stay stable at the current step ``dt``."""
+        k = float(self.stiffness)
+        if self.dt is not None and self.dt > 0:
+            k = min(k, MAX_STIFFNESS_PER_MASS_H2 * self.effective_mass() / self.dt**2)
+        return k
+
     def max_force(self, speed: float = 0.0) -> float:
         """The bound on the total force's magnitude, N, for region speeds up to ``speed``."""
         if self.stiffness is None:
             return 0.0
-        return self.stiffness * self.reach() + 2.0 * DAMPING_RATIO * math.sqrt(
-            self.stiffness * self.effective_mass()) * speed
+        k = self.effective_stiffness()
+        return k * self.reach() + 2.0 * DAMPING_RATIO * math.sqrt(k * self.effective_mass()) * speed

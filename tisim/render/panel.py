@@ -4,7 +4,7 @@ passes on (exactly the number shown, never the float32 the slider held).
 Every tunable is shown in units (``dt = 10 ms``, ``grab.stiffness = 250 N/m``), never as a
 log exponent; the slider runs linearly over the tunable's range in those units, and a
 tunable with a log range also gets halve / double buttons to reach the small end. A value
-the panel passes on is rounded to the 3 significant digits it displays, so a refine
+the panel passes on is rounded to the 4 significant digits it displays, so a refine
 launched from the panel gets ``contact.mu=0.394``, not ``0.39399999380111694``.
 """
 
@@ -27,7 +27,7 @@ UNITS: dict[str, tuple[str, float]] = {
     "velocity_z": ("m/s", 1.0),
 }
 INTEGER = {"iterations"}
-DIGITS = 3
+DIGITS = 4
 
 
 def unit(name: str) -> tuple[str, float]:
@@ -36,7 +36,7 @@ def unit(name: str) -> tuple[str, float]:
 
 def shown_value(t, value: float) -> float:
     """``value`` (SI) rounded to what the panel displays for tunable ``t`` (a
-    ``tisim.solvers.base.Tunable``): an integer for counts, else 3 significant digits in
+    ``tisim.solvers.base.Tunable``): an integer for counts, else 4 significant digits in
     the displayed unit; kept inside [t.low, t.high]."""
     v = float(value)
     if not math.isfinite(v):
