@@ -71,19 +71,33 @@ class _Picker:
         return True
 
 
-def object_pixels(image: np.ndarray, color) -> float:
-    """The fraction of ``image``'s pixels in the object's hue (its colour, lit or shaded):
-    the pixel test's measure of the object being in view."""
+def object_colors(info) -> np.ndarray:
+    """(c, 3) the objects' base colours in a ViewInfo (render.color, the palette colours of
+    further objects, a cloth's checker), one row per direction in RGB."""
+    if info.face_colors is not None:
+        rows = np.asarray(info.face_colors, dtype=np.float64)
+    else:
+        vc = info.vertex_colors()
+        rows = np.asarray([info.render.color] if vc is None else vc, dtype=np.float64)
+    rows = rows / np.maximum(np.linalg.norm(rows, axis=1, keepdims=True), 1e-12)
+    return np.unique(np.round(rows, 2), axis=0)
+
+
+def object_pixels(image: np.ndarray, colors) -> float:
+    """The fraction of ``image``'s pixels in an object's hue (one of ``colors`` (c, 3),
+    lit or shaded): the pixel test's measure of the objects being in view."""
     img = image.astype(np.float64) / 255.0
-    c = np.asarray(color, dtype=np.float64)
+    c = np.atleast_2d(np.asarray(colors, dtype=np.float64))
+    c = c / np.linalg.norm(c, axis=1, keepdims=True)
     # shading scales a colour: compare directions in RGB, on pixels that are not dark
     norm = np.linalg.norm(img, axis=2)
-    cos = (img @ (c / np.linalg.norm(c))) / np.maximum(norm, 1e-9)
+    cos = (img @ c.T).max(axis=2) / np.maximum(norm, 1e-9)
     return float(np.mean((cos > 0.985) & (norm > 0.15)))
 
 
 def demo_frames(demo: str, sets: list[str], out: Path):
-    """(images (3,), frame numbers, object colour) of ``demo``'s first, middle and last frame."""
+    """(images (3,), frame numbers, the objects' colours (c, 3)) of ``demo``'s first, middle
+    and last frame."""
     from tisim.preview import is_progressive
     from tisim.runner import run_scene
     from tisim.scene import load_scene
@@ -98,7 +112,7 @@ def demo_frames(demo: str, sets: list[str], out: Path):
     r = run_scene(scene, out / demo, viewer=v, progress=False, arch="cpu")
     if r.ended != "completed":
         raise RuntimeError(f"{demo}: {r.ended}: {r.message}")
-    return [v.images[f] for f in wanted], wanted, scene.render.color
+    return [v.images[f] for f in wanted], wanted, object_colors(v.info)
 
 
 def preview_frames(path: Path, sets: list[str]):
@@ -123,6 +137,6 @@ def preview_frames(path: Path, sets: list[str]):
             images.append(v.images[f])
         session.step()
     v.close()
-    return images, wanted, sc.render.color
+    return images, wanted, object_colors(info)
 
 
