@@ -377,6 +377,7 @@ def run_scene(
                     break
                 paused = ev.paused
                 step_once = ev.step_once
+                control.apply_events(ev, state)  # the panel's values hold across a reset
                 # a live window without a frame count loops: it starts over at the scene's end
                 at_end = n_frames is None and frame >= scene.sim.frames
                 if ev.reset or at_end:
@@ -388,7 +389,6 @@ def run_scene(
                     frame = 0
                     viewer.draw(frame, state.time, state.positions)
                     continue
-                control.apply_events(ev, state)
                 if paused and not step_once:
                     viewer.draw(frame, state.time, state.positions)
                     time.sleep(getattr(viewer, "idle_sleep", 1 / 60))

@@ -301,3 +301,22 @@ def test_grab_stiffness_is_capped_where_the_explicit_spring_stays_stable():
         vel += 0.01 * f / mass[:, None]
         pos += 0.01 * vel
     assert abs(pos[40, 2] - 0.02) < 1e-4
+
+
+def test_reset_and_the_scenes_end_start_over_at_frame_0_keeping_the_panels_values(tmp_path):
+    scene = load_scene(DEMOS / "stick-slip.toml", ["objects.box.resolution=[3,3,3]", "sim.frames=6"])
+    events = [InputEvent(3, "slider", name="iterations", value=17), InputEvent(3, "key", key="r")]
+    frames = []
+
+    class Recorder(ReplayViewer):
+        def draw(self, frame, time, positions, extra_points=None):
+            frames.append((frame, time))
+            super().draw(frame, time, positions, extra_points)
+
+    v = Recorder(events, tail=12)
+    r = run_scene(scene, tmp_path, viewer=v, live=True, progress=False)
+    assert r.ended == "closed"
+    # the reset at the 3rd poll and the take's end at frame 6 both go back to frame 0, t = 0
+    starts = [i for i, (f, t) in enumerate(frames) if f == 0 and t == 0.0]
+    assert len(starts) >= 3 and max(f for f, _ in frames) == 6
+    assert r.info["solver_info"]["iterations"] == 17  # the slider moved with the reset kept
