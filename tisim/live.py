@@ -69,6 +69,7 @@ class LiveControl:
         self.rollbacks: list[Rollback] = []
         self.recent_changes: set[str] = set()
         self._failed_in_a_row = 0
+        self.owns_dt = False  # the solver has no dt tunable: the loop steps with self.dt
 
     # the grab stiffness ----------------------------------------------------------------
     def _typical_stiffness(self) -> float:
@@ -89,6 +90,14 @@ class LiveControl:
         k0 = self.default_stiffness
         return Tunable(GRAB_STIFFNESS, float(self.grab.stiffness), k0 * GRAB_RANGE[0], k0 * GRAB_RANGE[1], log=True)
 
+    def tunables(self, solver_tunables) -> list[Tunable]:
+        """What the live loop adds to the solver's panel: ``dt`` when the solver has none of
+        its own (the loop then steps with the panel's dt) and the grab stiffness."""
+        names = {t.name for t in solver_tunables}
+        self.owns_dt = "dt" not in names
+        extra = [Tunable("dt", self.dt, max(1e-5, self.dt / 20), min(0.05, 5 * self.dt), log=True)] if self.owns_dt else []
+        return [*extra, self.tunable()]
+
     # events -------------------------------------------------------------------------------
     def apply_events(self, ev, state) -> None:
         """Take the viewer's tunable changes and grab from ``ev`` (a ViewerEvents); the
@@ -97,6 +106,11 @@ class LiveControl:
         for name, value in ev.tunable_changes.items():
             if name == GRAB_STIFFNESS:
                 self.grab.stiffness = float(value)
+                continue
+            if name == "dt" and self.owns_dt:
+                self.dt = float(value)
+                self.grab.dt = self.dt if self.grab.active else self.grab.dt
+                self.recent_changes.add(name)
                 continue
             try:
                 self.solver.set_tunable(name, value)

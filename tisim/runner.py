@@ -397,9 +397,11 @@ def run_scene(
             t0 = time.perf_counter()
             agg = StepStats(iterations=0)
             try:
+                # a live window's dt slider (solvers without a dt of their own)
+                h = control.dt if control is not None and control.owns_dt else dt
                 for _ in range(substeps):
                     try:
-                        st = solver.step(state, spare, dt)
+                        st = solver.step(state, spare, h)
                     except StepDiverged as e:
                         raise Diverged(f"the simulation diverged at frame {frame + 1} (t = {state.time:.4g} s): "
                                        f"{e}; the {frame} frames before are kept") from None
@@ -414,7 +416,7 @@ def run_scene(
                     guards.check(state, st, frame + 1)
             except KeyboardInterrupt:
                 raise
-            except Exception as e:  # noqa: BLE001 -- a live window survives whatever a step did
+            except Exception as e:  # a live window survives whatever a step did
                 if control is None:
                     raise
                 if not isinstance(e, (Diverged, Stalled)):
@@ -692,7 +694,7 @@ def _view_info(model, scene, solver, control=None):
 
     tunables = list(solver.tunables())
     if control is not None:
-        tunables.append(control.tunable())
+        tunables += control.tunables(tunables)
 
     info = ViewInfo(
         title=f"tisim - {scene.name}",
