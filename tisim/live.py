@@ -11,7 +11,7 @@ in one line what happened and what was done:
 
 * while grabbing: "the grab was too strong: stepped back, grab stiffness halved"; the
   grab goes on with half the stiffness;
-* after a change of dt, stiffness or iterations: "dt too large for this stiffness:
+* within 30 frames of a change of dt, stiffness or iterations: "dt too large for this stiffness:
   stepped back and paused (lower dt or stiffness, or press r to reset)";
 * otherwise: the cause, "stepped back and paused (r resets)".
 
@@ -35,6 +35,7 @@ log = logging.getLogger(__name__)
 GRAB_STIFFNESS = "grab.stiffness"
 GRAB_RANGE = (0.01, 10.0)  # the slider's range around the default stiffness (log scale)
 MODEL_TUNABLES = ("dt", "stiffness", "iterations", "youngs_modulus")
+RECENT_FRAMES = 30  # a failure this many good frames after a change of those is blamed on it
 
 
 @dataclass
@@ -69,6 +70,7 @@ class LiveControl:
         self.rollbacks: list[Rollback] = []
         self.recent_changes: set[str] = set()
         self._failed_in_a_row = 0
+        self._good_since_change = 0
         self.owns_dt = False  # the solver has no dt tunable: the loop steps with self.dt
 
     # the grab stiffness ----------------------------------------------------------------
@@ -111,6 +113,7 @@ class LiveControl:
                 self.dt = float(value)
                 self.grab.dt = self.dt if self.grab.active else self.grab.dt
                 self.recent_changes.add(name)
+                self._good_since_change = 0
                 continue
             try:
                 self.solver.set_tunable(name, value)
@@ -118,6 +121,7 @@ class LiveControl:
                 self._notify(f"{name} = {value:g} refused: {exc}")
                 continue
             self.recent_changes.add(name)
+            self._good_since_change = 0
             if name == "dt":  # the grab's force acts over the new step
                 self.dt = float(value)
                 if self.grab.active:
@@ -137,7 +141,10 @@ class LiveControl:
 
     def after_good_step(self) -> None:
         self._failed_in_a_row = 0
-        self.recent_changes.clear()
+        # a change of dt or stiffness shows as a failure within some frames, not at once
+        self._good_since_change += 1
+        if self._good_since_change > RECENT_FRAMES:
+            self.recent_changes.clear()
 
     def on_reset(self) -> None:
         self.grab.release()

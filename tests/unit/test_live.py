@@ -320,3 +320,15 @@ def test_reset_and_the_scenes_end_start_over_at_frame_0_keeping_the_panels_value
     starts = [i for i, (f, t) in enumerate(frames) if f == 0 and t == 0.0]
     assert len(starts) >= 3 and max(f for f, _ in frames) == 6
     assert r.info["solver_info"]["iterations"] == 17  # the slider moved with the reset kept
+
+
+def test_a_step_that_fails_after_a_dt_change_pauses_and_says_so(monkeypatch, tmp_path):
+    from tisim.solvers.pd.solver import SolverPD
+
+    scene = load_scene(DEMOS / "stick-slip.toml", SMALL_PD)
+    _fail_on_calls(monkeypatch, SolverPD, {4})
+    viewer = ReplayViewer([InputEvent(3, "slider", name="dt", value=0.02)], tail=6)
+    r = run_scene(scene, tmp_path, viewer=viewer, live=True, progress=False)
+    rb = r.info["rollbacks"]
+    assert len(rb) == 1 and rb[0]["message"].startswith("dt too large for this stiffness: stepped back and paused")
+    assert viewer.controller.paused and viewer.log.nonfinite_draws == 0
