@@ -332,3 +332,18 @@ def test_a_step_that_fails_after_a_dt_change_pauses_and_says_so(monkeypatch, tmp
     rb = r.info["rollbacks"]
     assert len(rb) == 1 and rb[0]["message"].startswith("dt too large for this stiffness: stepped back and paused")
     assert viewer.controller.paused and viewer.log.nonfinite_draws == 0
+
+
+def test_admm_stiffness_slider_scales_the_elastic_energy():
+    from tisim.runner import build
+
+    scene = load_scene(DEMOS / "beam.toml", ["objects.soft.resolution=[3,1,1]", "objects.medium.resolution=[3,1,1]",
+                                             "objects.stiff.resolution=[3,1,1]"])
+    _, model, solver = build(scene, "cpu")
+    assert "stiffness" in {t.name for t in solver.tunables()}
+    x = model.initial_positions * np.array([1.1, 0.95, 1.0])  # stretched: elastic energy > 0
+    g = float(model.mass @ (x @ model.gravity))
+    e1 = solver.potential_energy(x) + g
+    solver.set_tunable("stiffness", 3.0)
+    e3 = solver.potential_energy(x) + g
+    assert e1 > 0 and e3 == pytest.approx(3.0 * e1, rel=1e-9)
