@@ -360,7 +360,7 @@ class Simulation:
         viewer = None
         if render:
             _require_vulkan("run(render=True)")
-            viewer = recording_viewer(self.scene, out_dir)
+            viewer = recording_viewer(self.scene, out_dir, frames=frames)
         kept: list[np.ndarray] = []
 
         def on_frame(frame: int, state) -> None:
@@ -418,15 +418,21 @@ class Simulation:
         return _labelled(self._renderer.image(), labels)
 
 
-def recording_viewer(scene: Scene, out_dir: str | Path, video_name: str | None = None):
+def recording_viewer(scene: Scene, out_dir: str | Path, video_name: str | None = None,
+                     frames: int | None = None):
     """The off-screen renderer a headless run records with: PNG frames in
-    ``out_dir/frames`` and ``out_dir/NAME.mp4`` (or ``video_name``) at the scene's frame
-    rate (``tisim run --headless``). Needs Vulkan (:func:`tisim.render.vulkan_available`)."""
+    ``out_dir/frames`` and ``out_dir/NAME.mp4`` (or ``video_name``) (``tisim run
+    --headless``). The video plays at most 60 fps and lasts at least 3 s for a run of
+    ``frames`` frames (default the scene's): subsampled or in stated slow motion
+    (:func:`tisim.render.video.video_timing`); the frames carry the overlay when
+    ``render.overlay`` is on. Needs Vulkan (:func:`tisim.render.vulkan_available`)."""
     from tisim.render.offscreen import OffscreenRenderer
-    from tisim.render.video import FrameWriter
+    from tisim.render.video import FrameWriter, video_timing
 
-    fps = scene.render.fps or 1.0 / (scene.sim.dt * scene.sim.substeps)
-    return OffscreenRenderer(FrameWriter(out_dir, fps=fps, video_name=video_name or f"{scene.name}.mp4"))
+    sim_fps = 1.0 / (scene.sim.dt * scene.sim.substeps)
+    vt = video_timing(sim_fps, frames or scene.sim.frames, scene.render.fps)
+    return OffscreenRenderer(FrameWriter(out_dir, fps=vt.fps, video_name=video_name or f"{scene.name}.mp4"),
+                             stride=vt.stride, overlay=scene.render.overlay, slowdown=vt.slowdown)
 
 
 # --------------------------------------------------------------------------- compare and sweep

@@ -293,7 +293,7 @@ def compare(
             if render:
                 from tisim.api import recording_viewer
 
-                viewer = recording_viewer(sc, run_dir, video_name=f"{name}.mp4")
+                viewer = recording_viewer(sc, run_dir, video_name=f"{name}.mp4", frames=frames)
             res = run_scene(sc, run_dir, frames=frames, progress=bool(progress) and not callable(progress),
                             viewer=viewer)
         except (ConfigError, MeshError):

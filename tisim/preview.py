@@ -12,7 +12,8 @@ process, its output and log in a new folder that it prints.
 
 Limitations:
     The panel's parameters are the ones an animator tunes on a toss or drape:
-    friction, Young's modulus, wind (x and z) and the initial velocity; anything else
+    friction (``contact.mu``, the same key as in the scene file and every other
+    panel), Young's modulus, wind (x and z) and the initial velocity; anything else
     goes through the scene file or ``--set``. Every change restarts the take.
 """
 
@@ -43,7 +44,7 @@ class Param:
 
 
 PARAMS = (
-    Param("friction", 0.0, 1.0),
+    Param("contact.mu", 0.0, 1.0),
     Param("youngs_modulus", 1e3, 1e9, log=True),
     Param("wind_x", -20.0, 20.0),
     Param("wind_z", -20.0, 20.0),
@@ -81,7 +82,7 @@ def current_values(scene) -> dict[str, float]:
     name = cloth_object(scene)
     oc = scene.objects[name]
     mu = oc.friction if oc.friction is not None else scene.contact.mu
-    return {"friction": float(mu), "youngs_modulus": float(oc.youngs_modulus),
+    return {"contact.mu": float(mu), "youngs_modulus": float(oc.youngs_modulus),
             "wind_x": float(scene.wind.velocity[0]), "wind_z": float(scene.wind.velocity[2]),
             "velocity_x": float(oc.velocity[0]), "velocity_y": float(oc.velocity[1]),
             "velocity_z": float(oc.velocity[2])}
@@ -99,10 +100,10 @@ def overrides(scene, values: dict[str, float]) -> list[str]:
     now = current_values(scene)
     v = {**now, **{k: float(x) for k, x in values.items()}}
     out = []
-    if "friction" in values:
+    if "contact.mu" in values:
         # the object's own friction wins over contact.mu: set whichever the scene uses
-        out.append(f"objects.{name}.friction={v['friction']!r}" if oc.friction is not None
-                   else f"contact.mu={v['friction']!r}")
+        out.append(f"objects.{name}.friction={v['contact.mu']!r}" if oc.friction is not None
+                   else f"contact.mu={v['contact.mu']!r}")
     if "youngs_modulus" in values:
         out.append(f"objects.{name}.youngs_modulus={v['youngs_modulus']!r}")
     if {"wind_x", "wind_z"} & set(values):
@@ -182,21 +183,30 @@ class PreviewSession:
     def faces(self) -> np.ndarray:
         return self.refiner.hierarchy.levels[0].faces
 
-    def step(self) -> None:
-        """One frame of the preview (the scene's substeps); the take loops at its end."""
+    def step(self) -> str | None:
+        """One frame of the preview (the scene's substeps); the take loops at its end. A
+        frame whose step fails (an error, or non-finite positions) restarts the take: the
+        window stays open. Returns that failure's one-line message, or None."""
         r = self.refiner
         if self.frame >= self.scene.sim.frames:
             self.restart()
-            return
-        for _ in range(r.substeps):
-            st = self.state
-            self.state, _ = r.step_level(0, st, st.x + r.h * st.v, r.tolerance(0), solver=self.solver,
-                                         handles=self.handles)
-        if not np.all(np.isfinite(self.state.x)):
-            log.warning("the preview diverged at frame %d; restarting", self.frame + 1)
+            return None
+        try:
+            for _ in range(r.substeps):
+                st = self.state
+                self.state, _ = r.step_level(0, st, st.x + r.h * st.v, r.tolerance(0), solver=self.solver,
+                                             handles=self.handles)
+            ok = bool(np.all(np.isfinite(self.state.x)))
+            why = "non-finite positions"
+        except Exception as exc:  # noqa: BLE001 -- a live preview survives whatever a step did
+            ok, why = False, f"{type(exc).__name__}: {exc}"
+        if not ok:
+            msg = f"frame {self.frame + 1} failed ({why[:60]}): restarted the take"
+            log.info("preview: %s", msg)
             self.restart()
-            return
+            return msg
         self.frame += 1
+        return None
 
 
 def tunables(values: dict[str, float]):
@@ -223,7 +233,7 @@ def make_preview_viewer(window=None):
 
     class PreviewViewer(GGUIViewer):
         refine_requested = False
-        status = ""
+        refine_status = ""
 
         def open(self, info):
             super().open(info)
@@ -247,8 +257,8 @@ def make_preview_viewer(window=None):
             with gui.sub_window("refine", self._PANEL_X, self._PANEL_Y + ph + 0.01, pw, 0.12) as g:
                 if g.button("refine these settings (f)"):
                     self.refine_requested = True
-                if self.status:
-                    g.text(self.status)
+                if self.refine_status:
+                    g.text(self.refine_status)
 
     return PreviewViewer(window=window)
 
@@ -268,6 +278,9 @@ def run_preview(scene_path: Path, sets: list[str] = (), *, viewer, out_root: Pat
                     colliders=[c for c in session.refiner.model.colliders if c.visible], camera=sc.camera,
                     render=sc.render, title=f"tisim preview: {sc.name}", tunables=tunables(session.values),
                     face_colors=checker_colors(lv.faces, lv.uv, lv.face_uv, sc.render.color))
+    from tisim.render.base import drawn_ground
+
+    info.ground = drawn_ground(session.state.x, info.colliders, session.refiner.model.gravity)
     launched = []
     drawn = 0
     viewer.open(info)
@@ -276,19 +289,26 @@ def run_preview(scene_path: Path, sets: list[str] = (), *, viewer, out_root: Pat
             ev = viewer.poll()
             if ev.quit:
                 break
+            notify = getattr(viewer, "notify", None)
             if ev.tunable_changes:
-                session.set_values(ev.tunable_changes)
+                try:
+                    session.set_values(ev.tunable_changes)
+                except ConfigError as exc:
+                    if notify is not None:
+                        notify(f"refused: {exc}")
             elif ev.reset:
                 session.restart()
             if viewer.take_refine():
                 out = out_root / f"{sc.name}-refine-{time.strftime('%Y%m%d-%H%M%S')}-{len(launched)}"
                 proc = launch(session.path, session.scene_sets(), out)
                 launched.append((out, proc))
-                viewer.status = f"refining -> {out}"
+                viewer.refine_status = f"refining -> {out}"
                 echo(f"refine started (pid {getattr(proc, 'pid', '?')}): writing {out}/ "
                      f"(log: {out / 'refine.log'}); settings: {' '.join(session.scene_sets()) or 'the scene file'}")
             if not ev.paused or ev.step_once:
-                session.step()
+                failed = session.step()
+                if failed and notify is not None:
+                    notify(failed)
             viewer.draw(session.frame, session.state.t, session.state.x)
             drawn += 1
             if max_frames is not None and drawn >= max_frames:

@@ -238,8 +238,13 @@ def run_scene(
                               max_capped_steps=getattr(solver, "max_capped_steps", MAX_CAPPED_STEPS),
                               inversion=solver.inversion_is_divergence())
 
+    control = None
+    if live and viewer is not None:
+        from tisim.live import LiveControl
+
+        control = LiveControl(model, solver, viewer, dt)
     if viewer is not None:
-        viewer.open(view_info(model, scene, solver))
+        viewer.open(view_info(model, scene, solver, control))
 
     def emit(frame: int, st: StepStats | None, wall_ms: float):
         q = frame_quantities(model, state.positions, state.velocities)
@@ -259,6 +264,9 @@ def run_scene(
             row.update(st.extra)
         stats.write(row)
         if viewer is not None:
+            readout = getattr(viewer, "set_readout", None)
+            if readout is not None:
+                readout({"energy": row["total_energy"]})  # NaN where the solver reports no potential
             viewer.draw(frame, state.time, state.positions)
         if export_meshes:
             export_frame_meshes(model, mesh_dir, frame, state.positions)
@@ -271,44 +279,63 @@ def run_scene(
         paused = False
         while n_frames is None or frame < n_frames:
             step_once = False
-            if live and viewer is not None:
+            if control is not None:
                 ev = viewer.poll()
                 if ev.quit or not viewer.running:
                     ended = "closed"
                     break
                 paused = ev.paused
                 step_once = ev.step_once
-                if ev.reset:
+                control.apply_events(ev, state)  # the panel's values hold across a reset
+                # a live window without a frame count loops: it starts over at the scene's end
+                at_end = n_frames is None and frame >= scene.sim.frames
+                if ev.reset or at_end:
                     state = model.initial_state()
                     spare = model.initial_state()
                     solver.reset(state)
-                for k, v in ev.tunable_changes.items():
-                    solver.set_tunable(k, v)
-                if ev.drag_released:
-                    solver.set_drag(None)
-                elif ev.drag_vertex is not None:
-                    solver.set_drag(ev.drag_vertex, ev.drag_target)
+                    guards.capped_run = 0
+                    control.on_reset()
+                    frame = 0
+                    viewer.draw(frame, state.time, state.positions)
+                    continue
                 if paused and not step_once:
                     viewer.draw(frame, state.time, state.positions)
-                    time.sleep(1 / 60)
+                    time.sleep(getattr(viewer, "idle_sleep", 1 / 60))
                     continue
+                control.before_step(state)
             t0 = time.perf_counter()
             agg = StepStats(iterations=0)
-            for _ in range(substeps):
-                try:
-                    st = solver.step(state, spare, dt)
-                except StepDiverged as e:
-                    raise Diverged(f"the simulation diverged at frame {frame + 1} (t = {state.time:.4g} s): {e}; "
-                                   f"the {frame} frames before are kept") from None
-                state, spare = spare, state
-                _accumulate(agg, st)
-                if not state.is_finite():
-                    raise Diverged(
-                        f"the simulation diverged at frame {frame + 1} (t = {state.time:.4g} s): "
-                        f"NaN or Inf in the positions or velocities; the {frame} frames before are kept"
-                    )
-                guards.check_stall(state, st, frame + 1)
-                guards.check(state, st, frame + 1)
+            try:
+                # a live window's dt slider (solvers without a dt of their own)
+                h = control.dt if control is not None and control.owns_dt else dt
+                for _ in range(substeps):
+                    try:
+                        st = solver.step(state, spare, h)
+                    except StepDiverged as e:
+                        raise Diverged(f"the simulation diverged at frame {frame + 1} (t = {state.time:.4g} s): "
+                                       f"{e}; the {frame} frames before are kept") from None
+                    state, spare = spare, state
+                    _accumulate(agg, st)
+                    if not state.is_finite():
+                        raise Diverged(
+                            f"the simulation diverged at frame {frame + 1} (t = {state.time:.4g} s): "
+                            f"NaN or Inf in the positions or velocities; the {frame} frames before are kept"
+                        )
+                    guards.check_stall(state, st, frame + 1)
+                    guards.check(state, st, frame + 1)
+            except KeyboardInterrupt:
+                raise
+            except Exception as e:  # a live window survives whatever a step did
+                if control is None:
+                    raise
+                if not isinstance(e, (Diverged, Stalled)):
+                    log.warning("live: the step at frame %d raised %s: %s", frame + 1, type(e).__name__, e)
+                control.rollback(state, frame, e)
+                guards.capped_run = 0
+                viewer.draw(frame, state.time, state.positions)
+                continue
+            if control is not None:
+                control.after_good_step()
             wall_ms = (time.perf_counter() - t0) * 1e3
             frame += 1
             frame_ms.append(wall_ms)
@@ -344,6 +371,8 @@ def run_scene(
             guards=guards.info(),
             stalls=guards.stalls,
         )
+        if control is not None:
+            run_info["rollbacks"] = [vars(r) for r in control.rollbacks]
         _write_json(run_json, run_info)
     return RunResult(out, done, ended, message, video, frame_ms, run_info)
 
@@ -531,10 +560,15 @@ def cloth_colors(info, model) -> np.ndarray | None:
     return face_colors
 
 
-def view_info(model, scene, solver=None):
+def view_info(model, scene, solver=None, control=None):
     """What a viewer needs to draw ``model`` as ``scene`` sets it (camera, colours,
-    colliders); the solver's tunables for a live panel when ``solver`` is given."""
+    colliders, the drawn ground and held faces); the solver's tunables, and the live
+    loop's (``control``), for a live panel when ``solver`` is given."""
     from tisim.render.base import ViewInfo
+
+    tunables = list(solver.tunables()) if solver is not None else []
+    if control is not None:
+        tunables += control.tunables(tunables)
 
     info = ViewInfo(
         title=f"tisim - {scene.name}",
@@ -544,7 +578,12 @@ def view_info(model, scene, solver=None):
         colliders=[c for c in model.colliders if c.visible],
         camera=scene.camera,
         render=scene.render,
-        tunables=solver.tunables() if solver is not None else (),
+        tunables=tunables,
     )
     info.face_colors = cloth_colors(info, model)
+    from tisim.render.base import drawn_ground
+
+    info.ground = drawn_ground(model.initial_positions, info.colliders, model.gravity)
+    held = [h.vertices for h in getattr(model, "handles", ())]
+    info.held_vertices = np.unique(np.concatenate(held)).astype(np.int64) if held else None
     return info

@@ -353,6 +353,7 @@ class RenderConfig:
     fps: float | None = num(None, gt=0, doc="video frame rate; default: simulated time runs at real speed")
     background: Vec3 = (0.12, 0.12, 0.14)
     color: Vec3 = (0.85, 0.45, 0.25)
+    overlay: bool = True  # a text block in rendered frames: time, key parameters, energy
 
 
 @dataclass(frozen=True, kw_only=True)

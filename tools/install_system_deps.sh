@@ -6,10 +6,12 @@
 #   mesa-vulkan-drivers - software Vulkan, so GGUI can render off-screen on machines without a GPU
 #   libvulkan1          - the Vulkan loader
 #   python3-venv        - Debian's python3 lacks ensurepip without it
+#   xvfb, xdotool       - a virtual X display and synthetic input, for the live window's
+#                         end-to-end test (tests/demos/test_live_window.py; skipped without them)
 # Without root/apt it only says what is missing; tisim then falls back
 # (scipy Cholesky, headless runs without images).
 set -u
-pkgs=(libsuitesparse-dev libopenblas0-pthread mesa-vulkan-drivers libvulkan1 python3-venv)
+pkgs=(libsuitesparse-dev libopenblas0-pthread mesa-vulkan-drivers libvulkan1 python3-venv xvfb xdotool)
 missing=()
 if command -v dpkg-query >/dev/null 2>&1; then
   for p in "${pkgs[@]}"; do

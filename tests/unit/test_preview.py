@@ -20,7 +20,7 @@ from tisim.scene import load_scene
 def test_panel_values_become_scene_overrides(demos_dir):
     path = demos_dir / "toss.toml"
     sc = load_scene(path)
-    sets = overrides(sc, {"friction": 0.55, "youngs_modulus": 2.5e6, "wind_x": 3.0, "velocity_y": 1.7})
+    sets = overrides(sc, {"contact.mu": 0.55, "youngs_modulus": 2.5e6, "wind_x": 3.0, "velocity_y": 1.7})
     new = load_scene(path, sets)
     toy = new.objects["toy"]
     assert new.contact.mu == 0.55 and toy.friction is None
@@ -30,7 +30,7 @@ def test_panel_values_become_scene_overrides(demos_dir):
     assert toy.velocity == (sc.objects["toy"].velocity[0], 1.7, sc.objects["toy"].velocity[2])
     # an object with its own friction gets that key instead of contact.mu
     sc2 = load_scene(path, ["objects.toy.friction=0.1"])
-    assert overrides(sc2, {"friction": 0.4}) == ["objects.toy.friction=0.4"]
+    assert overrides(sc2, {"contact.mu": 0.4}) == ["objects.toy.friction=0.4"]
     with pytest.raises(ConfigError, match="unknown panel parameter 'gravity'"):
         overrides(sc, {"gravity": 1.0})
     cmd = refine_command(path, sets, "out/x")

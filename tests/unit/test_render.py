@@ -224,7 +224,9 @@ def test_keys_pause_step_reset_quit():
     c.key_press("r")
     assert c.take_events().reset
     assert not c.take_events().reset
-    c.key_press("Escape")
+    c.key_press("Escape")  # Esc lets go of a grab; it does not close the window
+    assert not c.take_events().quit
+    c.key_press("q")
     assert c.take_events().quit
 
 
@@ -251,6 +253,24 @@ def test_left_drag_picks_moves_and_releases_a_vertex():
     # a click on empty space picks nothing
     c.mouse_press(LMB, 3.0, 3.0)
     assert c.take_events().drag_vertex is None
+
+
+def test_right_click_or_escape_lets_go_of_a_grab_without_moving_the_camera():
+    for release in ("RMB", "Escape"):
+        c, x = _controller()
+        pix, _ = c.view().project(x)
+        c.mouse_move(*pix[4])
+        c.mouse_press(LMB, *pix[4])
+        assert c.take_events().drag_vertex == 4
+        eye0 = c.camera.eye()
+        if release == "RMB":
+            c.mouse_press(RMB, *pix[4])
+            c.mouse_move(pix[4][0] + 40.0, pix[4][1])
+        else:
+            c.key_press("Escape")
+        ev = c.take_events()
+        assert ev.drag_released and ev.drag_vertex is None and not ev.quit
+        np.testing.assert_allclose(c.camera.eye(), eye0)  # the right-click did not start an orbit
 
 
 def test_right_drag_orbits_shift_pans_and_panel_clicks_are_ignored():

@@ -165,7 +165,7 @@ def _run(
         if vulkan_available():
             from tisim.api import recording_viewer
 
-            viewer = recording_viewer(scene, out_dir)
+            viewer = recording_viewer(scene, out_dir, frames=frames)
         else:
             logging.warning(
                 "no Vulkan driver found: running headless without images "

@@ -82,6 +82,11 @@ class ViewInfo:
     # (k, 3) RGB per face of ``faces``, overriding both: the surface is drawn with a corner
     # per face and vertex, so a pattern (a cloth's UV checker) keeps sharp edges
     face_colors: np.ndarray | None = None
+    # a floor drawn (no physics) when the scene has no plane collider: (point (3,), unit
+    # normal (3,)) in metres, from :func:`drawn_ground`; None: no floor
+    ground: tuple[np.ndarray, np.ndarray] | None = None
+    # vertices held by handles (clamps, grips): their faces are drawn in the clamp colour
+    held_vertices: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         f = np.asarray(self.faces)
@@ -114,6 +119,31 @@ class ViewInfo:
             colors[start:stop] = c
         return colors
 
+
+def drawn_ground(positions: np.ndarray, colliders=(), gravity=(0.0, -9.81, 0.0)):
+    """(point, normal) of a floor to draw under a scene without a plane collider, or None
+    when it has one: perpendicular to gravity (y up without gravity), a quarter of the
+    scene's size below its lowest point (the objects and the other colliders at t = 0),
+    so what holds an object up (a clamp, a handle) reads as holding it above the floor."""
+    if any(c.kind == "plane" and getattr(c, "visible", True) for c in colliders):
+        return None
+    g = np.asarray(gravity, dtype=np.float64)
+    up = -g / np.linalg.norm(g) if np.linalg.norm(g) > 0 else np.array([0.0, 1.0, 0.0])
+    pts = [np.asarray(positions, dtype=np.float64).reshape(-1, 3)]
+    for c in colliders:
+        if c.kind != "plane" and getattr(c, "visible", True):
+            pts.append(np.asarray(c.surface_mesh(0.0)[0], dtype=np.float64))
+    p = np.concatenate(pts)
+    p = p[np.all(np.isfinite(p), axis=1)]
+    if not len(p):
+        return None
+    h = p @ up
+    size = float(np.linalg.norm(p.max(axis=0) - p.min(axis=0)))
+    point = p.mean(axis=0) - (p.mean(axis=0) @ up) * up + (h.min() - 0.25 * size) * up
+    return point, up
+
+
+CLAMP_COLOR = (0.30, 0.34, 0.42)  # faces held by a handle: the clamp or grip that moves the object
 
 # colours for the 2nd, 3rd, ... object (the first uses render.color)
 PALETTE = (

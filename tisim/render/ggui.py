@@ -5,9 +5,10 @@ Controls
     shift + right drag    pan              Left / Right  orbit
     ctrl + right drag     zoom             c             reset the camera
     middle drag           pan
-    left drag on surface  drag a vertex    space         pause / resume
-    n                     one step (pauses first)      r  reset
-    h                     hide / show the panel        Esc / q  quit
+    left drag on surface  grab a region    space         pause / resume
+    right click or Esc    let go           n             one step (pauses first)
+    r                     reset            h             hide / show the panel
+    q                     quit
 
 GGUI (Taichi 1.7) reports no mouse wheel, hence zooming by keys and ctrl-drag.
 The interaction logic lives in ``InputController``, which takes plain pixel
@@ -139,7 +140,9 @@ class InputController:
             self.request(step=True)
         elif k == "r":
             self.request(reset=True)
-        elif k in ("Escape", "q"):
+        elif k == "Escape":
+            self._end_drag()  # Esc lets go of the grab; it never closes the window
+        elif k == "q":
             self.quit = True
         elif k == "Up":
             self.camera.zoom(1.0 / ZOOM_STEP)
@@ -168,6 +171,9 @@ class InputController:
         self._cursor = (px, py)
         if self._in_panel(px, py):
             return  # the panel's widgets own this click
+        if button == RMB and self.drag_vertex is not None:
+            self._end_drag()  # a right-click lets go of the grab
+            return
         self._held.add(button)
         if button == LMB and self.positions is not None:
             v = pick_vertex(self.view(), self.positions, self.faces, px, py, self.pick_radius_px)
@@ -237,16 +243,24 @@ class GGUIViewer:
         self._frame = 0
         self._time = 0.0
         self._fps = 0.0
+        self._fps_count = 0
+        self._fps_since: float | None = None
         self._last_draw: float | None = None
         self._closed = True
+        self.status = ""  # the panel's one-line message (a rollback, a refused value)
+        self.readout: dict[str, float] = {}  # energy (J) and such, from the runner
 
     # the panel's place, as fractions of the window; its size in pixels
     _PANEL_X, _PANEL_Y = 0.01, 0.01
-    _PANEL_W_PX, _ROW_PX, _TITLE_PX = 260.0, 23.0, 36.0
+    _PANEL_W_PX, _ROW_PX, _TITLE_PX = 340.0, 23.0, 36.0
+    _WRAP = 44  # characters of a message line (ImGui's default font is 7 px wide)
 
     def _panel_size(self) -> tuple[float, float]:
         """Panel (width, height) as fractions of the window."""
-        rows = 2 + 2 * len(self._tunables) + 3  # status, a label + slider each, buttons
+        logs = sum(1 for t in self._tunables.values() if t.log and t.low > 0)
+        # overlay (time, FPS, energy), message (2 lines), a label + slider each (+ halve /
+        # double for log ranges), pause / step / reset
+        rows = 3 + 2 + 2 * len(self._tunables) + 2 * logs + 3
         w, h = max(self.info.render.width, 1), max(self.info.render.height, 1)
         return (
             min(0.45, self._PANEL_W_PX / w),
@@ -290,6 +304,32 @@ class GGUIViewer:
         )
         self._closed = False
         self._last_draw = None
+        self._fps_since, self._fps_count, self._fps = None, 0, 0.0
+        self.status = ""
+
+    def notify(self, message: str, *, pause: bool = False, values: dict | None = None) -> None:
+        """Show ``message`` in the panel (one line); ``pause`` pauses the loop; ``values``:
+        tunables whose value the loop changed (the grab stiffness after a rollback)."""
+        self.status = message
+        if pause and self.controller is not None:
+            self.controller.request(pause=True)
+        for k, v in (values or {}).items():
+            if k in self._values:
+                self._values[k] = float(v)
+
+    def set_readout(self, values: dict[str, float]) -> None:
+        """Quantities of the frame about to be drawn (``energy`` in J) for the overlay."""
+        self.readout = dict(values)
+
+    def overlay_lines(self) -> list[str]:
+        """The overlay's text: time and frame, FPS, energy where the solver reports it."""
+        c = self.controller
+        lines = [f"t = {self._time:.3f} s   frame {self._frame}",
+                 f"{self._fps:.1f} FPS" + ("   (paused)" if c is not None and c.paused else "")]
+        e = self.readout.get("energy")
+        if e is not None and math.isfinite(e):
+            lines.append(f"energy {e:.4g} J")
+        return lines
 
     @property
     def running(self) -> bool:
@@ -346,10 +386,15 @@ class GGUIViewer:
 
         if self._closed:
             return
+        # frames shown per second over windows of at least a second: the figure GGUI's
+        # window title shows, so the panel and the title agree
         now = _time.perf_counter()
-        if self._last_draw is not None and now > self._last_draw:
-            inst = 1.0 / (now - self._last_draw)
-            self._fps = inst if self._fps == 0.0 else 0.9 * self._fps + 0.1 * inst
+        if self._fps_since is None:
+            self._fps_since, self._fps_count = now, 0
+        self._fps_count += 1
+        if now - self._fps_since >= 1.0:
+            self._fps = self._fps_count / (now - self._fps_since)
+            self._fps_since, self._fps_count = now, 0
         self._last_draw = now
         self._frame, self._time = frame, time
         c = self.controller
@@ -372,26 +417,34 @@ class GGUIViewer:
         win.show()
 
     def _draw_panel(self, gui) -> None:
+        import textwrap
+
+        from tisim.render import panel
+
         c = self.controller
         pw, ph = self._panel_size()
         with gui.sub_window("tisim", self._PANEL_X, self._PANEL_Y, pw, ph) as g:
-            g.text(f"frame {self._frame}   t = {self._time:.4g} s")
-            g.text(f"{self._fps:.1f} FPS" + ("   (paused)" if c.paused else ""))
+            for line in self.overlay_lines():
+                g.text(line)
+            for line in textwrap.wrap(self.status, self._WRAP)[:2] or [""]:
+                g.text(line, color=(1.0, 0.85, 0.3))
             for name, t in self._tunables.items():
                 v = self._values[name]
-                logscale = t.log and t.low > 0
-                g.text(f"{name} = {v:.4g}" + ("   (log scale)" if logscale else ""))
-                # "##" hides the slider's own label (the line above names it) but keeps
-                # it as imgui's widget id
-                # imgui holds floats in f32: an untouched slider returns the value
-                # rounded to f32, which must not count as a change
-                if logscale:
-                    old = math.log10(min(max(v, t.low), t.high))
-                    lv = g.slider_float(f"##{name}", old, math.log10(t.low), math.log10(t.high))
-                    new = 10.0**lv if np.float32(lv) != np.float32(old) else v
-                else:
-                    new = g.slider_float(f"##{name}", v, t.low, t.high)
-                    new = new if np.float32(new) != np.float32(v) else v
+                g.text(panel.label(name, v))
+                # "##" hides the slider's own label (the line above names it) but keeps it
+                # as imgui's widget id; the slider runs in the unit the label shows
+                _, f = panel.unit(name)
+                lo, hi = panel.slider_range(t)
+                shown = min(max(v * f, lo), hi)
+                new = g.slider_float(f"##{name}", shown, lo, hi)
+                # imgui holds floats in f32: an untouched slider returns the value rounded
+                # to f32, which must not count as a change
+                new = panel.shown_value(t, new / f) if np.float32(new) != np.float32(shown) else v
+                if t.log and t.low > 0:
+                    if g.button(f"halve##{name}"):
+                        new = panel.shown_value(t, 0.5 * v)
+                    if g.button(f"double##{name}"):
+                        new = panel.shown_value(t, 2.0 * v)
                 if new != v:
                     self._values[name] = new
                     c.set_tunable(name, new)

@@ -178,24 +178,59 @@ class _MeshFields:
         )
 
 
-class _FaceColoredMesh(_MeshFields):
-    """A mesh drawn with one corner per face and vertex, one colour per face: sharp
-    colour edges (per-vertex colours blur a pattern across every edge), shaded with the
-    welded mesh's smooth normals. ``update`` takes the welded mesh's positions."""
+CREASE_DEGREES = 40.0  # faces meeting at a sharper angle (at rest) are shaded apart
 
-    def __init__(self, vertex_count: int, faces: np.ndarray, face_colors: np.ndarray):
+
+def crease_matrix(positions: np.ndarray, faces: np.ndarray, degrees: float = CREASE_DEGREES):
+    """(3k, k) sparse 0/1 matrix: corner i (face i // 3, its vertex i % 3) averages the
+    normals of the faces around its vertex that meet its own face at less than
+    ``degrees`` in ``positions`` (the rest shape). Times the area-weighted face normals it
+    gives corner normals that are smooth across a curved surface and flat on the faces of
+    a box (no dark bands along its edges)."""
+    import scipy.sparse as sp
+
+    x = np.asarray(positions, dtype=np.float64)
+    F = np.asarray(faces, dtype=np.int64)
+    k, n = len(F), len(x)
+    fn = np.cross(x[F[:, 1]] - x[F[:, 0]], x[F[:, 2]] - x[F[:, 0]])
+    u = fn / np.maximum(np.linalg.norm(fn, axis=1, keepdims=True), 1e-300)
+    corner_vertex = F.reshape(-1)
+    A = sp.csr_matrix((np.ones(3 * k), (corner_vertex, np.repeat(np.arange(k), 3))), shape=(n, k))
+    P = sp.csr_matrix((np.ones(3 * k), (np.arange(3 * k), corner_vertex)), shape=(3 * k, n))
+    M = (P @ A).tocoo()
+    own = M.row // 3
+    keep = np.einsum("ij,ij->i", u[own], u[M.col]) >= math.cos(math.radians(degrees)) - 1e-12
+    return sp.csr_matrix((np.ones(int(keep.sum())), (M.row[keep], M.col[keep])), shape=(3 * k, k))
+
+
+class _CreasedMesh(_MeshFields):
+    """The objects' surface drawn with a corner per face and vertex: colours per corner
+    (a cloth's checker keeps sharp edges) and normals smooth within a smooth region and
+    split at creases (:func:`crease_matrix`, found in the first positions drawn, the rest
+    shape). ``update`` takes the welded mesh's positions."""
+
+    def __init__(self, vertex_count: int, faces: np.ndarray, corner_colors: np.ndarray):
         self.welded = np.asarray(faces, dtype=np.int64)
         self.corners = self.welded.reshape(-1)
+        self.crease = None
         k = len(self.welded)
-        super().__init__(3 * k, np.arange(3 * k).reshape(-1, 3), np.repeat(np.asarray(face_colors), 3, axis=0))
+        super().__init__(3 * k, np.arange(3 * k).reshape(-1, 3), np.asarray(corner_colors))
 
     def update(self, positions: np.ndarray, normals: np.ndarray | None = None) -> None:
         x = np.asarray(positions, dtype=np.float64).reshape(-1, 3)
-        if normals is None:
-            nrm = vertex_normals(x, self.welded)
+        F = self.welded
+        if normals is not None:
+            nrm = np.broadcast_to(np.asarray(normals, dtype=np.float64), x.shape)[self.corners]
+        elif not len(F):
+            nrm = np.zeros((0, 3))
         else:
-            nrm = np.broadcast_to(np.asarray(normals, dtype=np.float64), x.shape)
-        super().update(x[self.corners], nrm[self.corners])
+            if self.crease is None:
+                self.crease = crease_matrix(x, F)
+            fn = np.cross(x[F[:, 1]] - x[F[:, 0]], x[F[:, 2]] - x[F[:, 0]])
+            nrm = self.crease @ fn
+            length = np.linalg.norm(nrm, axis=1, keepdims=True)
+            nrm = np.where(length > 0, nrm / np.where(length > 0, length, 1.0), [0.0, 1.0, 0.0])
+        super().update(x[self.corners], nrm)
 
 
 def _shadow_fields(vertex_count: int, faces: np.ndarray, copies: int) -> _MeshFields:
@@ -338,9 +373,20 @@ class SceneDrawer:
 
         self.info = info
         if info.face_colors is not None:
-            self.surface = _FaceColoredMesh(info.vertex_count, info.faces, info.face_colors)
+            corner_colors = np.repeat(np.asarray(info.face_colors, dtype=np.float64), 3, axis=0)
         else:
-            self.surface = _MeshFields(info.vertex_count, info.faces, info.vertex_colors(), info.render.color)
+            vc = info.vertex_colors()
+            corner_colors = (np.broadcast_to(np.asarray(info.render.color, dtype=np.float64),
+                                             (3 * len(info.faces), 3))
+                             if vc is None else vc[np.asarray(info.faces).reshape(-1)])
+        if info.held_vertices is not None and len(info.held_vertices) and len(info.faces):
+            from tisim.render.base import CLAMP_COLOR
+
+            held = np.zeros(info.vertex_count, dtype=bool)
+            held[np.asarray(info.held_vertices, dtype=np.int64)] = True
+            clamp = np.repeat(held[np.asarray(info.faces)].all(axis=1), 3)
+            corner_colors = np.where(clamp[:, None], np.asarray(CLAMP_COLOR), corner_colors)
+        self.surface = _CreasedMesh(info.vertex_count, info.faces, corner_colors)
         cam = info.camera
         self._cam_dist = float(np.linalg.norm(np.subtract(cam.position, cam.lookat)))
         self.sun = sun_direction(cam)
@@ -348,7 +394,17 @@ class SceneDrawer:
         self._collider_vertices: list[np.ndarray] = []
         self.grounds: list[_Ground] = []
         tile = nice_length(self._cam_dist / 6.0)
-        for c in info.colliders:
+        colliders = list(info.colliders)
+        if info.ground is not None:  # a floor to draw only: the scene has no plane collider
+            from tisim.contact.colliders import Collider
+
+            point, normal = info.ground
+            z = np.zeros(3)
+            colliders.append(Collider(name="ground (drawn)", kind="plane", position=np.asarray(point, float),
+                                      normal=np.asarray(normal, float), radius=0.0, axis=np.array([0.0, 1.0, 0.0]),
+                                      length=0.0, half_extents=z, rotation=np.eye(3), velocity=z,
+                                      angular_velocity=z))
+        for c in colliders:
             if not getattr(c, "visible", True):
                 continue
             if c.kind == "plane":
@@ -562,8 +618,13 @@ class OffscreenRenderer:
     Needs Vulkan (``vulkan_available()``), lavapipe is enough.
     """
 
-    def __init__(self, frames: FrameWriter | None = None):
+    def __init__(self, frames: FrameWriter | None = None, *, stride: int = 1, overlay: bool = False,
+                 slowdown: float = 1.0):
         self.frames = frames
+        self.stride = max(1, int(stride))  # render every stride-th frame (videos at most 60 fps)
+        self.overlay = bool(overlay)  # write the text block of panel.overlay_lines into each frame
+        self.slowdown = float(slowdown)
+        self.readout: dict[str, float] = {}
         self.video_path: Path | None = None
         self.info: ViewInfo | None = None
         self.view: CameraView | None = None
@@ -606,10 +667,23 @@ class OffscreenRenderer:
         self, frame: int, time: float, positions: np.ndarray, extra_points: np.ndarray | None = None
     ) -> None:
         self._check_open()
+        if frame % self.stride:
+            return
         self._drawer.update(positions, time, extra_points)
         self.render()
+        if self.overlay:
+            from tisim.render.panel import overlay_lines
+            from tisim.render.text import draw_text
+
+            rate = f"slow motion {self.slowdown:.3g}x" if self.slowdown > 1.01 else ""
+            lines = overlay_lines(time, frame, self.info.tunables, energy=self.readout.get("energy"), rate=rate)
+            self._image = draw_text(self.image(), lines)
         if self.frames is not None:
             self.frames.write(self.image())
+
+    def set_readout(self, values: dict[str, float]) -> None:
+        """Quantities of the frame about to be drawn (``energy`` in J) for the overlay."""
+        self.readout = dict(values)
 
     def render(self) -> None:
         """Render the current geometry (``draw`` does this; call it after ``set_view``)."""

@@ -9,6 +9,8 @@ interrupted run still leaves its frames behind.
 from __future__ import annotations
 
 import logging
+import math
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -165,3 +167,38 @@ def write_side_by_side(
             row.append(img)
         writer.write(np.concatenate(row, axis=1))
     return writer.finish()
+
+
+MAX_VIDEO_FPS = 60.0
+MIN_VIDEO_SECONDS = 3.0
+
+
+@dataclass(frozen=True)
+class VideoTiming:
+    """How a run's frames become a video: every ``stride``-th simulated frame is written,
+    played at ``fps`` (at most 60); ``slowdown`` > 1 is slow motion by that factor (video
+    seconds per simulated second), stated in the frames' overlay."""
+
+    stride: int
+    fps: float
+    slowdown: float
+
+
+def video_timing(sim_fps: float, frames: int, requested_fps: float | None = None) -> VideoTiming:
+    """The timing of a video of ``frames`` simulated frames at ``sim_fps`` frames per
+    simulated second. Real time when that lasts at least 3 s (subsampled to at most 60
+    fps: stride = ceil(sim_fps / 60)); shorter takes play every frame in slow motion, at
+    the rate that makes them last 3 s (at most 60 fps). ``requested_fps`` (the scene's
+    ``render.fps``) sets the rate instead, every frame written, capped at 60 by a stride."""
+    sim_fps = float(sim_fps)
+    frames = max(int(frames), 1)
+    if requested_fps is not None:
+        stride = max(1, math.ceil(float(requested_fps) / MAX_VIDEO_FPS - 1e-9))
+        fps = float(requested_fps) / stride
+        return VideoTiming(stride, fps, sim_fps / (fps * stride))
+    if frames / sim_fps >= MIN_VIDEO_SECONDS - 1e-9:
+        stride = max(1, math.ceil(sim_fps / MAX_VIDEO_FPS - 1e-9))
+        return VideoTiming(stride, sim_fps / stride, 1.0)
+    fps = min(MAX_VIDEO_FPS, frames / MIN_VIDEO_SECONDS)
+    # whole frames: the video lasts frames / fps >= 3 s
+    return VideoTiming(1, fps, sim_fps / fps)

@@ -69,6 +69,7 @@ class Solver(ABC):
         self.model = model
         self.config = config
         self._drag: tuple[int, np.ndarray] | None = None
+        self._grab_force: np.ndarray | None = None
 
     @abstractmethod
     def step(self, state_in: State, state_out: State, dt: float) -> StepStats:
@@ -111,6 +112,19 @@ class Solver(ABC):
     def set_drag(self, vertex: int | None, target: np.ndarray | None = None) -> None:
         """Pull ``vertex`` towards ``target`` (3,) as a temporary handle; None releases it."""
         self._drag = None if vertex is None else (int(vertex), np.asarray(target, dtype=np.float64))
+
+    def set_grab_force(self, force: np.ndarray | None) -> None:
+        """A constant external force (n, 3) in N on the next steps (the live window's grab
+        tool, :mod:`tisim.render.grab`), added to gravity inside the solver's own step;
+        None removes it."""
+        self._grab_force = None if force is None else np.asarray(force, dtype=np.float64)
+
+    def grab_acceleration(self, mass: np.ndarray) -> np.ndarray | None:
+        """The grab force divided by ``mass`` (n,) kg: (n, 3) m/s^2, or None."""
+        if self._grab_force is None:
+            return None
+        m = np.asarray(mass, dtype=np.float64)
+        return self._grab_force / np.where(m > 0, m, np.inf)[:, None]
 
     def tunables(self) -> list[Tunable]:
         """Parameters the viewer's panel may change while running."""

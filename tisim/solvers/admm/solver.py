@@ -221,8 +221,10 @@ class SolverADMM(Solver):
         model = self.model
         mat = np.asarray(model.element_material, dtype=np.int32)
         w = np.asarray(model.rest.volume, dtype=np.float64)
-        mu = np.asarray(model.element_mu, dtype=np.float64)
-        lam = np.asarray(model.element_lam, dtype=np.float64)
+        # the live panel's "stiffness" scales Young's modulus, i.e. both Lame parameters
+        scale = getattr(self, "_stiffness_scale", 1.0)
+        mu = scale * np.asarray(model.element_mu, dtype=np.float64)
+        lam = scale * np.asarray(model.element_lam, dtype=np.float64)
         k = np.empty(self.m)
         for code, name in enumerate(MATERIALS):
             sel = mat == code
@@ -510,6 +512,8 @@ class SolverADMM(Solver):
         timings["factor"] += 1e3 * (time.perf_counter() - tf)
         z = x0 + h * v0
         fext = self._mass[:, None] * self.model.gravity[None, :]
+        if self._grab_force is not None:  # the live window's grab: an external force beside gravity
+            fext = fext + self._grab_force
         mu_c = self._contact_mu(h)
         contact = bool(self._colliders)
         qp = W = mu_col = None
@@ -785,7 +789,9 @@ class SolverADMM(Solver):
             Tunable("tolerance", self.tolerance, 1e-10, 1e-2, log=True),
             Tunable("rho_scale", self.rho_scale, 1e-2, 1e3, log=True),
             Tunable("max_iterations", float(self.max_iterations), 1, 10000, log=True),
-        ]
+            # the energy-momentum integrator keeps its own copy of the materials: no slider there
+        ] + ([Tunable("stiffness", getattr(self, "_stiffness_scale", 1.0), 0.01, 100.0, log=True)]
+             if self._em is None else [])
 
     def set_tunable(self, name: str, value: float) -> None:
         if name == "tolerance":
@@ -796,6 +802,12 @@ class SolverADMM(Solver):
             self._set_rho0()
         elif name == "max_iterations":
             self.max_iterations = max(1, int(round(value)))
+        elif name == "stiffness" and self._em is None:
+            value = float(value)
+            if not value > 0:
+                raise ValueError(f"stiffness must be > 0, got {value}")
+            self._stiffness_scale = value
+            self.notify_model_changed("stiffness")
         else:
             raise KeyError(name)
 

@@ -700,6 +700,7 @@ class SolverCloth(Solver):
         if self.solid_solver is not None:
             ns = self.model.solid_vertex_count
             sin, sout = _SolidView(state_in, ns), _SolidView(state_out, ns)
+            self.solid_solver.set_grab_force(None if self._grab_force is None else self._grab_force[:ns])
             self.solid_solver.step(sin, sout, dt)
             timings["solids"] = (time.perf_counter() - t0) * 1e3
         obs_start = state_in.warm.get("cloth_obstacles")
@@ -711,6 +712,8 @@ class SolverCloth(Solver):
         x_hat = xc + dt * vc
         f_ext = self.cloth_mass[:, None] * self.gravity
         f_ext = f_ext + self.wind.forces(state_in.time, xc, vc, self.cloth.faces)
+        if self._grab_force is not None:  # the live window's grab, met inside the IPC solve
+            f_ext = f_ext + self._grab_force[sl]
         idx, tgt = self._held(t1)
         res = self.solve(xc, x_hat, dt, f_ext=f_ext, obstacles=(obs_start, obs_target), held=(idx, tgt))
         state_out.positions[sl] = res.x

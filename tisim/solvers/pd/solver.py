@@ -333,6 +333,9 @@ class SolverPD(Solver):
         g = np.asarray(self.model.gravity, dtype=np.float64)
         xt = self._x_tilde
         np.add(v_n, h * g, out=xt)
+        a_grab = self.grab_acceleration(self.model.mass)
+        if a_grab is not None:  # the live window's grab: an external force beside gravity
+            xt += h * a_grab
         xt *= h / (1.0 + c * h)
         xt += q_n
         np.copyto(self._x0, self._x_tilde)
@@ -607,12 +610,13 @@ class SolverPD(Solver):
             Tunable("dt", self._h, 1e-4, 0.05, log=True),
             Tunable("iterations", float(self._iterations), 1, 100),
             Tunable("stiffness", self._stiffness, 0.01, 100.0, log=True),
-        ]
+        ] + ([Tunable("contact.mu", float(self.contact.config.mu), 0.0, 2.0)] if self.contact is not None else [])
 
     def set_tunable(self, name: str, value: float) -> None:
         """dt (s; refactors now, and step() uses it from then on instead of the dt it is
         passed), iterations, stiffness (scales Young's modulus, i.e. both Lamé parameters;
-        refactors)."""
+        refactors), contact.mu (the Coulomb friction of the scene's contacts, from the next
+        detection on; colliders with a friction of their own keep it)."""
         if name == "dt":
             value = float(value)
             if not value > 0:
@@ -630,6 +634,16 @@ class SolverPD(Solver):
             if value != self._stiffness:
                 self._stiffness = value
                 self._build_system()
+        elif name == "contact.mu" and self.contact is not None:
+            import dataclasses
+
+            value = float(value)
+            if not value >= 0:
+                raise ValueError(f"contact.mu must be >= 0, got {value}")
+            # colliders with their own friction keep it (ContactDetector.friction_of)
+            cfg = dataclasses.replace(self.contact.config, mu=value)
+            self.contact.config = cfg
+            self.contact.detector.config = cfg
         else:
             raise KeyError(name)
 
