@@ -4,7 +4,8 @@
 ``tisim.compare`` is a submodule (the library code of ``tisim compare``), and the import
 system sets the package's attribute to the module when it is first imported, whatever
 ``tisim/__init__.py`` put there. So the module itself is made callable: calling it calls
-:func:`tisim.api.compare` (resp. ``sweep``), and its attributes stay reachable
+:func:`tisim.compare.run_comparison` (resp. :func:`tisim.sweep.run_grid`), which
+:func:`tisim.api.compare` and :func:`tisim.api.sweep` call too, and its attributes stay reachable
 (``tisim.compare.summarize``, ``mock.patch("tisim.sweep.run_task")``).
 """
 
@@ -14,14 +15,13 @@ import sys
 import types
 
 
-def make_callable(module_name: str, api_name: str) -> None:
-    """Make the module ``module_name`` callable as ``tisim.api.<api_name>``."""
+def make_callable(module_name: str, function_name: str) -> None:
+    """Make the module ``module_name`` callable as its own ``function_name`` (the API's
+    implementation lives in the module, so calling it imports nothing above it)."""
 
     class _CallableModule(types.ModuleType):
         def __call__(self, *args, **kwargs):
-            from tisim import api
+            return getattr(self, function_name)(*args, **kwargs)
 
-            return getattr(api, api_name)(*args, **kwargs)
-
-    _CallableModule.__call__.__doc__ = f"tisim.api.{api_name} (see its docstring)"
+    _CallableModule.__call__.__doc__ = f"{module_name}.{function_name} (see its docstring)"
     sys.modules[module_name].__class__ = _CallableModule

@@ -24,7 +24,6 @@ simulation fixes the backend and precision for the rest of the session.
 
 from __future__ import annotations
 
-import base64
 import dataclasses
 import logging
 import math
@@ -34,6 +33,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from tisim.compare import Comparison  # numpy only at import, like this module
+from tisim.render.clip import Clip
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -49,49 +51,17 @@ __all__ = ["Clip", "Comparison", "Result", "Simulation", "compare", "demos", "lo
 
 
 def resolve_scene(scene: str | Path) -> Path:
-    """The scene file for ``scene``: a path to a TOML file, or the name of a bundled demo
-    (``tisim demo --list``). A path that exists wins over a demo of the same name.
+    """See :func:`tisim.scene.resolve_scene`."""
+    from tisim.scene import resolve_scene as resolve
 
-    Raises:
-        ConfigError: neither a file nor a demo.
-    """
-    from tisim.config import ConfigError
-    from tisim.resources import demo_path, demos_dir
-
-    p = Path(scene)
-    if p.exists():
-        return p
-    if demo_path(str(scene)).exists():
-        return demo_path(str(scene))
-    names = ", ".join(sorted(q.stem for q in demos_dir().glob("*.toml")))
-    raise ConfigError("", f"no such scene file or demo (demos: {names})", str(scene))
+    return resolve(scene)
 
 
 def override_strings(overrides: Mapping[str, Any]) -> list[str]:
-    """``{"contact.mu": 0.18}`` as the CLI's ``--set`` texts ``["contact.mu=0.18"]``.
+    """See :func:`tisim.scene.override_strings`."""
+    from tisim.scene import override_strings as strings
 
-    Values are written as TOML (numbers, booleans, strings, lists), so a Python value
-    means what the same value typed after ``--set`` means.
-
-    Raises:
-        ConfigError: a key without a dot (scene keys are ``section.key``), or a value
-            that has no TOML form.
-    """
-    from tisim.config import ConfigError
-    from tisim.sweep import toml_value
-
-    out = []
-    for key, value in overrides.items():
-        if "." not in key:
-            raise ConfigError(key, "expected a dotted scene key such as 'contact.mu' or 'sim.dt' "
-                                   "(pass overrides as **{'contact.mu': 0.2})")
-        try:
-            text = toml_value(value)
-        except ConfigError:
-            raise ConfigError(key, f"cannot write {value!r} as a scene value "
-                                   "(expected a number, bool, string or list)") from None
-        out.append(f"{key}={text}")
-    return out
+    return strings(overrides)
 
 
 def demos() -> pd.DataFrame:
@@ -129,31 +99,6 @@ def load(scene: str | Path, *, arch: str = "auto", precision: str | None = None,
 
 
 # --------------------------------------------------------------------------- video
-
-
-class Clip:
-    """A video file that plays inline in Jupyter (an HTML5 ``<video>`` with the MP4
-    embedded) and prints as its path elsewhere.
-
-    Attributes:
-        path: the MP4 file.
-    """
-
-    def __init__(self, path: str | Path, *, width: int | None = None):
-        self.path = Path(path)
-        self.width = width
-
-    def _repr_html_(self) -> str:
-        data = base64.b64encode(self.path.read_bytes()).decode("ascii")
-        w = f' width="{int(self.width)}"' if self.width else ""
-        return (f'<video controls loop autoplay muted playsinline{w} '
-                f'src="data:video/mp4;base64,{data}"></video>')
-
-    def __fspath__(self) -> str:
-        return str(self.path)
-
-    def __repr__(self) -> str:
-        return f"Clip({str(self.path)!r})"
 
 
 def _require_vulkan(what: str) -> None:
@@ -420,140 +365,33 @@ class Simulation:
 
 def recording_viewer(scene: Scene, out_dir: str | Path, video_name: str | None = None,
                      frames: int | None = None):
-    """The off-screen renderer a headless run records with: PNG frames in
-    ``out_dir/frames`` and ``out_dir/NAME.mp4`` (or ``video_name``) (``tisim run
-    --headless``). The video plays at most 60 fps and lasts at least 3 s for a run of
-    ``frames`` frames (default the scene's): subsampled or in stated slow motion
-    (:func:`tisim.render.video.video_timing`); the frames carry the overlay when
-    ``render.overlay`` is on. Needs Vulkan (:func:`tisim.render.vulkan_available`)."""
-    from tisim.render.offscreen import OffscreenRenderer
-    from tisim.render.video import FrameWriter, video_timing
+    """See :func:`tisim.render.offscreen.recording_viewer`."""
+    from tisim.render.offscreen import recording_viewer as recorder
 
-    sim_fps = 1.0 / (scene.sim.dt * scene.sim.substeps)
-    vt = video_timing(sim_fps, frames or scene.sim.frames, scene.render.fps)
-    return OffscreenRenderer(FrameWriter(out_dir, fps=vt.fps, video_name=video_name or f"{scene.name}.mp4"),
-                             stride=vt.stride, overlay=scene.render.overlay, slowdown=vt.slowdown)
+    return recorder(scene, out_dir, video_name, frames)
 
 
 # --------------------------------------------------------------------------- compare and sweep
 
 
-@dataclasses.dataclass
-class Comparison:
-    """What :func:`compare` returns.
-
-    Attributes:
-        table: one row per integrator: ``ended``, ``energy_max_drift_rel`` (largest
-            |E(t) - E(0)| over max(|E(0)|, max kinetic energy)), ``energy_final_change_rel``,
-            ``linear_momentum_max_drift_rel``, ``angular_momentum_max_drift_rel`` (|L(t) -
-            L(0)| / |L(0)|), ``min_volume_ratio``, ``mean_iterations``, ``median_wall_ms``.
-        stats: each integrator's stats.csv as a DataFrame.
-        summary: compare.json's content.
-        out_dir: the output folder (``NAME/`` per integrator, the plots, side_by_side.mp4).
-    """
-
-    table: pd.DataFrame
-    stats: dict[str, pd.DataFrame]
-    summary: dict
-    out_dir: Path
-
-    def __repr__(self) -> str:
-        return f"Comparison({list(self.table.index)}, out_dir={str(self.out_dir)!r})"
-
-    def video(self, *, width: int | None = 960) -> Clip:
-        """The labelled side-by-side video (integrator, time, energy on each panel)."""
-        p = self.summary.get("side_by_side")
-        if not p or not Path(p).exists():
-            raise FileNotFoundError("this comparison rendered no video (render=False, or no Vulkan)")
-        return Clip(p, width=width)
-
-    def plot(self, column: str = "total_energy", ax=None):
-        """``column`` of each integrator's stats against time on a matplotlib axis."""
-        import matplotlib.pyplot as plt
-
-        if ax is None:
-            _, ax = plt.subplots(figsize=(7, 3.5))
-        for name, df in self.stats.items():
-            ax.plot(df["time"], df[column], label=name)
-        ax.set_xlabel("time (s)")
-        ax.set_ylabel(column)
-        ax.legend()
-        ax.grid(alpha=0.3)
-        return ax
-
-
 def compare(scene: str | Path, integrators: Sequence[str] = ("admm", "implicit-euler", "xpbd"), *,
             frames: int | None = None, out: str | Path | None = None, render: bool = True,
             arch: str = "auto", precision: str | None = None, **overrides: Any) -> Comparison:
-    """Run one scene with several integrators, as ``tisim compare`` does.
+    """Run one scene with several integrators, as ``tisim compare`` does: see
+    :func:`tisim.compare.run_comparison` (``tisim.compare(...)`` calls it too)."""
+    from tisim.compare import run_comparison
 
-    Args:
-        scene: a scene file or demo name.
-        integrators: solver names ("admm", "implicit-euler", "pd", "xpbd").
-        frames: frames per run (default: the scene's).
-        out: output folder (default ``out/NAME-compare``).
-        render: render each integrator's frames and a labelled side-by-side video
-            (skipped without Vulkan).
-        arch, precision: the backend (see :func:`load`).
-        **overrides: dotted scene keys (``--set``).
-
-    Returns:
-        A :class:`Comparison`.
-    """
-    import pandas as pd
-
-    from tisim import backend
-    from tisim.compare import compare as run_compare
-    from tisim.runner import scene_precision
-
-    sim = load(scene, **overrides)
-    out_dir = Path(out) if out is not None else Path("out") / f"{sim.scene.name}-compare"
-    backend.init(arch, scene_precision(sim.scene, precision))
-    summary = run_compare(sim.scene, list(integrators), out_dir, frames=frames, progress=False,
-                          render=render)
-    rows, stats = [], {}
-    for name, v in summary["integrators"].items():
-        rows.append({"integrator": name, **{k: v for k, v in v.items() if k not in ("energy", "out_dir")}})
-        f = Path(v["out_dir"]) / "stats.csv"
-        if f.exists():
-            stats[name] = pd.read_csv(f)
-    return Comparison(table=pd.DataFrame(rows).set_index("integrator"), stats=stats, summary=summary,
-                      out_dir=out_dir)
+    return run_comparison(scene, integrators, frames=frames, out=out, render=render, arch=arch,
+                          precision=precision, **overrides)
 
 
 def sweep(scene: str | Path, vary: Mapping[str, Sequence[Any]], *, frames: int | None = None,
           metrics: Sequence[str] = (), out: str | Path | None = None, workers: int | None = None,
           arch: str = "cpu", precision: str | None = None, progress: bool = False,
           **overrides: Any) -> pd.DataFrame:
-    """Run a scene over a grid of values on local worker processes, as ``tisim sweep``.
+    """Run a scene over a grid of values on local worker processes, as ``tisim sweep``:
+    see :func:`tisim.sweep.run_grid` (``tisim.sweep(...)`` calls it too)."""
+    from tisim.sweep import run_grid
 
-    Args:
-        scene: a scene file or demo name.
-        vary: dotted key -> the values to try, e.g. ``{"contact.mu": [0.17, 0.18]}``;
-            several keys run every combination.
-        frames: frames per run (default: the scene's).
-        metrics: extra metrics, ``"COLUMN:min|max|last|mean"`` of stats.csv (the built-in
-            final_displacement, max_penetration, energy_drift and frame_ms are always there).
-        out: output folder (default ``out/NAME-sweep``); a rerun skips finished runs.
-        workers: worker processes (default: one per core).
-        arch, precision: each run's backend.
-        **overrides: dotted scene keys applied to every run (``--set``).
-
-    Returns:
-        sweep.csv as a DataFrame: one row per run, the varied keys, ``ended``, the metrics.
-    """
-    import pandas as pd
-
-    from tisim.sweep import Vary, parse_metric
-    from tisim.sweep import sweep as run_sweep
-
-    path = resolve_scene(scene)
-    varies = []
-    for key, values in vary.items():
-        override_strings({key: list(values)})  # the same checks as an override
-        varies.append(Vary(key, tuple(values)))
-    out_dir = Path(out) if out is not None else Path("out") / f"{path.stem}-sweep"
-    res = run_sweep(path, varies, out_dir, sets=override_strings(overrides),
-                    metrics=[parse_metric(m) for m in metrics] or None, frames=frames, workers=workers,
-                    arch=arch, precision=precision, progress=progress, quiet_dask=True)
-    return pd.read_csv(res.out_dir / "sweep.csv")
+    return run_grid(scene, vary, frames=frames, metrics=metrics, out=out, workers=workers, arch=arch,
+                    precision=precision, progress=progress, **overrides)

@@ -32,9 +32,15 @@ import logging
 import math
 import time
 from pathlib import Path
-from typing import Callable
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from tisim.render.clip import Clip
 
 log = logging.getLogger(__name__)
 
@@ -291,7 +297,7 @@ def compare(
         try:
             viewer = None
             if render:
-                from tisim.api import recording_viewer
+                from tisim.render.offscreen import recording_viewer
 
                 viewer = recording_viewer(sc, run_dir, video_name=f"{name}.mp4", frames=frames)
             res = run_scene(sc, run_dir, frames=frames, progress=bool(progress) and not callable(progress),
@@ -386,7 +392,91 @@ def _jsonable(o):
     return o
 
 
-# tisim.compare(...) is the Python API's compare (tisim.api.compare)
-from tisim._callable_module import make_callable
+@dataclasses.dataclass
+class Comparison:
+    """What :func:`compare` returns.
 
-make_callable(__name__, "compare")
+    Attributes:
+        table: one row per integrator: ``ended``, ``energy_max_drift_rel`` (largest
+            |E(t) - E(0)| over max(|E(0)|, max kinetic energy)), ``energy_final_change_rel``,
+            ``linear_momentum_max_drift_rel``, ``angular_momentum_max_drift_rel`` (|L(t) -
+            L(0)| / |L(0)|), ``min_volume_ratio``, ``mean_iterations``, ``median_wall_ms``.
+        stats: each integrator's stats.csv as a DataFrame.
+        summary: compare.json's content.
+        out_dir: the output folder (``NAME/`` per integrator, the plots, side_by_side.mp4).
+    """
+
+    table: pd.DataFrame
+    stats: dict[str, pd.DataFrame]
+    summary: dict
+    out_dir: Path
+
+    def __repr__(self) -> str:
+        return f"Comparison({list(self.table.index)}, out_dir={str(self.out_dir)!r})"
+
+    def video(self, *, width: int | None = 960) -> Clip:
+        from tisim.render.clip import Clip
+
+        """The labelled side-by-side video (integrator, time, energy on each panel)."""
+        p = self.summary.get("side_by_side")
+        if not p or not Path(p).exists():
+            raise FileNotFoundError("this comparison rendered no video (render=False, or no Vulkan)")
+        return Clip(p, width=width)
+
+    def plot(self, column: str = "total_energy", ax=None):
+        """``column`` of each integrator's stats against time on a matplotlib axis."""
+        import matplotlib.pyplot as plt
+
+        if ax is None:
+            _, ax = plt.subplots(figsize=(7, 3.5))
+        for name, df in self.stats.items():
+            ax.plot(df["time"], df[column], label=name)
+        ax.set_xlabel("time (s)")
+        ax.set_ylabel(column)
+        ax.legend()
+        ax.grid(alpha=0.3)
+        return ax
+
+
+def run_comparison(scene: str | Path, integrators: Sequence[str] = ("admm", "implicit-euler", "xpbd"), *,
+            frames: int | None = None, out: str | Path | None = None, render: bool = True,
+            arch: str = "auto", precision: str | None = None, **overrides: Any) -> Comparison:
+    """Run one scene with several integrators, as ``tisim compare`` does.
+
+    Args:
+        scene: a scene file or demo name.
+        integrators: solver names ("admm", "implicit-euler", "pd", "xpbd").
+        frames: frames per run (default: the scene's).
+        out: output folder (default ``out/NAME-compare``).
+        render: render each integrator's frames and a labelled side-by-side video
+            (skipped without Vulkan).
+        arch, precision: the backend (see :func:`load`).
+        **overrides: dotted scene keys (``--set``).
+
+    Returns:
+        A :class:`Comparison`.
+    """
+    import pandas as pd
+
+    from tisim import backend
+    from tisim.runner import scene_precision
+    from tisim.scene import load_scene, override_strings, resolve_scene
+
+    sc = load_scene(resolve_scene(scene), override_strings(overrides))
+    out_dir = Path(out) if out is not None else Path("out") / f"{sc.name}-compare"
+    backend.init(arch, scene_precision(sc, precision))
+    summary = compare(sc, list(integrators), out_dir, frames=frames, progress=False, render=render)
+    rows, stats = [], {}
+    for name, v in summary["integrators"].items():
+        rows.append({"integrator": name, **{k: v for k, v in v.items() if k not in ("energy", "out_dir")}})
+        f = Path(v["out_dir"]) / "stats.csv"
+        if f.exists():
+            stats[name] = pd.read_csv(f)
+    return Comparison(table=pd.DataFrame(rows).set_index("integrator"), stats=stats, summary=summary,
+                      out_dir=out_dir)
+
+
+# tisim.compare(...) is run_comparison, the Python API's compare (tisim.api.compare)
+from tisim._callable_module import make_callable  # noqa: E402
+
+make_callable(__name__, "run_comparison")

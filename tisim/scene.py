@@ -16,6 +16,7 @@ import math
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from collections.abc import Mapping
 from typing import Any, Literal
 
 from tisim.config import ConfigError, Int3, Vec3, from_dict, num, to_dict
@@ -556,3 +557,72 @@ def load_scene(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) ->
                 raise ConfigError(f"{section}.{name}", f"no such entry in the scene file ({section}: {known}); "
                                   f"a --set that adds one must give it {' or '.join(needs)} (in --set)", str(p))
     return scene_from_dict(data, str(p))
+
+
+def toml_value(v: Any) -> str:
+    """A Python value written as a TOML value (for ``--set`` override text)."""
+    import json
+
+    import numpy as np
+
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, np.integer)):
+        return str(int(v))
+    if isinstance(v, (float, np.floating)):
+        v = float(v)
+        if math.isinf(v):
+            return "inf" if v > 0 else "-inf"
+        if math.isnan(v):
+            return "nan"
+        return repr(v)
+    if isinstance(v, str):
+        return json.dumps(v)  # a TOML basic string for anything json escapes
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(toml_value(x) for x in v) + "]"
+    raise ConfigError("--vary", f"cannot write {v!r} as a scene value")
+
+
+def resolve_scene(scene: str | Path) -> Path:
+    """The scene file for ``scene``: a path to a TOML file, or the name of a bundled demo
+    (``tisim demo --list``). A path that exists wins over a demo of the same name.
+
+    Raises:
+        ConfigError: neither a file nor a demo.
+    """
+    from tisim.config import ConfigError
+    from tisim.resources import demo_path, demos_dir
+
+    p = Path(scene)
+    if p.exists():
+        return p
+    if demo_path(str(scene)).exists():
+        return demo_path(str(scene))
+    names = ", ".join(sorted(q.stem for q in demos_dir().glob("*.toml")))
+    raise ConfigError("", f"no such scene file or demo (demos: {names})", str(scene))
+
+
+def override_strings(overrides: Mapping[str, Any]) -> list[str]:
+    """``{"contact.mu": 0.18}`` as the CLI's ``--set`` texts ``["contact.mu=0.18"]``.
+
+    Values are written as TOML (numbers, booleans, strings, lists), so a Python value
+    means what the same value typed after ``--set`` means.
+
+    Raises:
+        ConfigError: a key without a dot (scene keys are ``section.key``), or a value
+            that has no TOML form.
+    """
+    from tisim.config import ConfigError
+
+    out = []
+    for key, value in overrides.items():
+        if "." not in key:
+            raise ConfigError(key, "expected a dotted scene key such as 'contact.mu' or 'sim.dt' "
+                                   "(pass overrides as **{'contact.mu': 0.2})")
+        try:
+            text = toml_value(value)
+        except ConfigError:
+            raise ConfigError(key, f"cannot write {value!r} as a scene value "
+                                   "(expected a number, bool, string or list)") from None
+        out.append(f"{key}={text}")
+    return out

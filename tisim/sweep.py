@@ -41,13 +41,17 @@ import os
 import re
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+if TYPE_CHECKING:
+    import pandas as pd
+
 from tisim.config import ConfigError
+from tisim.scene import toml_value  # noqa: F401  (the --vary parser's, and the API's)
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -117,26 +121,6 @@ class SweepResult:
 
 
 # ---------------------------------------------------------------- parsing
-
-
-def toml_value(v: Any) -> str:
-    """A Python value written as a TOML value (for ``--set`` override text)."""
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, (int, np.integer)):
-        return str(int(v))
-    if isinstance(v, (float, np.floating)):
-        v = float(v)
-        if math.isinf(v):
-            return "inf" if v > 0 else "-inf"
-        if math.isnan(v):
-            return "nan"
-        return repr(v)
-    if isinstance(v, str):
-        return json.dumps(v)  # a TOML basic string for anything json escapes
-    if isinstance(v, (list, tuple)):
-        return "[" + ", ".join(toml_value(x) for x in v) + "]"
-    raise ConfigError("--vary", f"cannot write {v!r} as a scene value")
 
 
 def _split_top_level(text: str) -> list[str]:
@@ -749,7 +733,46 @@ def sweep(
     return result
 
 
-# tisim.sweep(...) is the Python API's sweep (tisim.api.sweep)
-from tisim._callable_module import make_callable
+def run_grid(scene: str | Path, vary: Mapping[str, Sequence[Any]], *, frames: int | None = None,
+          metrics: Sequence[str] = (), out: str | Path | None = None, workers: int | None = None,
+          arch: str = "cpu", precision: str | None = None, progress: bool = False,
+          **overrides: Any) -> pd.DataFrame:
+    """Run a scene over a grid of values on local worker processes, as ``tisim sweep``.
 
-make_callable(__name__, "sweep")
+    Args:
+        scene: a scene file or demo name.
+        vary: dotted key -> the values to try, e.g. ``{"contact.mu": [0.17, 0.18]}``;
+            several keys run every combination.
+        frames: frames per run (default: the scene's).
+        metrics: extra metrics, ``"COLUMN:min|max|last|mean"`` of stats.csv (the built-in
+            final_displacement, max_penetration, energy_drift and frame_ms are always there).
+        out: output folder (default ``out/NAME-sweep``); a rerun skips finished runs.
+        workers: worker processes (default: one per core).
+        arch, precision: each run's backend.
+        **overrides: dotted scene keys applied to every run (``--set``).
+
+    Returns:
+        sweep.csv as a DataFrame: one row per run, the varied keys, ``ended``, the metrics.
+    """
+    import pandas as pd
+
+    from tisim.scene import override_strings, resolve_scene
+
+    run_sweep = sweep
+
+    path = resolve_scene(scene)
+    varies = []
+    for key, values in vary.items():
+        override_strings({key: list(values)})  # the same checks as an override
+        varies.append(Vary(key, tuple(values)))
+    out_dir = Path(out) if out is not None else Path("out") / f"{path.stem}-sweep"
+    res = run_sweep(path, varies, out_dir, sets=override_strings(overrides),
+                    metrics=[parse_metric(m) for m in metrics] or None, frames=frames, workers=workers,
+                    arch=arch, precision=precision, progress=progress, quiet_dask=True)
+    return pd.read_csv(res.out_dir / "sweep.csv")
+
+
+# tisim.sweep(...) is run_grid, the Python API's sweep (tisim.api.sweep)
+from tisim._callable_module import make_callable  # noqa: E402
+
+make_callable(__name__, "run_grid")

@@ -52,7 +52,7 @@ def test_compare_exits_with_the_first_of_the_documented_order(endings, scene_fil
     summary["integrators"]["fine"] = {"ended": "completed", "message": ""}  # one that completed
     names = ",".join(summary["integrators"])
     monkeypatch.setattr(cmp, "check_comparable", lambda sc, chosen: None)
-    monkeypatch.setattr(cmp, "compare", lambda sc, chosen, out, frames=None: summary)
+    monkeypatch.setattr(cmp, "compare", lambda sc, chosen, out, frames=None, **kw: summary)
     monkeypatch.setattr(cmp, "format_table", lambda s: [])
     r = CliRunner().invoke(app, ["compare", str(scene_file), "-i", names, "--out", str(tmp_path / "o")])
     assert r.exit_code == _expected(endings), (r.exit_code, r.output)

@@ -81,7 +81,8 @@ def _potential(solver, x_hat, h, f_ext):
         val = 0.5 / h**2 * float((m[:, None] * (x - x_hat) ** 2).sum()) - float((x * f_ext).sum())
         val += solver.elastic.evaluate(x, energy_only=True)[0]
         # the plane barrier written out (C-IPC): kappa b(d^2 - xi^2, dhat^2 + 2 dhat xi)
-        d = x @ planes.n[0] - planes.p[0] @ planes.n[0]
+        p0, n0 = planes.planes[0]  # (point, unit normal)
+        d = x @ n0 - p0 @ n0
         if (d <= c.thickness).any():
             return math.inf
         s_hat = c.dhat**2 + 2 * c.dhat * c.thickness
@@ -148,8 +149,8 @@ def _ipc_kappa(solver, x, x_hat, h, f_ext):
         gel[i] = (solver.elastic.evaluate(a.reshape(-1, 3), energy_only=True)[0]
                   - solver.elastic.evaluate(b.reshape(-1, 3), energy_only=True)[0]) / (2 * e)
     ge = ge.ravel() + gel
-    n = solver.planes.n[0]
-    d = x @ n - solver.planes.p[0] @ n
+    p0, n = solver.planes.planes[0]
+    d = x @ n - p0 @ n
     s_hat = c.dhat**2 + 2 * c.dhat * c.thickness
     gb = (_b1(d * d - c.thickness**2, s_hat) * 2 * d)[:, None] * n
     rest = solver.cloth.rest

@@ -732,3 +732,19 @@ class OffscreenRenderer:
         self._drawer = None
         self._ti_camera = None
         self._window = None
+
+
+def recording_viewer(scene, out_dir, video_name: str | None = None,
+                     frames: int | None = None):
+    """The off-screen renderer a headless run records with: PNG frames in
+    ``out_dir/frames`` and ``out_dir/NAME.mp4`` (or ``video_name``) (``tisim run
+    --headless``). The video plays at most 60 fps and lasts at least 3 s for a run of
+    ``frames`` frames (default the scene's): subsampled or in stated slow motion
+    (:func:`tisim.render.video.video_timing`); the frames carry the overlay when
+    ``render.overlay`` is on. Needs Vulkan (:func:`tisim.render.vulkan_available`)."""
+    from tisim.render.video import FrameWriter, video_timing
+
+    sim_fps = 1.0 / (scene.sim.dt * scene.sim.substeps)
+    vt = video_timing(sim_fps, frames or scene.sim.frames, scene.render.fps)
+    return OffscreenRenderer(FrameWriter(out_dir, fps=vt.fps, video_name=video_name or f"{scene.name}.mp4"),
+                             stride=vt.stride, overlay=scene.render.overlay, slowdown=vt.slowdown)
