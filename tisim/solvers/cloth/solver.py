@@ -1005,6 +1005,7 @@ class SolverCloth(Solver):
                 m_free = float(mass[free[:nc]].sum())
                 v_dec = math.sqrt(max(float(b @ p.ravel()[dofs]), 0.0) / m_free) if m_free > 0 else 0.0
                 small = residual < tol_v or (stop_on_decrement and v_dec < tol_v)
+                friction_acts = False  # any vertex with a lagged normal force, hence friction
                 if small and not pulled.any() and (friction_parts[0] or friction_parts[1]):
                     # Friction in its sticking zone is the stiffest term of the system
                     # (2 mu lambda / (eps_v h), largest at zero slip), so near the start of a
@@ -1012,7 +1013,7 @@ class SolverCloth(Solver):
                     # shortness is friction's stiffness, not closeness to the minimum. Measure
                     # instead the step the same forces would give against inertia alone,
                     # q = p + h^2 M^-1 K_f p (see _friction_held_step).
-                    residual, v_dec, slip = self._friction_held_step(
+                    residual, v_dec, slip, friction_acts = self._friction_held_step(
                         p, b @ p.ravel()[dofs], free & ~pulled, h, friction_parts,
                         x[:nc] - x_start[:nc], eps_v)
                     # and where friction is still deciding between stick and slip (vertices
@@ -1028,7 +1029,7 @@ class SolverCloth(Solver):
                 if not pulled.any() and small:
                     if not kept:
                         converged = True
-                        if not friction_parts[0] and not friction_parts[1]:
+                        if not friction_acts:
                             break
                         # With friction, the stopping point's error leans one way: Newton
                         # comes from the sticking side, so a slide stops short by up to the
@@ -1180,7 +1181,7 @@ class SolverCloth(Solver):
         return total
 
     def _friction_held_step(self, p, p_H_p, free, h, friction_parts, moved, eps_v
-                            ) -> tuple[float, float, float]:
+                            ) -> tuple[float, float, float, bool]:
         """The Newton convergence measures of a step p with friction's stiffness taken out.
 
         p: (n, 3) Newton step, m; p_H_p: p^T H p (J); free: (n,) vertices whose step
@@ -1191,7 +1192,7 @@ class SolverCloth(Solver):
         sqrt((p^T H p + p^T K_f p + h^2 sum_i |K_f p|_i^2 / m_i) / M), the largest
         |q_i| / h over the vertices with friction that moved less than
         STICK_SLIP_ZONE eps_v h), where q = p + h^2 M^-1 K_f p and K_f is the friction
-        Hessian at the iterate.
+        Hessian at the iterate; and whether any vertex has friction at all.
 
         Why: (M / h^2 + K_f + K) p = -g, so q is the step that inertia alone would take
         under the forces that friction's stiffness is holding back. The smoothed friction
@@ -1231,7 +1232,7 @@ class SolverCloth(Solver):
         if moved is not None:
             zone &= np.linalg.norm(moved, axis=1) < STICK_SLIP_ZONE * eps_v * h
         slip = float(np.abs(q[zone]).max(initial=0.0)) / h
-        return residual, v_dec, slip
+        return residual, v_dec, slip, bool(touched.any())
 
     # ------------------------------------------------------------------ contact helpers
     def _detect(self, inflation: float, alpha: float | None = None, at: np.ndarray | None = None) -> tuple[int, int]:
