@@ -255,15 +255,51 @@ def compare(
     or fails does not stop the others; the plots and compare.json hold every run that
     stepped. A :class:`ConfigError` or :class:`MeshError` (the scene's mistake) is raised.
     """
-    from tisim.config import ConfigError
-    from tisim.geometry.mesh import MeshError
     from tisim.model import Model
-    from tisim.runner import run_scene
 
     if not integrators:
         raise ValueError("compare needs at least one integrator")
     check_comparable(scene, integrators)
     scenes = {name: scene_for(scene, name, (options or {}).get(name)) for name in integrators}
+    energies, same = _shared_energy(scenes, mixed_energies)
+    total_mass = float(Model.from_scene(scene).mass.sum())
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    results: dict[str, dict] = {}
+    curves: dict[str, dict[str, np.ndarray]] = {}
+    stopped = False  # a Ctrl-C: the integrators after it are not run
+    for i, name in enumerate(integrators):
+        run_dir = out / name
+        summary = {"ended": "not run", "message": "", "out_dir": str(run_dir), "energy": energies[name]}
+        results[name] = summary
+        if stopped:
+            continue
+        if callable(progress):
+            progress(name, i, len(integrators))
+        stats, stopped = _run_one(scenes[name], name, run_dir, summary, frames=frames, render=render,
+                                  progress=bool(progress) and not callable(progress))
+        if stats and len(stats.get("frame", [])) > 1:
+            summary.update(summarize(stats, total_mass))
+            curves[name] = stats
+    plots = _plot_drifts(curves, scene.name, out) if curves else []
+    side = side_by_side(scene, out, list(curves)) if render and curves else None
+    summary = {
+        "scene": scene.name,
+        "integrators": results,
+        "plots": plots,
+        "side_by_side": str(side) if side else None,
+        "energy": next(iter(energies.values())) if same else None,
+        "same_energy": same,
+    }
+    (out / "compare.json").write_text(json.dumps(_jsonable(summary), indent=2))
+    return summary
+
+
+def _shared_energy(scenes: dict, mixed_energies: bool) -> tuple[dict, bool]:
+    """The energy each integrator integrates ({name: {material: energy}}) and whether they
+    all integrate the same one; a mixed set is a ConfigError unless ``mixed_energies``."""
+    from tisim.config import ConfigError
+
     energies = {name: integrated_energies(sc) for name, sc in scenes.items()}
     distinct = {tuple(sorted(e.items())) for e in energies.values()}
     same = len(distinct) == 1 and not any("stand-in" in v or v == "unknown" for e in energies.values()
@@ -277,74 +313,58 @@ def compare(
                 "share one (e.g. admm, implicit-euler and xpbd on arap, corotated or neo-hookean)",
             )
         log.warning("compare: different energies (%s): the energy drifts are not comparable", text)
-    total_mass = float(Model.from_scene(scene).mass.sum())
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    results: dict[str, dict] = {}
-    curves: dict[str, dict[str, np.ndarray]] = {}
-    stopped = False  # a Ctrl-C: the integrators after it are not run
-    for i, name in enumerate(integrators):
-        run_dir = out / name
-        summary = {"ended": "not run", "message": "", "out_dir": str(run_dir), "energy": energies[name]}
-        results[name] = summary
-        if stopped:
-            continue
-        sc = scenes[name]
-        if callable(progress):
-            progress(name, i, len(integrators))
-        log.info("compare: running %s with %s", scene.name, name)
-        started = time.time()
-        try:
-            viewer = None
-            if render:
-                from tisim.render.offscreen import recording_viewer
+    return energies, same
 
-                viewer = recording_viewer(sc, run_dir, video_name=f"{name}.mp4", frames=frames)
-            res = run_scene(sc, run_dir, frames=frames, progress=bool(progress) and not callable(progress),
-                            viewer=viewer)
-        except (ConfigError, MeshError):
-            raise  # the scene's mistake, the same for every integrator: one line, nothing more to run
-        except KeyboardInterrupt:  # before the first step (the runner keeps the frames of one after it)
-            summary.update(ended="interrupted", message="interrupted before its first frame")
-            stopped = True
-            _drop_stale(run_dir, started)
-            continue
-        except Exception as e:  # one integrator's failure; the others still run
-            log.debug("compare: %s failed", name, exc_info=True)
-            summary.update(ended="failed", message=f"{type(e).__name__}: {' '.join(str(e).split())}",
-                           error=type(e).__name__)
-            _drop_stale(run_dir, started)
-            continue
-        summary.update(ended=res.ended, message=res.message)
-        stopped = res.ended == "interrupted"
-        stats = read_stats(run_dir / "stats.csv")
-        if stats and len(stats.get("frame", [])) > 1:
-            summary.update(summarize(stats, total_mass))
-            curves[name] = stats
-    plots = []
-    if curves:
-        t = {k: v["time"] for k, v in curves.items()}
-        paths = (out / "energy.png", out / "linear_momentum.png", out / "angular_momentum.png")
-        _plot({k: (t[k], v["total_energy"]) for k, v in curves.items()}, "total energy (J)",
-              f"{scene.name}: total energy", paths[0])
-        _plot({k: (t[k], np.linalg.norm(np.stack([v["px"] - v["px"][0], v["py"] - v["py"][0],
-                                                    v["pz"] - v["pz"][0]], 1), axis=1))
-               for k, v in curves.items()}, "|p(t) - p(0)| (kg m/s)", f"{scene.name}: linear momentum change",
-              paths[1], logy=True)
-        _plot({k: (t[k], np.linalg.norm(np.stack([v["lx"], v["ly"], v["lz"]], 1), axis=1))
-               for k, v in curves.items()}, "|L(t)| (kg m^2/s)", f"{scene.name}: angular momentum", paths[2])
-        plots = [str(p) for p in paths]
-    side = side_by_side(scene, out, list(curves)) if render and curves else None
-    summary = {
-        "scene": scene.name,
-        "integrators": results,
-        "plots": plots,
-        "side_by_side": str(side) if side else None,
-        "energy": next(iter(energies.values())) if same else None,
-        "same_energy": same,
-    }
-    (out / "compare.json").write_text(json.dumps(_jsonable(summary), indent=2))
-    return summary
+
+def _run_one(sc, name: str, run_dir: Path, summary: dict, *, frames, render: bool,
+             progress: bool) -> tuple[dict | None, bool]:
+    """Run one integrator's scene into ``run_dir``, recording how it ended in ``summary``.
+
+    Returns (its stats columns or None, whether a Ctrl-C stops the comparison). A failure
+    of this integrator is recorded, not raised; the scene's own mistake (ConfigError,
+    MeshError) is raised, since it is the same for every integrator."""
+    from tisim.config import ConfigError
+    from tisim.geometry.mesh import MeshError
+    from tisim.runner import run_scene
+
+    log.info("compare: running %s with %s", sc.name, name)
+    started = time.time()
+    try:
+        viewer = None
+        if render:
+            from tisim.render.offscreen import recording_viewer
+
+            viewer = recording_viewer(sc, run_dir, video_name=f"{name}.mp4", frames=frames)
+        res = run_scene(sc, run_dir, frames=frames, progress=progress, viewer=viewer)
+    except (ConfigError, MeshError):
+        raise
+    except KeyboardInterrupt:  # before the first step (the runner keeps the frames of one after it)
+        summary.update(ended="interrupted", message="interrupted before its first frame")
+        _drop_stale(run_dir, started)
+        return None, True
+    except Exception as e:  # one integrator's failure; the others still run
+        log.debug("compare: %s failed", name, exc_info=True)
+        summary.update(ended="failed", message=f"{type(e).__name__}: {' '.join(str(e).split())}",
+                       error=type(e).__name__)
+        _drop_stale(run_dir, started)
+        return None, False
+    summary.update(ended=res.ended, message=res.message)
+    return read_stats(run_dir / "stats.csv"), res.ended == "interrupted"
+
+
+def _plot_drifts(curves: dict[str, dict[str, np.ndarray]], scene_name: str, out: Path) -> list[str]:
+    """energy.png, linear_momentum.png and angular_momentum.png of every run that stepped."""
+    t = {k: v["time"] for k, v in curves.items()}
+    paths = (out / "energy.png", out / "linear_momentum.png", out / "angular_momentum.png")
+    _plot({k: (t[k], v["total_energy"]) for k, v in curves.items()}, "total energy (J)",
+          f"{scene_name}: total energy", paths[0])
+    _plot({k: (t[k], np.linalg.norm(np.stack([v["px"] - v["px"][0], v["py"] - v["py"][0],
+                                                v["pz"] - v["pz"][0]], 1), axis=1))
+           for k, v in curves.items()}, "|p(t) - p(0)| (kg m/s)", f"{scene_name}: linear momentum change",
+          paths[1], logy=True)
+    _plot({k: (t[k], np.linalg.norm(np.stack([v["lx"], v["ly"], v["lz"]], 1), axis=1))
+           for k, v in curves.items()}, "|L(t)| (kg m^2/s)", f"{scene_name}: angular momentum", paths[2])
+    return [str(p) for p in paths]
 
 
 def panel_labels(name: str, stats: dict[str, np.ndarray], ended: str = "completed") -> list[list[str]]:

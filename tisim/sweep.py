@@ -622,6 +622,42 @@ def _finish(out: Path, run: SweepRun, res: dict, bar: _Progress, on_result) -> N
     bar.advance(f"{_slug(run.params)}: {res.get('ended')}")
 
 
+def _collect(client, futures: dict, out: Path, bar: _Progress, on_result) -> None:
+    """Store each run as its future completes. A cluster that has had no worker for
+    NO_WORKERS_TIMEOUT_S marks the runs still pending failed and returns (it would
+    otherwise wait forever)."""
+    from distributed import TimeoutError as DaskTimeout
+    from distributed import wait
+
+    pending = set(futures)
+    no_workers_since = None
+    while pending:
+        try:
+            with client.as_current():  # wait() finds its client there
+                done, not_done = wait(list(pending), timeout=_POLL_S, return_when="FIRST_COMPLETED")
+        except (TimeoutError, DaskTimeout):
+            if client.scheduler_info().get("workers"):
+                no_workers_since = None
+            elif no_workers_since is None:
+                no_workers_since = time.monotonic()
+            elif time.monotonic() - no_workers_since > NO_WORKERS_TIMEOUT_S:
+                msg = f"no Dask worker for {NO_WORKERS_TIMEOUT_S:g} s: the run was not done"
+                for f in pending:
+                    f.cancel()
+                    _finish(out, futures[f], {"ended": "failed", "message": msg}, bar, on_result)
+                log.error("the Dask cluster has had no worker for %g s: %d runs marked failed",
+                          NO_WORKERS_TIMEOUT_S, len(pending))
+                return
+            continue
+        pending = set(not_done)
+        for f in done:
+            try:
+                res = f.result()
+            except Exception as e:  # a lost worker, a task that could not be sent
+                res = {"ended": "failed", "message": f"{type(e).__name__}: {' '.join(str(e).split())}"}
+            _finish(out, futures[f], res, bar, on_result)
+
+
 def sweep(
     scene_path: Path | str,
     varies: list[Vary],
@@ -669,41 +705,11 @@ def sweep(
         bar = _Progress(len(runs), skipped, Path(scene_path).stem, progress)
         futures = {}
         try:
-            from distributed import TimeoutError as DaskTimeout
-            from distributed import wait
-
             for r in todo:
                 f = client.submit(run_task, r.data, str(Path(scene_path).resolve()), frames, arch, precision,
                                   key=f"tisim-sweep-{r.folder}-{r.signature}", pure=False, retries=0)
                 futures[f] = r
-            pending = set(futures)
-            no_workers_since = None
-            while pending:
-                try:
-                    with client.as_current():  # wait() finds its client there
-                        done, not_done = wait(list(pending), timeout=_POLL_S, return_when="FIRST_COMPLETED")
-                except (TimeoutError, DaskTimeout):
-                    # a cluster that lost every worker (or never had one) would wait forever
-                    if client.scheduler_info().get("workers"):
-                        no_workers_since = None
-                    elif no_workers_since is None:
-                        no_workers_since = time.monotonic()
-                    elif time.monotonic() - no_workers_since > NO_WORKERS_TIMEOUT_S:
-                        msg = f"no Dask worker for {NO_WORKERS_TIMEOUT_S:g} s: the run was not done"
-                        for f in pending:
-                            f.cancel()
-                            _finish(out, futures[f], {"ended": "failed", "message": msg}, bar, on_result)
-                        log.error("the Dask cluster has had no worker for %g s: %d runs marked failed",
-                                  NO_WORKERS_TIMEOUT_S, len(pending))
-                        break
-                    continue
-                pending = set(not_done)
-                for f in done:
-                    try:
-                        res = f.result()
-                    except Exception as e:  # a lost worker, a task that could not be sent
-                        res = {"ended": "failed", "message": f"{type(e).__name__}: {' '.join(str(e).split())}"}
-                    _finish(out, futures[f], res, bar, on_result)
+            _collect(client, futures, out, bar, on_result)
         except KeyboardInterrupt:
             interrupted = True
             for f in futures:

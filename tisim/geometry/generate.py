@@ -222,41 +222,11 @@ def _bcc_lattice(lo: np.ndarray, hi: np.ndarray, h: float):
     return points, np.concatenate(tets), n_black
 
 
-def _isosurface_stuffing(phi, cut, lo, hi, h: float, count_only: bool = False):
-    """Tetrahedralize {phi < 0} by isosurface stuffing (Labelle & Shewchuk 2007).
-
-    phi: (p, 3) -> (p,) signed function, negative inside. cut: (a (k,3) inside,
-    b (k,3) outside) -> (k, 3) points with phi = 0 on the segments. lo, hi:
-    bounding box of the domain, h: lattice spacing (black edge length).
-    Returns (vertices (n, 3), tets (m, 4)), or only n when ``count_only``.
-
-    Quadrilaterals left by cutting a lattice tet are split along the diagonal
-    through their smallest global vertex id: both tets sharing the quad see the
-    same ids, so the mesh is conforming, and a prism split this way never meets
-    the cyclic (Schönhardt) diagonal pattern. This replaces the paper's parity
-    rule, so its proven dihedral bounds are not claimed; the generator's tests
-    measure the angles instead.
-    """
-    lo = np.asarray(lo, float) - 2 * h
-    hi = np.asarray(hi, float) + 2 * h
-    points, tets, _ = _bcc_lattice(lo, hi, h)
-    val = phi(points)
-    # Only tets touching the inside matter.
-    tets = tets[np.any(val[tets] <= 0, axis=1)]
+def _warp(points, val, e_all, length, alpha, cut):
+    """Isosurface stuffing's warp: a lattice vertex with a violated crossing on an adjacent
+    edge (closer than alpha times the edge's length) moves to the closest such crossing and
+    becomes a surface vertex. Returns (positions, signs of phi with warped vertices 0)."""
     pos = points.copy()
-
-    e_all = np.sort(
-        tets[:, [[0, 1], [0, 2], [0, 3], [1, 2], [1, 3], [2, 3]]].reshape(-1, 2), axis=1
-    )
-    # Unique edges through a scalar key: much faster than np.unique(axis=0).
-    key = np.sort(e_all[:, 0] * len(points) + e_all[:, 1])
-    key = key[np.r_[True, key[1:] != key[:-1]]]
-    e_all = np.stack([key // len(points), key % len(points)], axis=1)
-    length = np.linalg.norm(points[e_all[:, 1]] - points[e_all[:, 0]], axis=1)
-    alpha = np.where(length > 0.95 * h, _ALPHA_LONG, _ALPHA_SHORT)
-
-    # Warp: a vertex with a violated crossing on an adjacent edge moves to the
-    # closest such crossing and becomes a surface vertex (value 0).
     sa, sb = np.sign(val[e_all[:, 0]]), np.sign(val[e_all[:, 1]])
     crossing = sa * sb < 0
     ec = e_all[crossing]
@@ -281,6 +251,72 @@ def _isosurface_stuffing(phi, cut, lo, hi, h: float, count_only: bool = False):
     pos[warped] = target[warped]
     sign = np.sign(val).astype(np.int8)
     sign[warped] = 0
+
+    return pos, sign
+
+
+def _split_cut_tets(tets, signs, cut_id: dict) -> list[list[int]]:
+    """The tets of the inside part of lattice tets cut by the surface: one tet, a pyramid
+    or a prism per cut tet, by how many of its vertices are inside (sign < 0)."""
+
+    def cid(u, v):
+        return cut_id[(u, v) if u < v else (v, u)]
+
+    extra = []
+    for t, sg in zip(tets, signs, strict=True):
+        m = [int(v) for v, g in zip(t, sg, strict=True) if g < 0]
+        z = [int(v) for v, g in zip(t, sg, strict=True) if g == 0]
+        p = [int(v) for v, g in zip(t, sg, strict=True) if g > 0]
+        if len(m) == 1:  # one inside vertex: a single tet
+            extra.append([m[0], *z, *(cid(m[0], q) for q in p)])
+        elif len(m) == 2 and len(p) == 1:  # pyramid over quad (m0, m1, c1, c0)
+            c0, c1 = cid(m[0], p[0]), cid(m[1], p[0])
+            extra.extend(_split_pyramid(z[0], (m[0], m[1], c1, c0)))
+        elif len(m) == 2:  # prism with ends (m0, c00, c01) and (m1, c10, c11)
+            extra.extend(
+                _split_prism(
+                    (m[0], cid(m[0], p[0]), cid(m[0], p[1])),
+                    (m[1], cid(m[1], p[0]), cid(m[1], p[1])),
+                )
+            )
+        else:  # three inside vertices: prism between them and their crossings
+            extra.extend(_split_prism(tuple(m), tuple(cid(v, p[0]) for v in m)))
+    return extra
+
+
+def _isosurface_stuffing(phi, cut, lo, hi, h: float, count_only: bool = False):
+    """Tetrahedralize {phi < 0} by isosurface stuffing (Labelle & Shewchuk 2007).
+
+    phi: (p, 3) -> (p,) signed function, negative inside. cut: (a (k,3) inside,
+    b (k,3) outside) -> (k, 3) points with phi = 0 on the segments. lo, hi:
+    bounding box of the domain, h: lattice spacing (black edge length).
+    Returns (vertices (n, 3), tets (m, 4)), or only n when ``count_only``.
+
+    Quadrilaterals left by cutting a lattice tet are split along the diagonal
+    through their smallest global vertex id: both tets sharing the quad see the
+    same ids, so the mesh is conforming, and a prism split this way never meets
+    the cyclic (Schönhardt) diagonal pattern. This replaces the paper's parity
+    rule, so its proven dihedral bounds are not claimed; the generator's tests
+    measure the angles instead.
+    """
+    lo = np.asarray(lo, float) - 2 * h
+    hi = np.asarray(hi, float) + 2 * h
+    points, tets, _ = _bcc_lattice(lo, hi, h)
+    val = phi(points)
+    # Only tets touching the inside matter.
+    tets = tets[np.any(val[tets] <= 0, axis=1)]
+
+    e_all = np.sort(
+        tets[:, [[0, 1], [0, 2], [0, 3], [1, 2], [1, 3], [2, 3]]].reshape(-1, 2), axis=1
+    )
+    # Unique edges through a scalar key: much faster than np.unique(axis=0).
+    key = np.sort(e_all[:, 0] * len(points) + e_all[:, 1])
+    key = key[np.r_[True, key[1:] != key[:-1]]]
+    e_all = np.stack([key // len(points), key % len(points)], axis=1)
+    length = np.linalg.norm(points[e_all[:, 1]] - points[e_all[:, 0]], axis=1)
+    alpha = np.where(length > 0.95 * h, _ALPHA_LONG, _ALPHA_SHORT)
+
+    pos, sign = _warp(points, val, e_all, length, alpha, cut)
 
     # Crossings that survive warping, with ids after the lattice points.
     s = sign[e_all]
@@ -313,28 +349,7 @@ def _isosurface_stuffing(phi, cut, lo, hi, h: float, count_only: bool = False):
         used = np.concatenate([*(o.ravel() for o in out), ct[cs <= 0]])
         return int(np.count_nonzero(np.bincount(used, minlength=len(points)))) + len(el)
 
-    def cid(u, v):
-        return cut_id[(u, v) if u < v else (v, u)]
-
-    extra = []
-    for t, sg in zip(tets[cut_tets], ts[cut_tets], strict=True):
-        m = [int(v) for v, g in zip(t, sg, strict=True) if g < 0]
-        z = [int(v) for v, g in zip(t, sg, strict=True) if g == 0]
-        p = [int(v) for v, g in zip(t, sg, strict=True) if g > 0]
-        if len(m) == 1:  # one inside vertex: a single tet
-            extra.append([m[0], *z, *(cid(m[0], q) for q in p)])
-        elif len(m) == 2 and len(p) == 1:  # pyramid over quad (m0, m1, c1, c0)
-            c0, c1 = cid(m[0], p[0]), cid(m[1], p[0])
-            extra.extend(_split_pyramid(z[0], (m[0], m[1], c1, c0)))
-        elif len(m) == 2:  # prism with ends (m0, c00, c01) and (m1, c10, c11)
-            extra.extend(
-                _split_prism(
-                    (m[0], cid(m[0], p[0]), cid(m[0], p[1])),
-                    (m[1], cid(m[1], p[0]), cid(m[1], p[1])),
-                )
-            )
-        else:  # three inside vertices: prism between them and their crossings
-            extra.extend(_split_prism(tuple(m), tuple(cid(v, p[0]) for v in m)))
+    extra = _split_cut_tets(tets[cut_tets], ts[cut_tets], cut_id)
     if extra:
         out.append(np.asarray(extra, dtype=np.int64))
     cells = np.concatenate(out).astype(np.int64)
