@@ -1,5 +1,6 @@
 """Cloth meshes (triangle shells): loading with per-corner UVs, validation,
-topology, per-frame OBJ export and an intersection check for initial states.
+topology and per-frame OBJ export; the intersection check for initial states
+(`tisim.geometry.intersections`, re-exported here).
 
 Every problem with a cloth mesh raises ``MeshError`` with a one-line message
 naming the file and the element (vertex, face, edge; indices count from 0 in
@@ -17,11 +18,16 @@ import uuid
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import NamedTuple
 
 import numpy as np
 
 from tisim.geometry import topology
+from tisim.geometry.intersections import (
+    Intersection,
+    _ints,
+    check_intersection_free,
+    find_intersections,
+)
 from tisim.geometry.mesh import MeshError, TriMesh, _as_cells, _as_vertices
 
 log = logging.getLogger(__name__)
@@ -240,41 +246,10 @@ def validate_cloth(vertices, faces, source: str | None = None):
     return x, f, notes
 
 
-def _validate(vertices, faces, source: str | None, names: _Names | None = None):
-    """validate_cloth, also returning (m,) bool which faces were flipped (so
-    per-corner data such as face_uv can follow)."""
-    names = names or _Names()
-    src = source or "<mesh>"
-    x = np.asarray(vertices, dtype=np.float64)
-    f = np.asarray(faces)
-    if x.ndim != 2 or x.shape[1] != 3:
-        raise MeshError(f"vertices must have shape (n, 3), got {x.shape}", source)
-    if f.size == 0:
-        raise MeshError("contains no triangles (empty mesh)", source)
-    if f.ndim != 2 or f.shape[1] != 3:
-        raise MeshError(f"faces must have shape (m, 3), got {f.shape}", source)
-    if not np.issubdtype(f.dtype, np.integer):
-        if not np.all(np.isfinite(f)) or np.any(f != np.round(f)):
-            raise MeshError("face indices must be integers", source)
-    f = f.astype(np.int64)
-    n, m = len(x), len(f)
-    if n == 0:
-        raise MeshError("contains no vertices (empty mesh)", source)
-
-    bad = ~np.all(np.isfinite(x), axis=1)
-    if np.any(bad):
-        i = int(np.argmax(bad))
-        more = f"; {int(bad.sum())} such vertices" if bad.sum() > 1 else ""
-        raise MeshError(
-            f"{names.vertex(i)} has a NaN or infinite coordinate ({_fmt(x[i])}{more})", source
-        )
-
-    out = (f < 0) | (f >= n)
-    if np.any(out):
-        j = int(np.argmax(np.any(out, axis=1)))
-        k = int(f[j][out[j]][0])
-        raise MeshError(f"{names.face(j)} references vertex {k}, outside 0..{n - 1}", source)
-
+def _check_faces_geometry(x, f, source, names: _Names) -> np.ndarray:
+    """Refuse degenerate faces, unwelded vertices and duplicate faces; return the sorted
+    ids of the vertices that faces use."""
+    m = len(f)
     repeated = (f[:, 0] == f[:, 1]) | (f[:, 1] == f[:, 2]) | (f[:, 0] == f[:, 2])
     p = x[f]
     area = 0.5 * np.linalg.norm(np.cross(p[:, 1] - p[:, 0], p[:, 2] - p[:, 0]), axis=1)
@@ -320,6 +295,11 @@ def _validate(vertices, faces, source: str | None, names: _Names | None = None):
             source,
         )
 
+    return used
+
+
+def _check_manifold(f, source, names: _Names) -> None:
+    """Refuse an edge shared by more than two faces."""
     he, _, face, key, _ = topology._half_edges(f)
     horder, start, count = topology._edge_groups(key)
     if np.any(count > 2):
@@ -332,6 +312,46 @@ def _validate(vertices, faces, source: str | None, names: _Names | None = None):
             "a cloth edge belongs to at most two faces",
             source,
         )
+
+
+
+def _validate(vertices, faces, source: str | None, names: _Names | None = None):
+    """validate_cloth, also returning (m,) bool which faces were flipped (so
+    per-corner data such as face_uv can follow)."""
+    names = names or _Names()
+    src = source or "<mesh>"
+    x = np.asarray(vertices, dtype=np.float64)
+    f = np.asarray(faces)
+    if x.ndim != 2 or x.shape[1] != 3:
+        raise MeshError(f"vertices must have shape (n, 3), got {x.shape}", source)
+    if f.size == 0:
+        raise MeshError("contains no triangles (empty mesh)", source)
+    if f.ndim != 2 or f.shape[1] != 3:
+        raise MeshError(f"faces must have shape (m, 3), got {f.shape}", source)
+    if not np.issubdtype(f.dtype, np.integer):
+        if not np.all(np.isfinite(f)) or np.any(f != np.round(f)):
+            raise MeshError("face indices must be integers", source)
+    f = f.astype(np.int64)
+    n, m = len(x), len(f)
+    if n == 0:
+        raise MeshError("contains no vertices (empty mesh)", source)
+
+    bad = ~np.all(np.isfinite(x), axis=1)
+    if np.any(bad):
+        i = int(np.argmax(bad))
+        more = f"; {int(bad.sum())} such vertices" if bad.sum() > 1 else ""
+        raise MeshError(
+            f"{names.vertex(i)} has a NaN or infinite coordinate ({_fmt(x[i])}{more})", source
+        )
+
+    out = (f < 0) | (f >= n)
+    if np.any(out):
+        j = int(np.argmax(np.any(out, axis=1)))
+        k = int(f[j][out[j]][0])
+        raise MeshError(f"{names.face(j)} references vertex {k}, outside 0..{n - 1}", source)
+
+    used = _check_faces_geometry(x, f, source, names)
+    _check_manifold(f, source, names)
 
     notes: list[str] = []
     flip, non_orientable = topology.consistent_orientation(f)
@@ -371,10 +391,6 @@ def _validate(vertices, faces, source: str | None, names: _Names | None = None):
 
 def _fmt(v) -> str:
     return ", ".join(f"{c:.6g}" for c in v)
-
-
-def _ints(v) -> str:
-    return ", ".join(str(int(c)) for c in v)
 
 
 # ---------------------------------------------------------------------------
@@ -444,6 +460,24 @@ def _read_meshio(path: Path, src: str):
     return x, f, uv, fuv, notes
 
 
+def _obj_face_corners(corners, ln: int, n_verts: int, n_uvs: int, src: str):
+    """One OBJ face's corners ``v``, ``v/t``, ``v//n`` or ``v/t/n`` as 0-based (vertex ids,
+    texture ids or None); negative indices count back from the last element read so far."""
+    cv, ct = [], []
+    for corner in corners:
+        parts = corner.split("/")
+        try:
+            vi = int(parts[0])
+            ti = int(parts[1]) if len(parts) > 1 and parts[1] else None
+        except ValueError:
+            raise MeshError(f"line {ln}: cannot read face corner {corner!r}", src) from None
+        if vi == 0 or ti == 0:
+            raise MeshError(f"line {ln}: index 0 in {corner!r} (OBJ counts from 1)", src)
+        cv.append(vi - 1 if vi > 0 else n_verts + vi)
+        ct.append(None if ti is None else (ti - 1 if ti > 0 else n_uvs + ti))
+    return cv, ct
+
+
 def _read_obj(path: Path, src: str):
     """Parse a Wavefront OBJ: (vertices, faces, uv | None, face_uv | None, notes, names)."""
     try:
@@ -491,19 +525,7 @@ def _read_obj(path: Path, src: str):
         elif tag == "f":
             if len(tok) < 4:
                 raise MeshError(f"line {ln}: a face needs at least 3 vertices", src)
-            cv, ct = [], []
-            for corner in tok[1:]:
-                parts = corner.split("/")
-                try:
-                    vi = int(parts[0])
-                    ti = int(parts[1]) if len(parts) > 1 and parts[1] else None
-                except ValueError:
-                    raise MeshError(f"line {ln}: cannot read face corner {corner!r}", src) from None
-                if vi == 0 or ti == 0:
-                    raise MeshError(f"line {ln}: index 0 in {corner!r} (OBJ counts from 1)", src)
-                # Negative indices count back from the last element read so far.
-                cv.append(vi - 1 if vi > 0 else len(verts) + vi)
-                ct.append(None if ti is None else (ti - 1 if ti > 0 else len(uvs) + ti))
+            cv, ct = _obj_face_corners(tok[1:], ln, len(verts), len(uvs), src)
             has_t = all(t is not None for t in ct)
             if len(cv) > 3:
                 polygons += 1
@@ -594,223 +616,6 @@ def save_cloth_obj(path, vertices, mesh: ClothMesh, *, precision: int = 9) -> No
     except OSError as err:
         tmp.unlink(missing_ok=True)
         raise MeshError(f"cannot write the OBJ file ({err.strerror or err})", src) from None
-
-
-# ---------------------------------------------------------------------------
-# Intersections
-
-
-class Intersection(NamedTuple):
-    """An edge crossing (or touching) a face.
-
-    edge: row of the edge list of the mesh that owns the edge; face: row of the
-    face list of the other mesh (or of the same mesh for a self-intersection).
-    edge_in_other: False for a cloth edge (against a cloth face, or against an
-    ``other`` face), True for an edge of ``other`` against a cloth face.
-    """
-
-    edge: int
-    face: int
-    edge_in_other: bool = False
-
-
-def find_intersections(
-    x, faces, edges, other=None, *, tol: float | None = None
-) -> list[Intersection]:
-    """Edge-triangle pairs that intersect, for rejecting an initial state.
-
-    x: (n, 3) metres; faces: (m, 3); edges: (e, 2) (e.g. ``ClothMesh.edges``).
-    Without ``other``: self-intersections, pairs (cloth edge, cloth face) that
-    share no vertex. With ``other = (V (p, 3), F (q, 3))`` (an obstacle; a
-    ``TriMesh`` or ``ClothMesh`` works too): only
-    pairs between the two meshes, both ways: cloth edges against obstacle faces
-    and obstacle edges (rows of ``topology.edges(F)``) against cloth faces
-    (``edge_in_other`` True); a triangle pair crosses iff one of these does.
-
-    Candidates come from a k-d tree over edge and face box centres (pairs
-    whose centres are closer than the largest two box radii), filtered by
-    bounding boxes; each candidate gets an exact-geometry segment-triangle
-    test. Touching counts as intersecting: points within ``tol`` (default
-    1e-10 of the bounding-box diagonal) of the plane or the triangle are on it,
-    so coplanar neighbours of a flat sheet are not reported unless they
-    overlap. Returns the pairs sorted by (edge_in_other, edge, face).
-
-    Limitations: candidates use the largest face and edge sizes as the search
-    radius, so a mesh mixing tiny and huge elements makes many candidates.
-    """
-    x = np.asarray(x, dtype=np.float64).reshape(-1, 3)
-    faces = np.asarray(faces, dtype=np.int64).reshape(-1, 3)
-    edges = np.asarray(edges, dtype=np.int64).reshape(-1, 2)
-    if other is None:
-        scale = float(np.linalg.norm(np.ptp(x, axis=0))) if len(x) else 1.0
-        t = (1e-10 * scale) if tol is None else float(tol)
-        ei, fi = _edge_face_hits(x, edges, x, faces, True, t)
-        hits = [Intersection(int(e), int(f)) for e, f in zip(ei, fi, strict=True)]
-    else:
-        if hasattr(other, "vertices"):  # a TriMesh or ClothMesh
-            other = (other.vertices, other.faces)
-        ov = np.asarray(other[0], dtype=np.float64).reshape(-1, 3)
-        of = np.asarray(other[1], dtype=np.int64).reshape(-1, 3)
-        both = np.concatenate([x, ov])
-        scale = float(np.linalg.norm(np.ptp(both, axis=0))) if len(both) else 1.0
-        t = (1e-10 * scale) if tol is None else float(tol)
-        ei, fi = _edge_face_hits(x, edges, ov, of, False, t)
-        hits = [Intersection(int(e), int(f)) for e, f in zip(ei, fi, strict=True)]
-        oe, cf = _edge_face_hits(ov, topology.edges(of), x, faces, False, t)
-        hits += [Intersection(int(e), int(f), True) for e, f in zip(oe, cf, strict=True)]
-    return sorted(hits, key=lambda h: (h.edge_in_other, h.edge, h.face))
-
-
-def check_intersection_free(
-    x,
-    faces,
-    edges,
-    *,
-    source: str | None = None,
-    other=None,
-    other_name: str = "the collider",
-    tol: float | None = None,
-) -> None:
-    """Raise MeshError (one line naming ``source`` and the first pair) when
-    ``find_intersections`` finds anything; arguments as there."""
-    hits = find_intersections(x, faces, edges, other, tol=tol)
-    if not hits:
-        return
-    h = hits[0]
-    edges = np.asarray(edges).reshape(-1, 2)
-    more = f" ({len(hits)} intersecting edge-face pairs in all)" if len(hits) > 1 else ""
-    if other is None:
-        e, f = edges[h.edge], np.asarray(faces)[h.face]
-        msg = (
-            f"the cloth intersects itself: edge {h.edge} (vertices {_ints(e)}) crosses "
-            f"face {h.face} (vertices {_ints(f)}){more}"
-        )
-    elif not h.edge_in_other:
-        e = edges[h.edge]
-        msg = (
-            f"the cloth intersects {other_name}: cloth edge {h.edge} (vertices {_ints(e)}) "
-            f"crosses face {h.face} of {other_name}{more}"
-        )
-    else:
-        f = np.asarray(faces)[h.face]
-        msg = (
-            f"the cloth intersects {other_name}: edge {h.edge} of {other_name} crosses "
-            f"cloth face {h.face} (vertices {_ints(f)}){more}"
-        )
-    raise MeshError(msg, source)
-
-
-def _edge_face_hits(
-    xe: np.ndarray, edges: np.ndarray, xf: np.ndarray, faces: np.ndarray, same: bool, tol: float
-) -> tuple[np.ndarray, np.ndarray]:
-    """(edge indices, face indices) of intersecting pairs: edges over positions
-    ``xe``, faces over ``xf``; ``same`` means one mesh (skip pairs that share a
-    vertex)."""
-    empty = np.zeros(0, dtype=np.int64)
-    if len(edges) == 0 or len(faces) == 0:
-        return empty, empty
-    from scipy.spatial import cKDTree
-
-    pe = xe[edges]  # (e, 2, 3)
-    pf = xf[faces]  # (f, 3, 3)
-    elo, ehi = pe.min(axis=1) - tol, pe.max(axis=1) + tol
-    flo, fhi = pf.min(axis=1), pf.max(axis=1)
-    ec, fc = 0.5 * (elo + ehi), 0.5 * (flo + fhi)
-    er = 0.5 * np.linalg.norm(ehi - elo, axis=1)
-    fr = 0.5 * np.linalg.norm(fhi - flo, axis=1)
-    # Two boxes overlap only if their centres are closer than the sum of their
-    # half-diagonals, hence at most er.max() + fr.max() apart.
-    pairs = cKDTree(ec).sparse_distance_matrix(
-        cKDTree(fc), float(er.max() + fr.max()) * (1 + 1e-12) + tol, output_type="ndarray"
-    )
-    ei = pairs["i"].astype(np.intp)
-    fi = pairs["j"].astype(np.intp)
-    for ax in range(3):  # box overlap, one axis at a time on a shrinking set
-        keep = (elo[ei, ax] <= fhi[fi, ax]) & (flo[fi, ax] <= ehi[ei, ax])
-        ei, fi = ei[keep], fi[keep]
-    if same:
-        ev, fv = edges[ei], faces[fi]
-        keep = ~np.any(ev[:, :, None] == fv[:, None, :], axis=(1, 2))
-        ei, fi = ei[keep], fi[keep]
-    hit = _segment_triangle(pe[ei, 0], pe[ei, 1], pf[fi, 0], pf[fi, 1], pf[fi, 2], tol)
-    order = np.lexsort((fi[hit], ei[hit]))
-    return ei[hit][order], fi[hit][order]
-
-
-def _segment_triangle(p, q, a, b, c, tol: float) -> np.ndarray:
-    """(k,) bool: segment pq meets triangle abc (all (k, 3)), within ``tol``.
-
-    Off-plane case: the endpoints' signed distances to the triangle's plane
-    bracket 0, and the crossing point lies inside the triangle (distances to the
-    three edge lines, measured inward, all >= -tol). Coplanar case (both
-    endpoints within tol of the plane): an endpoint inside, a proper crossing of
-    a triangle edge, or a point-segment distance <= tol.
-    """
-    n = np.cross(b - a, c - a)
-    nn = np.linalg.norm(n, axis=1)
-    ok = nn > 0  # degenerate faces never hit (validation rejects them anyway)
-    nhat = n / np.where(ok, nn, 1.0)[:, None]
-    dp = _dot(p - a, nhat)
-    dq = _dot(q - a, nhat)
-    on_p, on_q = np.abs(dp) <= tol, np.abs(dq) <= tol
-    coplanar = on_p & on_q
-    crosses = ~coplanar & ~((dp > tol) & (dq > tol)) & ~((dp < -tol) & (dq < -tol))
-    denom = np.where(dp == dq, 1.0, dp - dq)
-    t = np.clip(dp / denom, 0.0, 1.0)
-    r = np.where(on_p[:, None], p, np.where(on_q[:, None], q, p + t[:, None] * (q - p)))
-    hit = crosses & _inside(r, (a, b, c), nhat, tol)
-    if np.any(coplanar):
-        s = coplanar
-        P, Q, N = p[s], q[s], nhat[s]
-        tri = (a[s], b[s], c[s])
-        h = _inside(P, tri, N, tol) | _inside(Q, tri, N, tol)
-        pq = Q - P
-        for k in range(3):
-            u, w = tri[k], tri[(k + 1) % 3]
-            uw = w - u
-            # proper crossing of the segment and the triangle edge in the plane
-            s1 = _dot(np.cross(pq, u - P), N)
-            s2 = _dot(np.cross(pq, w - P), N)
-            s3 = _dot(np.cross(uw, P - u), N)
-            s4 = _dot(np.cross(uw, Q - u), N)
-            h |= (s1 * s2 < 0) & (s3 * s4 < 0)
-            # touching, including collinear overlap, which the signs cannot see
-            dmin = np.minimum.reduce(
-                [
-                    _point_segment(P, u, w),
-                    _point_segment(Q, u, w),
-                    _point_segment(u, P, Q),
-                    _point_segment(w, P, Q),
-                ]
-            )
-            h |= dmin <= tol
-        hit[s] = h
-    return hit & ok
-
-
-def _inside(pt: np.ndarray, tri, nhat: np.ndarray, tol: float) -> np.ndarray:
-    """(k,) bool: points pt (in the triangle's plane) lie in triangle tri =
-    (a, b, c), counter-clockwise about nhat, within tol of its edge lines."""
-    d = np.full(len(pt), np.inf)
-    for k in range(3):
-        u, w = tri[k], tri[(k + 1) % 3]
-        e = w - u
-        le = np.linalg.norm(e, axis=1)
-        inward = np.cross(nhat, e) / np.where(le > 0, le, 1.0)[:, None]
-        d = np.minimum(d, _dot(pt - u, inward))
-    return d >= -tol
-
-
-def _dot(u: np.ndarray, v: np.ndarray) -> np.ndarray:
-    return np.einsum("ij,ij->i", u, v)
-
-
-def _point_segment(p, a, b) -> np.ndarray:
-    """(k,) distance from points p to segments ab."""
-    ab = b - a
-    ll = _dot(ab, ab)
-    t = np.clip(_dot(p - a, ab) / np.where(ll > 0, ll, 1.0), 0.0, 1.0)
-    return np.linalg.norm(p - (a + t[:, None] * ab), axis=1)
 
 
 __all__ = [
