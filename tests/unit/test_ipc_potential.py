@@ -465,12 +465,13 @@ def test_friction_potential_finite_differences(scene, pots, rng):
 
 
 def _compiled_counts():
-    """{kernel: compiled instances} of the potential module and the PSD projection
-    (Taichi keeps one per distinct argument specialisation in ``compiled_kernels``)."""
-    from tisim.contact.ipc import potential
+    """{kernel: compiled instances} of the barrier's and the friction's modules and the PSD
+    projection (Taichi keeps one per distinct argument specialisation in ``compiled_kernels``)."""
+    from tisim.contact.ipc import friction_potential, potential
     from tisim.linalg import psd
 
-    kernels = [k for k in vars(potential).values() if hasattr(k, "_primal")]
+    kernels = [k for m in (potential, friction_potential) for k in vars(m).values()
+               if hasattr(k, "_primal") and k.__module__ == m.__name__]
     kernels.append(psd._project_psd_kernel)
     return {k.__name__: len(k._primal.compiled_kernels) for k in kernels}
 
