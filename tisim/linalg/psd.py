@@ -64,9 +64,12 @@ def _project_psd_kernel(
     chol_shift: float,
     max_iterations: ti.i32,
 ):
-    # Few, plain loops on purpose: each loop nest costs LLVM compile time. Each thread
-    # works on its matrix's active block in local arrays (MAX_DIM^2, dynamically
-    # indexed), which stay in the thread's cache on the CPU.
+    """Project each of ``count`` symmetric dim x dim blocks of A onto the PSD cone in place.
+
+    One long kernel on purpose: each loop nest (and each kernel) costs LLVM compile time,
+    so the steps (active rows, Jacobi sweeps, clamping, reassembly) share few, plain loops.
+    Each thread works on its matrix's active block in local arrays (MAX_DIM^2, dynamically
+    indexed), which stay in the thread's cache on the CPU."""
     for m in range(count):
         # the active rows (idx[:n]): those with a nonzero entry in the symmetric part.
         # A zero row is an eigenvector of eigenvalue 0, which the clamp keeps, so the
