@@ -267,3 +267,9 @@ def test_refine_remesh_on_a_sliver_mesh_exits_0(tmp_path):
     assert r.exit_code == 0, r.output
     assert "remesh = true" in (out / "sliver.toml").read_text()
     assert (out / "level_1" / "stats.csv").exists()
+
+
+def test_a_thinner_result_is_warned_about(caplog):
+    # the slit's fixed rims leave a 0.2 mm triangle at a tip, where the input's smallest was 0.44 mm
+    remesh(_cloth(awkward.holey_sheet))
+    assert "thinner triangle than the mesh had" in caplog.text

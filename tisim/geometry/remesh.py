@@ -143,4 +143,9 @@ def remesh(mesh: ClothMesh, target_edge_length: float | None = None, *, iteratio
     before, after = triangle_heights(x_in, f_in).min(), triangle_heights(out.vertices, out.faces).min()
     log.info("remeshed %s: %d -> %d vertices, target edge length %.3g m, smallest triangle height %.3g -> %.3g m",
              src or "the cloth", len(x_in), out.vertex_count, h, before, after)
+    if after < before:
+        # the border is kept as it is: a thin triangle against it can get thinner
+        log.warning("%s: remeshing left a thinner triangle than the mesh had (%.3g m high, was %.3g m), next "
+                    "to the border, which it keeps: the mesh may run better as it is (remesh = false)",
+                    src or "remesh", after, before)
     return out
