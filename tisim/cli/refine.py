@@ -96,7 +96,7 @@ def refine_command(
     said: list[str] = []  # what the mesh command wrote, told once the refine is set up
 
     def go() -> int:
-        from tisim.cli.app import demos_dir
+        from tisim.resources import demos_dir
         from tisim.config import ConfigError
         from tisim.geometry.mesh import MeshError
 
