@@ -96,9 +96,9 @@ def refine_command(
     said: list[str] = []  # what the mesh command wrote, told once the refine is set up
 
     def go() -> int:
-        from tisim.resources import demos_dir
         from tisim.config import ConfigError
         from tisim.geometry.mesh import MeshError
+        from tisim.resources import demos_dir
 
         made: list[Path] = []  # files and folders this call created, for a refused mesh
         restore: list[tuple[Path, Path]] = []  # scenes it moved aside
