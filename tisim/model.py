@@ -302,16 +302,28 @@ def _object_mesh(scene: Scene, name: str, oc: ObjectConfig) -> TetMesh:
 
 
 def _cloth_mesh(scene: Scene, name: str, oc: ObjectConfig):
+    """The cloth object's mesh as loaded or generated, remeshed when ``remesh`` asks."""
     from tisim.geometry.cloth import load_cloth_mesh
     from tisim.geometry.generate import cloth_rectangle
 
     if oc.generator == "cloth":
-        return cloth_rectangle(oc.cloth_size, oc.cloth_resolution, (0.0, 0.0, 0.0), oc.cloth_normal)
-    if oc.generator == "sphere":
+        mesh = cloth_rectangle(oc.cloth_size, oc.cloth_resolution, (0.0, 0.0, 0.0), oc.cloth_normal)
+    elif oc.generator == "sphere":
         from tisim.geometry.generate import cloth_sphere
 
-        return cloth_sphere(oc.radius, oc.sphere_subdivisions)
-    return load_cloth_mesh(str(scene.mesh_file(oc.mesh, f"objects.{name}.mesh")))
+        mesh = cloth_sphere(oc.radius, oc.sphere_subdivisions)
+    else:
+        mesh = load_cloth_mesh(str(scene.mesh_file(oc.mesh, f"objects.{name}.mesh")))
+    if oc.remesh is False:
+        return mesh
+    from tisim.geometry.remesh import remesh
+
+    # remesh is in metres after the object's scale; the mesh is remeshed in its file's units
+    target = None if oc.remesh is True else float(oc.remesh) / oc.scale
+    try:
+        return remesh(mesh, target)
+    except MeshError as e:
+        raise MeshError(f"objects.{name}.remesh: {e.detail}", e.path) from None
 
 
 def _corner_vertices(x: np.ndarray, faces: np.ndarray, boundary: np.ndarray) -> np.ndarray:

@@ -101,7 +101,8 @@ class ObjectConfig:
     value E t^3 / (24 (1 - nu^2)); ``pin`` pins "corners", "top-edge" (the border
     vertices of largest y) or the border at the smallest/largest x or z (a preset that
     selects the whole border, a sheet lying flat across that axis, is refused); ``friction`` overrides
-    ``contact.mu`` for this object. ``generator = "sphere"`` makes a closed spherical
+    ``contact.mu`` for this object; ``remesh`` (true, or a target edge length in m) remeshes the
+    cloth's mesh isotropically at load, keeping its border and UVs (handles by vertex index refused). ``generator = "sphere"`` makes a closed spherical
     shell of ``radius`` (an icosphere of ``sphere_subdivisions``).
     """
 
@@ -139,6 +140,9 @@ class ObjectConfig:
     bending_stiffness: float | None = None
     pin: Literal["corners", "top-edge", "x-min", "x-max", "z-min", "z-max"] | None = None
     friction: float | None = None
+    # a cloth's mesh remeshed isotropically at load (tisim.geometry.remesh): true for its
+    # mean edge length, or a target edge length in metres
+    remesh: bool | float = num(False, gt=0, doc="cloth: remesh the mesh at load (true, or a target edge length, m)")
 
     def __post_init__(self):
         if (self.mesh is None) == (self.generator is None):
@@ -158,6 +162,13 @@ class ObjectConfig:
             v = getattr(self, k)
             if v is not None and v < 0:
                 raise ConfigError(k, f"expected a number >= 0, got {v}")
+        if self.remesh is not False:
+            if self.kind != "cloth":
+                raise ConfigError("remesh", "remeshing applies to cloth objects (kind = 'cloth') only")
+            by_index = [k for k, hc in self.handles.items() if hc.vertices]
+            if by_index:
+                raise ConfigError("remesh", f"handles.{by_index[0]} picks vertices by index, which a remesh "
+                                            "renumbers: select them with region_min/region_max, or set remesh = false")
         if any(r < 1 for r in self.resolution):
             raise ConfigError("resolution", f"expected three integers >= 1, got {list(self.resolution)}")
         if any(s <= 0 for s in self.size):

@@ -326,7 +326,7 @@ def test_a_resume_compiles_the_loops_as_the_run_it_continues(monkeypatch, tmp_pa
     import json
     import os
 
-    from tisim.cli.app import _previous_refine, _refine_loops_as
+    from tisim.cli.refine import _previous_refine, _refine_loops_as
 
     monkeypatch.setenv("TISIM_SERIAL_LOOPS", "")  # so that monkeypatch removes it afterwards
     monkeypatch.delenv("TISIM_SERIAL_LOOPS")

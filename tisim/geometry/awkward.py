@@ -4,7 +4,9 @@ Each function returns a TriMesh (metres) in the xz plane (y = 0 up to noise), si
 about 0.6 m: an irregular Delaunay disk with sliver triangles, a shirt outline with
 0.1 mm slivers, a sheet with round holes and a slit narrower than the contact
 thickness, several separate pieces, a bow-tie (two pieces sharing one vertex), a sheet
-whose edge lengths grade 10x, and a scan-like noisy sheet. Deterministic (seeded).
+whose edge lengths grade 10x, and a scan-like noisy sheet; ``sliver_sheet``, a small
+square of 0.1 mm slivers (kept out of ``CORPUS``: the remeshing tests' input, too thin for
+the default contact thickness). Deterministic (seeded).
 """
 
 from __future__ import annotations
@@ -239,6 +241,21 @@ def scan_sheet(size: float = 0.5, h: float = 0.0135, noise: float = 2e-3, seed: 
     p, tris = _add_slivers(p, _delaunay(p), 8, 3e-4, rng)
     y = rng.normal(0.0, noise, len(p))
     return _to_mesh(p, tris, y=y, source="scan_sheet")
+
+
+def sliver_sheet(size: float = 0.4, h: float = 0.02, slivers: int = 10, height: float = 1e-4,
+                 seed: int = 5) -> TriMesh:
+    """A jittered square sheet of edge length ~h (about (size / h)^2 vertices) with
+    ``slivers`` interior sliver triangles ``height`` m high: small enough for quick
+    remeshing tests."""
+    rng = np.random.default_rng(seed)
+    half = size / 2
+    p = _jittered((-half, -half), (half, half), h, rng, jitter=0.25)
+    p = p[(np.abs(p) < half - 0.3 * h).all(axis=1)]
+    border = _resample(np.array([[-half, -half], [half, -half], [half, half], [-half, half]]), h)
+    p2 = np.concatenate([border, p])
+    p2, tris = _add_slivers(p2, _delaunay(p2), slivers, height, rng)
+    return _to_mesh(p2, tris, source="sliver_sheet")
 
 
 CORPUS = {
