@@ -84,8 +84,24 @@ def loop_subdivide(
     n = len(x)
     edges, face_edge, counts = _edge_topology(f)
     ne = len(edges)
-    interior_side = counts[face_edge] == 2  # (m, 3)
+    rows_o, cols_o, vals_o = _odd_stencil(f, face_edge, counts, n, scheme)
+    rows_e, cols_e, vals_e = _even_stencil(x, f, edges, counts, scheme, corner_angle)
+    rows = np.concatenate([rows_e, rows_o])
+    cols = np.concatenate([cols_e, cols_o])
+    U = sp.csr_matrix((np.concatenate([vals_e, vals_o]), (rows, cols)), shape=(n + ne, n))
+    xf = U @ x
+    ff = _split_faces(f, face_edge, n)
+    host, bary, dist = _subdivision_hosts(x, f, face_edge, xf)
+    uv, fuv = _subdivided_uv(level, edges)
+    rho = level.areal_density if areal_density is None else float(areal_density)
+    fine = Level.from_mesh(xf, ff, rho, uv=uv, face_uv=fuv)
+    P = _with_offsets(U, x, f, xf, host, bary, dist)
+    return fine, P
 
+
+def _odd_stencil(f: np.ndarray, face_edge: np.ndarray, counts: np.ndarray, n: int, scheme: str):
+    """Rows, columns and weights of U for the odd (edge) vertices, fine index n + edge."""
+    interior_side = counts[face_edge] == 2  # (m, 3)
     # Odd vertices: every face side contributes half of an interior edge's
     # stencil (each interior edge has two sides), all of a boundary edge's.
     rows_o = np.repeat((n + face_edge).ravel(), 3)
@@ -100,7 +116,14 @@ def loop_subdivide(
         w_opp = np.zeros_like(w_end)
     cols_o = np.stack([corner_a, corner_b, opposite], axis=2).ravel()
     vals_o = np.stack([w_end, w_end, w_opp], axis=2).ravel()
+    return rows_o, cols_o, vals_o
 
+
+def _even_stencil(x: np.ndarray, f: np.ndarray, edges: np.ndarray, counts: np.ndarray, scheme: str,
+                  corner_angle: float):
+    """Rows, columns and weights of U for the even (coarse) vertices: the Loop
+    stencil inside, 3/4 and 1/8, 1/8 along the boundary, corners kept."""
+    n = len(x)
     # Even vertices.
     is_boundary_edge = counts == 1
     bedges = edges[is_boundary_edge]
@@ -149,12 +172,13 @@ def loop_subdivide(
     else:
         rows_e = cols_e = np.arange(n)
         vals_e = np.ones(n)
-    rows = np.concatenate([rows_e, rows_o])
-    cols = np.concatenate([cols_e, cols_o])
-    U = sp.csr_matrix((np.concatenate([vals_e, vals_o]), (rows, cols)), shape=(n + ne, n))
-    xf = U @ x
-    ff = _split_faces(f, face_edge, n)
+    return rows_e, cols_e, vals_e
 
+
+def _subdivision_hosts(x: np.ndarray, f: np.ndarray, face_edge: np.ndarray, xf: np.ndarray):
+    """Host face, barycentric coordinates and distance to the host point of
+    every fine vertex."""
+    n, ne = len(x), len(xf) - len(x)
     # Hosts: an incident face for even vertices, a face of the edge for odd ones.
     _, first = np.unique(f.ravel(), return_index=True)
     _, first_e = np.unique(face_edge.ravel(), return_index=True)
@@ -166,7 +190,12 @@ def loop_subdivide(
     bary[n + np.arange(ne), (j + 1) % 3] = 0.5
     hp = np.einsum("ij,ijk->ik", bary, x[f[host]])
     dist = np.linalg.norm(xf - hp, axis=1)
+    return host, bary, dist
 
+
+def _subdivided_uv(level: Level, edges: np.ndarray):
+    """(uv, face_uv) of the fine level: the coarse UVs and one at every edge
+    midpoint, per vertex or per face corner; (None, None) without UVs."""
     uv, fuv = None, None
     if level.uv is not None:
         if level.face_uv is None:
@@ -177,7 +206,4 @@ def loop_subdivide(
                 [level.uv, 0.5 * (level.uv[uv_edges[:, 0]] + level.uv[uv_edges[:, 1]])]
             )
             fuv = _split_faces(level.face_uv, uv_face_edge, len(level.uv))
-    rho = level.areal_density if areal_density is None else float(areal_density)
-    fine = Level.from_mesh(xf, ff, rho, uv=uv, face_uv=fuv)
-    P = _with_offsets(U, x, f, xf, host, bary, dist)
-    return fine, P
+    return uv, fuv
