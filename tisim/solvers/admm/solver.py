@@ -41,7 +41,7 @@ normal at the point, which is the exact prox for planes, spheres and cylinder
 sides, and for boxes inside one face's region. Held vertices (handles, mouse
 drag) are eliminated from the q-step.
 
-Energy behaviour (issue 13, ``studies/midpoint_diagnosis.py``): the step is the implicit
+Energy behaviour (measured by ``studies/midpoint_diagnosis.py``): the step is the implicit
 midpoint rule of the energy that is measured (an independent Newton solve of the midpoint
 equations with the numpy energies of :mod:`tisim.materials` gives the same trajectory to the
 ADMM tolerance). The midpoint rule is symplectic, but on stiff nonlinear elastodynamics with
@@ -56,7 +56,7 @@ Every step reports ``energy_drift`` (relative change of the total energy since t
 step, NaN with handles, damping or moving colliders) and the solver warns once when it
 exceeds ``drift_warning``.
 
-Stalled steps (issue 12): a step that reaches ``max_iterations`` above the tolerance (or
+Stalled steps: a step that reaches ``max_iterations`` above the tolerance (or
 whose last iteration had an element S-step Newton solve at its cap, or a non-finite
 iterate) is not accepted: it is retried from a fresh splitting (rho back to its start) with
 ``retry_iteration_factor`` x the cap, then as two half steps (``retry_halvings`` levels).
