@@ -191,6 +191,16 @@ def run_scene(
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    model, solver, n_frames, run_info = _start_run(scene, out, frames, viewer, export_meshes, arch, precision, live)
+    loop = _FrameLoop(scene, out, model, solver, n_frames, run_info, viewer=viewer, export_meshes=export_meshes,
+                      progress=progress, live=live, on_frame=on_frame)
+    return loop.run()
+
+
+def _start_run(scene: Scene, out: Path, frames: int | None, viewer, export_meshes: bool, arch: str,
+               precision: str | None, live: bool):
+    """Build the model and solver, clear an earlier run's outputs and write the
+    first run.json. Returns (model, solver, frame count or None, run_info)."""
     t_build = time.perf_counter()
     binfo, model, solver = build(scene, arch, precision)
     build_s = time.perf_counter() - t_build
@@ -202,9 +212,6 @@ def run_scene(
     for note in notes:
         log.warning("%s", note)
     n_frames = frames if frames is not None else (None if live else scene.sim.frames)
-    dt = scene.sim.dt
-    substeps = scene.sim.substeps
-
     run_info = {
         "scene": scene.to_dict(),
         "scene_file": scene.path,
@@ -222,32 +229,154 @@ def run_scene(
         # what a rerun into this folder may remove as this run's (clear_earlier_frames)
         "outputs": {"frames": viewer is not None and hasattr(viewer, "video_path"), "meshes": export_meshes},
     }
-    run_json = out / "run.json"
-    _write_json(run_json, run_info)
+    _write_json(out / "run.json", run_info)
+    return model, solver, n_frames, run_info
 
-    stats = StatsWriter(out / "stats.csv")
-    mesh_dir = out / "meshes"
-    if export_meshes:
-        mesh_dir.mkdir(exist_ok=True)
-    state, spare = model.initial_state(), model.initial_state()
-    frame_ms: list[float] = []
-    ended, message = "completed", ""
-    done = 0
-    bar = _progress(progress and not live, n_frames, scene.name)
-    guards = DivergenceGuards(model, scene.sim.on_divergence,
-                              max_capped_steps=getattr(solver, "max_capped_steps", MAX_CAPPED_STEPS),
-                              inversion=solver.inversion_is_divergence())
 
-    control = None
-    if live and viewer is not None:
-        from tisim.live import LiveControl
+class _FrameLoop:
+    """One run's time loop: two states swapped every substep, a stats.csv row,
+    a viewer frame and the optional mesh export per frame, the divergence
+    guards, a live window's events (pause, step, reset, rollback of a failed
+    step), and the closing run.json whatever ends the run."""
 
-        control = LiveControl(model, solver, viewer, dt)
-    if viewer is not None:
-        viewer.open(view_info(model, scene, solver, control))
+    def __init__(self, scene: Scene, out: Path, model, solver, n_frames: int | None, run_info: dict, *,
+                 viewer, export_meshes: bool, progress: bool, live: bool,
+                 on_frame: Callable[[int, object], None] | None):
+        self.scene, self.out, self.model, self.solver = scene, out, model, solver
+        self.n_frames, self.run_info = n_frames, run_info
+        self.viewer, self.export_meshes, self.on_frame = viewer, export_meshes, on_frame
+        self.dt, self.substeps = scene.sim.dt, scene.sim.substeps
+        self.stats = StatsWriter(out / "stats.csv")
+        self.mesh_dir = out / "meshes"
+        if export_meshes:
+            self.mesh_dir.mkdir(exist_ok=True)
+        self.state, self.spare = model.initial_state(), model.initial_state()
+        self.frame_ms: list[float] = []
+        self.ended, self.message = "completed", ""
+        self.done = 0
+        self.video = None
+        self.bar = _progress(progress and not live, n_frames, scene.name)
+        self.guards = DivergenceGuards(model, scene.sim.on_divergence,
+                                       max_capped_steps=getattr(solver, "max_capped_steps", MAX_CAPPED_STEPS),
+                                       inversion=solver.inversion_is_divergence())
+        self.control = None
+        if live and viewer is not None:
+            from tisim.live import LiveControl
 
-    def emit(frame: int, st: StepStats | None, wall_ms: float):
-        q = frame_quantities(model, state.positions, state.velocities)
+            self.control = LiveControl(model, solver, viewer, self.dt)
+        if viewer is not None:
+            viewer.open(view_info(model, scene, solver, self.control))
+
+    def run(self) -> RunResult:
+        """Run the frames; a stall, a divergence or Ctrl-C ends the run cleanly."""
+        try:
+            self._frames()
+        except Stalled as e:
+            self.ended, self.message = "stalled", str(e)
+        except Diverged as e:
+            self.ended, self.message = "diverged", str(e)
+        except KeyboardInterrupt:
+            self.ended, self.message = "interrupted", f"interrupted after {self.done} frames"
+        finally:
+            self._finish()
+        return RunResult(self.out, self.done, self.ended, self.message, self.video, self.frame_ms, self.run_info)
+
+    def _frames(self) -> None:
+        self.emit(0, None, 0.0)
+        frame = 0
+        while self.n_frames is None or frame < self.n_frames:
+            if self.control is not None:
+                action = self._live_events(frame)
+                if action == "closed":
+                    self.ended = "closed"
+                    break
+                if action == "reset":
+                    frame = 0
+                    continue
+                if action == "idle":
+                    continue
+            t0 = time.perf_counter()
+            agg = self._step_frame(frame)
+            if agg is None:  # a live window rolled the failed step back
+                continue
+            if self.control is not None:
+                self.control.after_good_step()
+            wall_ms = (time.perf_counter() - t0) * 1e3
+            frame += 1
+            self.frame_ms.append(wall_ms)
+            self.emit(frame, agg, wall_ms)
+            self.done = frame
+            if self.bar is not None:
+                self.bar.advance()
+
+    def _live_events(self, frame: int) -> str | None:
+        """Apply a live window's events before a frame: "closed", "reset" (back
+        to frame 0), "idle" (paused: draw and wait) or None (step the frame)."""
+        viewer, control = self.viewer, self.control
+        ev = viewer.poll()
+        if ev.quit or not viewer.running:
+            return "closed"
+        paused, step_once = ev.paused, ev.step_once
+        control.apply_events(ev, self.state)  # the panel's values hold across a reset
+        # a live window without a frame count loops: it starts over at the scene's end
+        at_end = self.n_frames is None and frame >= self.scene.sim.frames
+        if ev.reset or at_end:
+            self.state = self.model.initial_state()
+            self.spare = self.model.initial_state()
+            self.solver.reset(self.state)
+            self.guards.capped_run = 0
+            control.on_reset()
+            viewer.draw(0, self.state.time, self.state.positions)
+            return "reset"
+        if paused and not step_once:
+            viewer.draw(frame, self.state.time, self.state.positions)
+            time.sleep(getattr(viewer, "idle_sleep", 1 / 60))
+            return "idle"
+        control.before_step(self.state)
+        return None
+
+    def _step_frame(self, frame: int) -> StepStats | None:
+        """The substeps of frame ``frame + 1``, their stats summed; None when a
+        live window rolled a failed step back (without a window it raises)."""
+        agg = StepStats(iterations=0)
+        try:
+            # a live window's dt slider (solvers without a dt of their own)
+            h = self.control.dt if self.control is not None and self.control.owns_dt else self.dt
+            for _ in range(self.substeps):
+                self._substep(frame, h, agg)
+        except KeyboardInterrupt:
+            raise
+        except Exception as e:  # a live window survives whatever a step did
+            if self.control is None:
+                raise
+            if not isinstance(e, (Diverged, Stalled)):
+                log.warning("live: the step at frame %d raised %s: %s", frame + 1, type(e).__name__, e)
+            self.control.rollback(self.state, frame, e)
+            self.guards.capped_run = 0
+            self.viewer.draw(frame, self.state.time, self.state.positions)
+            return None
+        return agg
+
+    def _substep(self, frame: int, h: float, agg: StepStats) -> None:
+        try:
+            st = self.solver.step(self.state, self.spare, h)
+        except StepDiverged as e:
+            raise Diverged(f"the simulation diverged at frame {frame + 1} (t = {self.state.time:.4g} s): "
+                           f"{e}; the {frame} frames before are kept") from None
+        self.state, self.spare = self.spare, self.state
+        _accumulate(agg, st)
+        if not self.state.is_finite():
+            raise Diverged(
+                f"the simulation diverged at frame {frame + 1} (t = {self.state.time:.4g} s): "
+                f"NaN or Inf in the positions or velocities; the {frame} frames before are kept"
+            )
+        self.guards.check_stall(self.state, st, frame + 1)
+        self.guards.check(self.state, st, frame + 1)
+
+    def emit(self, frame: int, st: StepStats | None, wall_ms: float) -> None:
+        """Write frame ``frame``'s stats row, draw it, export its meshes."""
+        state, solver, viewer = self.state, self.solver, self.viewer
+        q = frame_quantities(self.model, state.positions, state.velocities)
         pot = st.potential if st is not None else solver.potential_energy(state.positions)
         row = {
             "frame": frame, "time": state.time, "wall_ms": wall_ms,
@@ -262,119 +391,43 @@ def run_scene(
         if st is not None:
             row.update({f"ms_{k}": v for k, v in st.timings.items()})
             row.update(st.extra)
-        stats.write(row)
+        self.stats.write(row)
         if viewer is not None:
             readout = getattr(viewer, "set_readout", None)
             if readout is not None:
                 readout({"energy": row["total_energy"]})  # NaN where the solver reports no potential
             viewer.draw(frame, state.time, state.positions)
-        if export_meshes:
-            export_frame_meshes(model, mesh_dir, frame, state.positions)
-        if on_frame is not None:
-            on_frame(frame, state)
+        if self.export_meshes:
+            export_frame_meshes(self.model, self.mesh_dir, frame, state.positions)
+        if self.on_frame is not None:
+            self.on_frame(frame, state)
 
-    try:
-        emit(0, None, 0.0)
-        frame = 0
-        paused = False
-        while n_frames is None or frame < n_frames:
-            step_once = False
-            if control is not None:
-                ev = viewer.poll()
-                if ev.quit or not viewer.running:
-                    ended = "closed"
-                    break
-                paused = ev.paused
-                step_once = ev.step_once
-                control.apply_events(ev, state)  # the panel's values hold across a reset
-                # a live window without a frame count loops: it starts over at the scene's end
-                at_end = n_frames is None and frame >= scene.sim.frames
-                if ev.reset or at_end:
-                    state = model.initial_state()
-                    spare = model.initial_state()
-                    solver.reset(state)
-                    guards.capped_run = 0
-                    control.on_reset()
-                    frame = 0
-                    viewer.draw(frame, state.time, state.positions)
-                    continue
-                if paused and not step_once:
-                    viewer.draw(frame, state.time, state.positions)
-                    time.sleep(getattr(viewer, "idle_sleep", 1 / 60))
-                    continue
-                control.before_step(state)
-            t0 = time.perf_counter()
-            agg = StepStats(iterations=0)
-            try:
-                # a live window's dt slider (solvers without a dt of their own)
-                h = control.dt if control is not None and control.owns_dt else dt
-                for _ in range(substeps):
-                    try:
-                        st = solver.step(state, spare, h)
-                    except StepDiverged as e:
-                        raise Diverged(f"the simulation diverged at frame {frame + 1} (t = {state.time:.4g} s): "
-                                       f"{e}; the {frame} frames before are kept") from None
-                    state, spare = spare, state
-                    _accumulate(agg, st)
-                    if not state.is_finite():
-                        raise Diverged(
-                            f"the simulation diverged at frame {frame + 1} (t = {state.time:.4g} s): "
-                            f"NaN or Inf in the positions or velocities; the {frame} frames before are kept"
-                        )
-                    guards.check_stall(state, st, frame + 1)
-                    guards.check(state, st, frame + 1)
-            except KeyboardInterrupt:
-                raise
-            except Exception as e:  # a live window survives whatever a step did
-                if control is None:
-                    raise
-                if not isinstance(e, (Diverged, Stalled)):
-                    log.warning("live: the step at frame %d raised %s: %s", frame + 1, type(e).__name__, e)
-                control.rollback(state, frame, e)
-                guards.capped_run = 0
-                viewer.draw(frame, state.time, state.positions)
-                continue
-            if control is not None:
-                control.after_good_step()
-            wall_ms = (time.perf_counter() - t0) * 1e3
-            frame += 1
-            frame_ms.append(wall_ms)
-            emit(frame, agg, wall_ms)
-            done = frame
-            if bar is not None:
-                bar.advance()
-    except Stalled as e:
-        ended, message = "stalled", str(e)
-    except Diverged as e:
-        ended, message = "diverged", str(e)
-    except KeyboardInterrupt:
-        ended, message = "interrupted", f"interrupted after {done} frames"
-    finally:
-        stats.close()
-        if bar is not None:
-            bar.stop()
-        video = None
-        if viewer is not None:
-            viewer.close()  # finishes the MP4 of a recording renderer
-            video = getattr(viewer, "video_path", None)
-        ms = np.asarray(frame_ms) if frame_ms else np.asarray([math.nan])
-        run_info.update(
-            ended=ended,
-            message=message,
-            frames_done=done,
+    def _finish(self) -> None:
+        """Close the stats, the progress bar and the viewer (which finishes a
+        recording's MP4); write the final run.json."""
+        self.stats.close()
+        if self.bar is not None:
+            self.bar.stop()
+        if self.viewer is not None:
+            self.viewer.close()  # finishes the MP4 of a recording renderer
+            self.video = getattr(self.viewer, "video_path", None)
+        ms = np.asarray(self.frame_ms) if self.frame_ms else np.asarray([math.nan])
+        self.run_info.update(
+            ended=self.ended,
+            message=self.message,
+            frames_done=self.done,
             timings_ms={
                 "mean": float(np.mean(ms)), "median": float(np.median(ms)),
                 "p95": float(np.percentile(ms, 95)), "max": float(np.max(ms)),
             },
-            solver_info=solver.info() if hasattr(solver, "info") else {},
-            video=str(video) if video else None,
-            guards=guards.info(),
-            stalls=guards.stalls,
+            solver_info=self.solver.info() if hasattr(self.solver, "info") else {},
+            video=str(self.video) if self.video else None,
+            guards=self.guards.info(),
+            stalls=self.guards.stalls,
         )
-        if control is not None:
-            run_info["rollbacks"] = [vars(r) for r in control.rollbacks]
-        _write_json(run_json, run_info)
-    return RunResult(out, done, ended, message, video, frame_ms, run_info)
+        if self.control is not None:
+            self.run_info["rollbacks"] = [vars(r) for r in self.control.rollbacks]
+        _write_json(self.out / "run.json", self.run_info)
 
 
 _SUMMED = {"newton_iterations", "ccd_clamps", "stall_retries", "prox_failures"}

@@ -41,7 +41,7 @@ normal at the point, which is the exact prox for planes, spheres and cylinder
 sides, and for boxes inside one face's region. Held vertices (handles, mouse
 drag) are eliminated from the q-step.
 
-Energy behaviour (issue 13, ``studies/midpoint_diagnosis.py``): the step is the implicit
+Energy behaviour (measured by ``studies/midpoint_diagnosis.py``): the step is the implicit
 midpoint rule of the energy that is measured (an independent Newton solve of the midpoint
 equations with the numpy energies of :mod:`tisim.materials` gives the same trajectory to the
 ADMM tolerance). The midpoint rule is symplectic, but on stiff nonlinear elastodynamics with
@@ -56,7 +56,7 @@ Every step reports ``energy_drift`` (relative change of the total energy since t
 step, NaN with handles, damping or moving colliders) and the solver warns once when it
 exceeds ``drift_warning``.
 
-Stalled steps (issue 12): a step that reaches ``max_iterations`` above the tolerance (or
+Stalled steps: a step that reaches ``max_iterations`` above the tolerance (or
 whose last iteration had an element S-step Newton solve at its cap, or a non-finite
 iterate) is not accepted: it is retried from a fresh splitting (rho back to its start) with
 ``retry_iteration_factor`` x the cap, then as two half steps (``retry_halvings`` levels).
@@ -106,6 +106,7 @@ from tisim.geometry.precompute import gradient_operator
 from tisim.linalg.cholesky import factorize
 from tisim.scene import MATERIALS
 from tisim.solvers.admm.config import ADMMConfig
+from tisim.solvers.admm.iteration import StepIterations
 from tisim.solvers.base import Solver, StepStats, Tunable
 
 log = logging.getLogger(__name__)
@@ -493,153 +494,33 @@ class SolverADMM(Solver):
                      self._method(), float(state_in.time), h, self._why, how)
 
     def _step_admm(self, state_in, state_out, h: float, x0: np.ndarray, v0: np.ndarray) -> StepStats:
+        """One midpoint step by ADMM: the splitting (kept from the previous step
+        when ``state_in`` is the state this solver produced), the iterations
+        (:class:`~tisim.solvers.admm.iteration.StepIterations`), then q^{k+1},
+        the midpoint-recursion velocity and the stats."""
         K = self._K
-        cfg = self.config
         t0 = float(state_in.time)
         t1 = t0 + h
-        tmid = t0 + 0.5 * h
-        timings = {"q_step": 0.0, "local": 0.0, "contact": 0.0, "factor": 0.0}
-
         if self._token is None or state_in.warm.get("admm") != self._token:
             self._init_splitting(x0)
         K.store_deformation_gradients(self._as_real(x0), self._topo, self._grad, self._split)
-
-        if cfg.local_rho and self._update_local_rho(allow_lower=True):
-            self.rho_levels_changed += 1
-        held, held_x, held_v = self.held_vertices(t1)
-        tf = time.perf_counter()
-        fact = self._factorization(h, held)
-        timings["factor"] += 1e3 * (time.perf_counter() - tf)
-        z = x0 + h * v0
-        fext = self._mass[:, None] * self.model.gravity[None, :]
-        if self._grab_force is not None:  # the live window's grab: an external force beside gravity
-            fext = fext + self._grab_force
-        mu_c = self._contact_mu(h)
-        contact = bool(self._colliders)
-        qp = W = mu_col = None
-        if contact:
-            qp = z.copy()
-            qp[held] = held_x
-            W = self._W
-            W[held] = 0.0
-            mu_col = mu_c[:, None]
-        held_term = fact.A_fh @ held_x if len(held) else 0.0
-        q = z.copy()
-        q[held] = held_x
-        q_last_good = q.copy()
-
-        rhs = self._rhs
-        rp = rd = rs = math.inf
-        min_det_mid = math.nan
-        converged = False
-        nonfinite = False
-        prox_failed = prox_failures = 0
-        it = 0
-        base_vertex = self._mass[:, None] * z / (h * h) + 0.5 * fext
-
-        def vertex_rhs():
-            np.copyto(rhs, base_vertex, casting="unsafe")
-            if contact:
-                rhs[:] += mu_col * qp - W
-
-        vertex_rhs()
-        K.assemble_rhs(rhs, self._topo, self._grad, self._params, self._split)
-        for it in range(1, self.max_iterations + 1):
-            # q-step (notes §2.5a): A q = B
-            ts = time.perf_counter()
-            qf = fact.factor.solve(rhs[fact.free].astype(np.float64) - held_term)
-            q[fact.free] = qf
-            timings["q_step"] += 1e3 * (time.perf_counter() - ts)
-            if not np.all(np.isfinite(qf)):
-                nonfinite = True
-                q[:] = q_last_good
-                break
-            # R-, S- and dual steps (notes §2.5b-d), and the element part of the next B
-            ts = time.perf_counter()
-            np.copyto(rhs, base_vertex, casting="unsafe")
-            check = it >= cfg.min_iterations and rp <= self.tolerance and rd <= self.dual_tolerance
-            s = K.iterate(self._as_real(q), rhs, self._topo, self._params, self._grad, self._split,
-                          1 if check else 0, cfg.prox_newton_iterations)
-            timings["local"] += 1e3 * (time.perf_counter() - ts)
-            vol = max(float(s[K.VOLUME]), 1e-300)
-            rp = math.sqrt(max(float(s[K.PRIMAL]), 0.0) / vol)
-            # RMS rho_i ||dZ_i|| / (w_i k_i): the change of the stress rho dZ relative to the
-            # stiffness, the part of the q-step force that has not converged yet
-            rd = math.sqrt(max(float(s[K.DUAL]), 0.0) / vol)
-            rs = math.sqrt(float(s[K.STRESS]) / vol) if check else math.inf
-            min_det_mid = float(s[K.MIN_DET_F])
-            prox_failed = int(s[K.PROX_FAILED])
-            prox_failures += prox_failed
-            if s[K.NONFINITE] > 0:
-                nonfinite = True
-            # proximal step on the contact copy q' (notes §2.7), then its dual
-            if contact:
-                ts = time.perf_counter()
-                qp_old = qp
-                qp = self._contact_prox(q, W, mu_c, x0, tmid)
-                qp[held] = q[held]
-                W += mu_col * (q - qp)
-                rhs[:] += mu_col * qp - W
-                gap = q - qp
-                rp = max(rp, math.sqrt(float(np.mean(np.einsum("ij,ij->i", gap, gap)))) / self._edge)
-                dq = qp - qp_old
-                rd = max(rd, math.sqrt(float(np.mean(np.einsum("ij,ij->i", dq, dq)))) / self._edge)
-                timings["contact"] += 1e3 * (time.perf_counter() - ts)
-            if self.trace is not None:
-                self.trace.append((it, rp, rd, rs, min_det_mid, self._rho_factor))
-            if self.iteration_callback is not None:
-                self.iteration_callback(it, q)
-            if not (math.isfinite(rp) and math.isfinite(rd)) or nonfinite:
-                nonfinite = True
-                q[:] = q_last_good
-                break
-            q_last_good[:] = q
-            if (check and rp <= self.tolerance and rd <= self.dual_tolerance and rs <= self.dual_tolerance
-                    and prox_failed == 0):
-                converged = True
-                break
-            if it % cfg.rho_update_interval == 0 and it < self.max_iterations:
-                changed = False
-                if cfg.local_rho and self._update_local_rho(allow_lower=False):
-                    self.rho_levels_changed += 1
-                    changed = True
-                factor = 1.0
-                if cfg.adaptive_rho:
-                    if rp > cfg.rho_balance * rd:
-                        factor = 2.0
-                    elif rd > cfg.rho_balance * rp:
-                        factor = 0.5
-                new = self._rho_factor * factor
-                if factor != 1.0 and cfg.rho_min_scale <= new <= cfg.rho_max_scale:
-                    self._rho_factor = new
-                    K.scale_penalties(self._params, factor)
-                    self._params_np[:, [K.RHO, K.ETA]] *= factor
-                    changed = True
-                if changed:
-                    tf = time.perf_counter()
-                    fact = self._factorization(h, held)
-                    timings["factor"] += 1e3 * (time.perf_counter() - tf)
-                    held_term = fact.A_fh @ held_x if len(held) else 0.0
-                    vertex_rhs()  # B depends on rho
-                    K.assemble_rhs(rhs, self._topo, self._grad, self._params, self._split)
-
-        if not converged:
-            self._why = (
-                f"{'a non-finite iterate' if nonfinite else f'{self.max_iterations} iterations'}: primal residual "
-                f"{rp:.3g}, dual {rd:.3g} (tolerance {self.tolerance:.3g})"
-                + (f", {prox_failed} elements' S-step Newton unconverged" if prox_failed else ""))
+        run = StepIterations(self, h, x0, v0, t0)
+        run.run()
+        if not run.converged:
+            self._why = run.why()
 
         # q^{k+1}, the midpoint-recursion velocity
+        q = run.q
         v1 = midpoint_velocity(q, x0, v0, h)
-        if len(held):
-            v1[held] = held_v
+        if len(run.held):
+            v1[run.held] = run.held_v
         if self._damping > 0:
             v1 /= 1.0 + self._damping * h
         np.copyto(state_out.positions, q)
         np.copyto(state_out.velocities, v1)
         state_out.time = t1
         self._last_time = t1
-        if nonfinite:  # the splitting is unusable: the next step starts afresh
+        if run.nonfinite:  # the splitting is unusable: the next step starts afresh
             self._token = None
         else:
             self._counter += 1
@@ -650,21 +531,21 @@ class SolverADMM(Solver):
         e_pen, n_contacts, depth = self._penalty(q, t1)
         potential = e_el - float(self._mass @ (q @ self.model.gravity)) + e_pen
         return StepStats(
-            iterations=it,
-            residual=rp,
-            converged=converged,
+            iterations=run.it,
+            residual=run.rp,
+            converged=run.converged,
             potential=potential,
             n_contacts=n_contacts,
             max_penetration=depth if self._colliders else math.nan,
-            timings=timings,
+            timings=run.timings,
             extra={
-                "primal_residual": rp,
-                "dual_residual": rd,
-                "stress_residual": rs,
-                "prox_failures": float(prox_failures),
+                "primal_residual": run.rp,
+                "dual_residual": run.rd,
+                "stress_residual": run.rs,
+                "prox_failures": float(run.prox_failures),
                 "rho_scale": self.rho_scale * self._rho_factor,
                 "rho_local_max": float(2 ** int(self._level.max())) if self.m else 1.0,
-                "min_det_mid": min_det_mid,
+                "min_det_mid": run.min_det_mid,
                 "min_det": min_det,
             },
         )
