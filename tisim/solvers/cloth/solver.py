@@ -122,8 +122,6 @@ __all__ = [
 ]
 
 
-
-
 class SolverCloth(Solver):
     """Implicit-Euler cloth with C-IPC contact (see the module docstring).
 
@@ -140,11 +138,7 @@ class SolverCloth(Solver):
 
     def __init__(self, model, config, *, elastic=None, cloth=None):
         super().__init__(model, config)
-        import taichi as ti
-
         from tisim import backend
-        from tisim.contact.ipc.broad_phase import BroadPhase
-        from tisim.contact.ipc.potential import BarrierPotential, FrictionPotential
         from tisim.geometry.topology import edges as mesh_edges
 
         cp = cloth if cloth is not None else model.cloth
@@ -175,32 +169,7 @@ class SolverCloth(Solver):
         if len(self.obstacles.line_edges):
             edges_all = np.concatenate([edges_all, self.obstacles.line_edges + self.nc])
         self.edges_all = edges_all
-        active = np.zeros(self.n, dtype=bool)
-        active[: self.nc] = True
-        self.broad = BroadPhase(self.n, faces_all, edges_all.astype(np.int32), active)
-        # self-contact pairs already within the barrier's reach at rest (slivers, narrow
-        # slits) are left out of every detection: start check, barrier, friction, CCD
-        self.exclusion = None
-        if config.self_contact:
-            from tisim.contact.ipc.exclusion import RestExclusion
-
-            self.exclusion = RestExclusion(cp.rest, cp.faces, cp.edges, self.contact.thickness + self.contact.dhat)
-        self._last_pairs = (0, 0)  # the counts of the list in the broad phase's buffers
-        # (inflation, positions) of the static detection the buffers hold, None after any other
-        self._detected_at = None
-        self.cloth_mass = np.asarray(cp.mass, dtype=np.float64)
-        x0_obs = self.obstacles.positions(0.0, model.initial_positions)
-        rest_all = np.concatenate([cp.rest, x0_obs]) if self.no else cp.rest.copy()
-        self.barrier = BarrierPotential(self.n, 1024, rest_all)
-        self.friction = FrictionPotential(self.n, 1024)
-        self.x = ti.Vector.ndarray(3, real, shape=self.n)
-        self.dx = ti.Vector.ndarray(3, real, shape=self.n)
-        self.x_ref = ti.Vector.ndarray(3, real, shape=self.n)
-        self.g = ti.Vector.ndarray(3, real, shape=self.n)
-        self.vertex_mu = ti.ndarray(real, shape=self.n)
-        mu = np.concatenate([cp.vertex_mu, self.obstacles.vertex_mu])
-        mu = np.where(np.isnan(mu), self.contact.mu, mu)
-        upload(self.vertex_mu, mu.astype(backend.np_real()))
+        x0_obs = self._build_contact(model, config, real)
 
         self.elastic = elastic if elastic is not None else ShellTerm(
             self.nc, cp.faces, cp.hinges, cp.rest, cp.face_mu, cp.face_lam, cp.face_thickness, cp.hinge_k,
@@ -250,6 +219,46 @@ class SolverCloth(Solver):
         self.barrier.compile_kernels(self.x, self.broad.pt, self.broad.ee, self.g, self.system.unknowns)
         self.friction.compile_kernels(self.x, self.broad.pt, self.broad.ee, self.g, self.vertex_mu)
         self.system.compile_kernels(self.barrier.hessians, self.barrier.stencils)
+
+    def _build_contact(self, model, config, real) -> np.ndarray:
+        """The broad phase over the cloth and the obstacles, the rest-state exclusion, the
+        barrier and friction potentials and the device arrays the Newton loop works in.
+        Returns the obstacles' positions at t = 0 (no, 3), m."""
+        import taichi as ti
+
+        from tisim import backend
+        from tisim.contact.ipc.broad_phase import BroadPhase
+        from tisim.contact.ipc.potential import BarrierPotential, FrictionPotential
+
+        cp = self.cloth
+        faces_all, edges_all = self.faces_all, self.edges_all
+        active = np.zeros(self.n, dtype=bool)
+        active[: self.nc] = True
+        self.broad = BroadPhase(self.n, faces_all, edges_all.astype(np.int32), active)
+        # self-contact pairs already within the barrier's reach at rest (slivers, narrow
+        # slits) are left out of every detection: start check, barrier, friction, CCD
+        self.exclusion = None
+        if config.self_contact:
+            from tisim.contact.ipc.exclusion import RestExclusion
+
+            self.exclusion = RestExclusion(cp.rest, cp.faces, cp.edges, self.contact.thickness + self.contact.dhat)
+        self._last_pairs = (0, 0)  # the counts of the list in the broad phase's buffers
+        # (inflation, positions) of the static detection the buffers hold, None after any other
+        self._detected_at = None
+        self.cloth_mass = np.asarray(cp.mass, dtype=np.float64)
+        x0_obs = self.obstacles.positions(0.0, model.initial_positions)
+        rest_all = np.concatenate([cp.rest, x0_obs]) if self.no else cp.rest.copy()
+        self.barrier = BarrierPotential(self.n, 1024, rest_all)
+        self.friction = FrictionPotential(self.n, 1024)
+        self.x = ti.Vector.ndarray(3, real, shape=self.n)
+        self.dx = ti.Vector.ndarray(3, real, shape=self.n)
+        self.x_ref = ti.Vector.ndarray(3, real, shape=self.n)
+        self.g = ti.Vector.ndarray(3, real, shape=self.n)
+        self.vertex_mu = ti.ndarray(real, shape=self.n)
+        mu = np.concatenate([cp.vertex_mu, self.obstacles.vertex_mu])
+        mu = np.where(np.isnan(mu), self.contact.mu, mu)
+        upload(self.vertex_mu, mu.astype(backend.np_real()))
+        return x0_obs
 
     def check_start(self, xc: np.ndarray, x_obs: np.ndarray, advice: str = "separate them") -> None:
         """Refuse a start state that intersects or comes closer than the contact
