@@ -17,6 +17,12 @@ targets through a stiff penalty in the same Newton solve (the augmented-Lagrangi
 treatment of IPC's kinematic boundary conditions), then fixes them, so a moving
 obstacle pushes the cloth instead of jumping into it.
 
+Where the parts live: the Newton loop in ``newton.py`` (:class:`NewtonLoop`, its named
+steps over a step context), the linear solves in ``linear.py``, the shell and strain-limit
+terms in ``terms.py``, the colliders and the soft bodies met as obstacles in
+``obstacles.py``; this module builds them and steps the scene. Their names stay
+importable from here.
+
 References:
     Li et al., "Codimensional Incremental Potential Contact" (C-IPC), SIGGRAPH 2021;
     Li et al., "Incremental Potential Contact", SIGGRAPH 2020; notes
