@@ -10,6 +10,10 @@ What an iteration is made of, per iteration (medians over the frames):
 
 - ``ms_per_iteration``: ``SolverCloth.step`` wall time over its Newton iterations (the
   step's set-up, friction lagging and closing detection are shared out over them).
+- ``cpu_ms_per_iteration``: the same with the process's CPU time (``time.process_time``)
+  instead of the wall clock: on one thread it is what the iteration costs the CPU, which a
+  machine shared with other work does not inflate as it does the wall time (it still
+  pays for the other work's cache and memory traffic);
 - the named steps of :class:`tisim.solvers.cloth.newton.NewtonLoop`, timed by wrapping
   them: ``assembly`` (elastic_terms + contact_terms + assemble: the shell's and the
   barrier's gradients and Hessians in kernels, the system on the host), ``linear``
@@ -20,14 +24,17 @@ What an iteration is made of, per iteration (medians over the frames):
   first and the closing detection, friction lagging, obstacles, wind, statistics);
 - ``launches``: Taichi kernel launches (``tisim._taichi_patches.launch.counts``, both
   paths), per iteration and per named step;
-- ``kernel_ms``: the kernels' own execution time, from Taichi's kernel profiler, in a
-  second pass of the same frames (the profiler's timing adds to every launch, so the other
-  figures come from the pass without it);
+- ``kernel_share``: the kernels' own execution time over the step's, from Taichi's
+  kernel profiler in a second pass of the same frames (the profiler's timing adds to every
+  launch, so the other figures come from the pass without it); ``kernel_cpu_ms`` is that
+  share of the CPU time per iteration;
 - ``launch_us``: the Python cost of one launch of a kernel with five array arguments and
   an empty body, measured in the same process: ``launches x launch_us`` is what the
   launches cost before any arithmetic;
-- ``host_ms``: an iteration less its kernels' execution and the linear solve: Python,
-  numpy on the host and the launches' own cost.
+- ``host_cpu_ms``: an iteration's CPU time less its kernels' execution and the linear
+  solve: Python, numpy on the host and the launches' own cost.
+
+The phases are given in CPU time (``*_cpu_ms``) and in wall time (``*_ms``).
 
 A straight line through (vertices, ms per iteration) of the three sizes gives the fixed cost
 of an iteration (its intercept) and the cost per vertex (its slope).
@@ -105,13 +112,14 @@ def _instrument(acc: dict) -> None:
     def wrap(name, fn):
         def timed(self, *a, **kw):
             n0 = counts["short"] + counts["taichi"]
-            t = time.perf_counter()
+            t, c = time.perf_counter(), time.process_time()
             try:
                 return fn(self, *a, **kw)
             finally:
-                rec = acc.setdefault(name, [0.0, 0])
+                rec = acc.setdefault(name, [0.0, 0, 0.0])
                 rec[0] += time.perf_counter() - t
                 rec[1] += counts["short"] + counts["taichi"] - n0
+                rec[2] += time.process_time() - c
 
         return timed
 
@@ -140,15 +148,16 @@ def run_size(cells: int, frames: int, profile: bool) -> dict:
         n0 = launch.counts["short"] + launch.counts["taichi"]
         if profile:
             ti.profiler.clear_kernel_profiler_info()
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         out = solver.step(st, spare, dt)
-        wall = time.perf_counter() - t
+        wall, cpu = time.perf_counter() - t, time.process_time() - c
         st, spare = spare, st
-        row = {"frame": f, "wall_ms": wall * 1e3, "iterations": out.iterations, "n_contacts": out.n_contacts,
+        row = {"frame": f, "wall_ms": wall * 1e3, "cpu_ms": cpu * 1e3, "iterations": out.iterations, "n_contacts": out.n_contacts,
                "launches": launch.counts["short"] + launch.counts["taichi"] - n0,
-               "steps": {k: {"ms": v[0] * 1e3, "launches": v[1]} for k, v in acc.items()}}
+               "steps": {k: {"ms": v[0] * 1e3, "launches": v[1], "cpu_ms": v[2] * 1e3} for k, v in acc.items()}}
         if profile:
             row["kernel_ms"] = ti.profiler.get_kernel_profiler_total_time() * 1e3
+            row["wall_ms_profiled"] = row["wall_ms"]
         rows.append(row)
     return {"cells": cells, "vertices": solver.nc, "obstacle_vertices": solver.no,
             "analytic_colliders": [c.name for c in solver.obstacles.analytic],
@@ -159,8 +168,10 @@ def _child(cells: int, frames: int, profile: bool, threads: int) -> dict:
     """run_size in a fresh process (its own Taichi, kernel profiler on or off)."""
     env = dict(os.environ, TISIM_QUIET="1")
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    if threads > 0:
+    if threads > 0:  # Taichi's loops and the linear solver's BLAS alike
         env["TI_CPU_MAX_NUM_THREADS"] = str(threads)
+        for k in ("MKL_NUM_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+            env[k] = str(threads)
     if profile:
         env["TI_KERNEL_PROFILER"] = "1"
     with tempfile.TemporaryDirectory() as tmp:
@@ -189,20 +200,24 @@ def summarise(plain: dict, prof: dict | None) -> dict:
     def figures(rs):
         d = {"frames": len(rs), "iterations_per_frame": median(r["iterations"] for r in rs),
              "ms_per_iteration": per_it(rs, lambda r: r["wall_ms"]),
+             "cpu_ms_per_iteration": per_it(rs, lambda r: r["cpu_ms"]),
              "launches_per_iteration": per_it(rs, lambda r: r["launches"])}
         for ph in PHASES:
-            if ph == "step_setup":  # what step() does outside the loop's named steps
-                get = (lambda r: r["wall_ms"] - sum(v["ms"] for k, v in r["steps"].items()
-                                                    if STEPS[k] != "step_setup"))
-            else:
-                get = (lambda r, ph=ph: step_sum(r, "ms", (ph,)))
-            d[f"{ph}_ms"] = per_it(rs, get)
+            for unit, total in (("ms", "wall_ms"), ("cpu_ms", "cpu_ms")):
+                if ph == "step_setup":  # what step() does outside the loop's named steps
+                    get = (lambda r, unit=unit, total=total: r[total] - sum(
+                        v[unit] for k, v in r["steps"].items() if STEPS[k] != "step_setup"))
+                else:
+                    get = (lambda r, ph=ph, unit=unit: step_sum(r, unit, (ph,)))
+                d[f"{ph}_{unit}"] = per_it(rs, get)
             d[f"{ph}_launches"] = per_it(rs, lambda r, ph=ph: step_sum(r, "launches", (ph,)))
         ks = [r for r in rs if r["frame"] in krow]
         if ks:
-            d["kernel_ms"] = per_it(ks, lambda r: krow[r["frame"]]["kernel_ms"])
-            d["host_ms"] = per_it(ks, lambda r: r["wall_ms"] - krow[r["frame"]]["kernel_ms"]
-                                  - step_sum(r, "ms", ("linear",)))
+            # the kernels' share of the profiled pass's step, applied to the plain pass's CPU
+            # time (the share, unlike the times, hardly depends on how busy the machine is)
+            d["kernel_share"] = median(krow[r["frame"]]["kernel_ms"] / krow[r["frame"]]["wall_ms"] for r in ks)
+            d["kernel_cpu_ms"] = d["kernel_share"] * d["cpu_ms_per_iteration"]
+            d["host_cpu_ms"] = d["cpu_ms_per_iteration"] - d["kernel_cpu_ms"] - d["linear_cpu_ms"]
         if plain["launch_us"] is not None:
             d["launch_overhead_ms"] = d["launches_per_iteration"] * plain["launch_us"] * 1e-3
         return d
@@ -215,9 +230,9 @@ def summarise(plain: dict, prof: dict | None) -> dict:
     return out
 
 
-def fixed_cost(sizes: list[dict], key: str = "all") -> dict | None:
+def fixed_cost(sizes: list[dict], key: str = "all", figure: str = "ms_per_iteration") -> dict | None:
     """Least-squares line ms/iteration = a + b * vertices over the sizes: a (ms), b (us/vertex)."""
-    pts = [(s["vertices"], s[key]["ms_per_iteration"]) for s in sizes if s.get(key)]
+    pts = [(s["vertices"], s[key][figure]) for s in sizes if s.get(key)]
     if len(pts) < 2:
         return None
     v, ms = np.array(pts, dtype=float).T
@@ -226,9 +241,10 @@ def fixed_cost(sizes: list[dict], key: str = "all") -> dict | None:
 
 
 def table(sizes: list[dict], key: str = "all") -> str:
-    head = ("| vertices | ms / iteration | launches / iteration | assembly | linear solve | CCD + broad phase "
-            "| line search | convergence | step set-up | kernels | host (Python, numpy, launches) "
-            "| launch cost |")
+    """A Markdown table: per iteration, CPU time (ms) of the phases, launches in brackets."""
+    head = ("| vertices | wall ms / iteration | CPU ms / iteration | launches / iteration | assembly "
+            "| linear solve | CCD + broad phase | line search | convergence test | step set-up "
+            "| kernels (share) | host: Python, numpy, launches | launches x launch cost |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for s in sizes:
         d = s.get(key)
@@ -238,12 +254,14 @@ def table(sizes: list[dict], key: str = "all") -> str:
         def ms(k, d=d):
             return "-" if d.get(k) is None else f"{d[k]:.2f}"
 
+        share = "" if d.get("kernel_share") is None else f" ({100 * d['kernel_share']:.0f}%)"
         lines.append(
-            f"| {s['vertices']:,} | {ms('ms_per_iteration')} | {d['launches_per_iteration']:.1f} | {ms('assembly_ms')} "
-            f"({d['assembly_launches']:.0f}) | {ms('linear_ms')} | {ms('ccd_ms')} ({d['ccd_launches']:.0f}) "
-            f"| {ms('line_search_ms')} ({d['line_search_launches']:.0f}) | {ms('convergence_ms')} "
-            f"| {ms('step_setup_ms')} ({d['step_setup_launches']:.0f}) | {ms('kernel_ms')} | {ms('host_ms')} "
-            f"| {ms('launch_overhead_ms')} |")
+            f"| {s['vertices']:,} | {ms('ms_per_iteration')} | {ms('cpu_ms_per_iteration')} "
+            f"| {d['launches_per_iteration']:.1f} | {ms('assembly_cpu_ms')} ({d['assembly_launches']:.0f}) "
+            f"| {ms('linear_cpu_ms')} | {ms('ccd_cpu_ms')} ({d['ccd_launches']:.0f}) "
+            f"| {ms('line_search_cpu_ms')} ({d['line_search_launches']:.0f}) | {ms('convergence_cpu_ms')} "
+            f"| {ms('step_setup_cpu_ms')} ({d['step_setup_launches']:.0f}) | {ms('kernel_cpu_ms')}{share} "
+            f"| {ms('host_cpu_ms')} | {ms('launch_overhead_ms')} |")
     return "\n".join(lines)
 
 
@@ -270,17 +288,20 @@ def main(argv=None) -> int:
         s = summarise(plain, prof)
         sizes.append(s)
         raw.append({"plain": plain, "profiled": prof})
-        print(f"{s['vertices']} vertices: {s['all']['ms_per_iteration']:.2f} ms/iteration, "
+        print(f"{s['vertices']} vertices: {s['all']['ms_per_iteration']:.2f} ms/iteration "
+              f"({s['all']['cpu_ms_per_iteration']:.2f} ms CPU time), "
               f"{s['all']['launches_per_iteration']:.1f} launches/iteration", flush=True)
     m["loadavg_end"] = load_average()
-    fit = {"all": fixed_cost(sizes, "all"), "contact": fixed_cost(sizes, "contact")}
+    fit = {k: fixed_cost(sizes, k) for k in ("all", "contact")}
+    fit.update({f"{k}_cpu": fixed_cost(sizes, k, "cpu_ms_per_iteration") for k in ("all", "contact")})
     print(f"\nrefine-drape, direct coarse, {a.frames} frames, medians per Newton iteration (ms; launches in "
           f"brackets); machine: {m.get('cpu')}, {m.get('cores')} cores, Taichi threads {a.threads or 'default'}, "
           f"load {m.get('loadavg_start')} -> {m['loadavg_end']}")
     for key in ("all", "contact"):
         print(f"\n{key} frames:\n" + table(sizes, key))
-        if fit[key]:
-            print(f"fit: {fit[key]['fixed_ms']:.2f} ms fixed + {fit[key]['us_per_vertex']:.2f} us per vertex")
+        for name, f in ((key, fit[key]), (f"{key}, CPU time", fit[f"{key}_cpu"])):
+            if f:
+                print(f"fit ({name}): {f['fixed_ms']:.2f} ms fixed + {f['us_per_vertex']:.2f} us per vertex")
     if not a.no_save:
         path = a.json or result_path("cloth-iteration", m)
         write_json(path, {"benchmark": "cloth-iteration", "scene": "refine-drape", "frames": a.frames,
