@@ -83,8 +83,73 @@ def _times_u3(rows: np.ndarray, cols: np.ndarray, U: sp.csr_matrix):
     return M, uniq // nc3, uniq % nc3
 
 
+def _times_u(rows: np.ndarray, cols: np.ndarray, U: sp.csr_matrix):
+    """:func:`_times_u3` on 3x3 blocks: the block pattern of X U for X with blocks at
+    (rows, cols) (vertex indices), and M with the blocks of X U = M @ X's blocks (each a
+    row of 9 values, in the order given); the result's blocks sorted row-major."""
+    nc = U.shape[1]
+    cnt = np.diff(U.indptr).astype(np.int64)
+    reps = cnt[cols]
+    k = np.repeat(np.arange(len(cols), dtype=np.int64), reps)
+    pos = np.repeat(U.indptr[cols].astype(np.int64) - np.cumsum(reps) + reps, reps) + np.arange(reps.sum())
+    key = rows[k] * nc + U.indices[pos].astype(np.int64)
+    uniq, slot = np.unique(key, return_inverse=True)
+    M = sp.csr_matrix((U.data[pos], (slot, k)), shape=(len(uniq), len(cols)))
+    return M, uniq // nc, uniq % nc
+
+
 def _restriction_map(Hf: sp.csr_matrix, U: sp.csr_matrix):
     """(Hf.indptr, Hf.indices, apply, indptr, indices) with U3^T Hf U3 =
+    CSR((apply(Hf.data), indices, indptr)) for every Hf of this pattern; U: (n_fine,
+    n_coarse) weights.
+
+    The shell Hessian's pattern is made of full 3x3 vertex blocks, so the two maps of
+    :func:`_scalar_restriction_map` act on blocks instead: one sparse map entry per
+    block and prolongation weight, applied to the block's 9 values at once (a sparse
+    matrix times a 9-column array), which costs a third to a half of the scalar maps'
+    indexing per call. Each entry of the result sums the same products in the same
+    order as the scalar maps, so the two agree bit for bit. A pattern that is not made
+    of full blocks takes the scalar maps."""
+    Hf = sp.csr_matrix(Hf)
+    U = sp.csr_matrix(U)
+    n = Hf.shape[0]
+    rows = np.repeat(np.arange(n, dtype=np.int64), np.diff(Hf.indptr))
+    cols = Hf.indices.astype(np.int64)
+    nv = n // 3
+    bkey = (rows // 3) * nv + cols // 3
+    blocks, blk = np.unique(bkey, return_inverse=True)
+    if n % 3 or len(cols) != 9 * len(blocks) or len(np.unique(9 * blk + 3 * (rows % 3) + cols % 3)) != len(cols):
+        return _scalar_restriction_map(Hf, U)
+    hperm = np.empty(len(cols), dtype=np.int64)  # the 9 values of each block, row-major in the block
+    hperm[9 * blk + 3 * (rows % 3) + cols % 3] = np.arange(len(cols))
+    M1, tr, tc = _times_u(blocks // nv, blocks % nv, U)  # T = Hf U, by blocks
+    M2, cr, cc = _times_u(tc, tr, U)  # T^T U = C^T: blocks (block column of C, block row of C)
+    order = np.lexsort((cr, cc))  # C's blocks row-major
+    M2 = M2[order]
+    bi, bj = cc[order], cr[order]
+    nc = U.shape[1]
+    per_row = np.bincount(bi, minlength=nc).astype(np.int64)  # blocks in each block row of C
+    start = np.concatenate(([0], np.cumsum(per_row)))  # first block of each block row
+    p = np.arange(len(bi), dtype=np.int64) - start[bi]  # a block's place in its block row
+    a = np.arange(3, dtype=np.int64)
+    # the block (I, J)'s value (a, b) goes to row 3I + a of C's CSR, at place 3p + b there
+    dest = (9 * start[bi])[:, None, None] + (3 * per_row[bi])[:, None, None] * a[None, :, None] \
+        + (3 * p)[:, None, None] + a[None, None, :]
+    cperm = np.empty(9 * len(bi), dtype=np.int64)
+    cperm[dest.ravel()] = np.arange(9 * len(bi))
+    indices = np.empty(9 * len(bi), dtype=np.int32)
+    indices[dest.ravel()] = np.broadcast_to((3 * bj)[:, None, None] + a[None, None, :], dest.shape).ravel()
+    indptr = np.concatenate(([0], np.cumsum(np.repeat(3 * per_row, 3))))
+
+    def apply(data, M1=M1, M2=M2, hperm=hperm, cperm=cperm):
+        c9 = M2 @ (M1 @ np.take(data, hperm).reshape(-1, 9))
+        return np.take(c9.ravel(), cperm)
+
+    return Hf.indptr, Hf.indices, apply, indptr, indices
+
+
+def _scalar_restriction_map(Hf: sp.csr_matrix, U: sp.csr_matrix):
+    """:func:`_restriction_map` entry by entry, for any pattern.
     CSR((apply(Hf.data), indices, indptr)) for every Hf of this pattern; U: (n_fine,
     n_coarse) weights.
 
