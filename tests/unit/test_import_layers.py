@@ -99,8 +99,8 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 def test_the_graph_sees_imports():
     g = import_graph(modules())
     assert "tisim.scene" in g["tisim.runner"]  # module level
-    assert "tisim.outputs" in g["tisim.progressive"]
-    assert "tisim.runner" in g["tisim.progressive"]  # inside a function: scene_precision
+    assert "tisim.outputs" in g["tisim.progressive.refiner"]
+    assert "tisim.runner" in g["tisim.progressive.refiner"]  # inside a function: scene_precision
 
 
 def test_no_import_cycle_at_module_level():
@@ -112,8 +112,8 @@ def test_runner_and_refiner_do_not_import_each_other():
     """The output writers live in tisim.outputs, which both use, so the runner needs
     nothing from the refiner (the refiner may use the runner)."""
     g = import_graph(modules())
-    assert "tisim.progressive" not in g["tisim.runner"]
-    assert not ({"tisim.runner", "tisim.progressive"} & g["tisim.outputs"])
+    assert not {m for m in g["tisim.runner"] if m.split(".")[:2] == ["tisim", "progressive"]}
+    assert not {m for m in g["tisim.outputs"] if m.split(".")[:2] in (["tisim", "runner"], ["tisim", "progressive"])}
 
 
 def test_no_import_cycle_through_function_level_imports():

@@ -256,3 +256,34 @@ def test_preview_session_restarts_with_the_panels_values(demos_dir, tmp_path):
     s.step()
     com = s.state.x.mean(axis=0)
     assert com[0] > 0.015 and com[2] < -0.004  # one frame of 0.01 s at (2, *, -0.5) m/s
+
+
+def test_a_still_colliders_shadow_is_projected_once_and_stays_right(demos_dir, tmp_path):
+    """refine-drape's sphere and floor do not move: the drawer projects the sphere's
+    shadow at the first frame only, the cloth's every frame, and a later frame's picture
+    is the one a fresh drawer draws for that frame."""
+    from tisim.render.base import ViewInfo, drawn_ground
+    from tisim.render.offscreen import SceneDrawer
+
+    s = PreviewSession(demos_dir / "refine-drape.toml", work_dir=tmp_path / "w", arch="cpu")
+    info = ViewInfo(faces=s.faces, vertex_count=len(s.state.x),
+                    colliders=[c for c in s.refiner.model.colliders if c.visible], camera=s.scene.camera,
+                    render=s.scene.render, title="t")
+    info.ground = drawn_ground(s.state.x, info.colliders, s.refiner.model.gravity)
+    d = SceneDrawer(info)
+    assert d.grounds and any(not moving for _, _, moving, _ in d.colliders)
+    x0 = s.state.x
+    x1 = x0 + np.array([0.05, -0.1, 0.02])
+    d.update(x0, 0.0)
+    projected = []
+    for per_caster in d._shadows:
+        for f in per_caster[1:]:
+            f.update = lambda *a, _f=f, **k: projected.append(_f)  # a second projection would land here
+    d.update(x1, 0.5)
+    assert not projected
+    fresh = SceneDrawer(info)
+    fresh.update(x1, 0.5)
+    for a, b in zip(d._shadows, fresh._shadows):
+        for fa, fb in zip(a, b):
+            np.testing.assert_array_equal(fa.x.to_numpy(), fb.x.to_numpy())
+            np.testing.assert_array_equal(fa.colors.to_numpy(), fb.colors.to_numpy())

@@ -433,6 +433,9 @@ class SceneDrawer:
                 [_shadow_fields(nv, F, L) for nv, F in casters]
             )
         self._shadow_on = False
+        # (floor, caster) pairs whose shadow is drawn and cannot change: a still collider
+        # over a still floor (the light is fixed in the world), projected once
+        self._shadow_static: set[tuple[int, int]] = set()
         self._points = None
         self._point_count = 0
         self._marker = ti.Vector.field(3, ti.f32, shape=2)  # dragged vertex and its target
@@ -498,14 +501,22 @@ class SceneDrawer:
         self._set_points(extra_points)
 
     def _update_shadows(self, x: np.ndarray, time: float) -> None:
-        """Project every caster onto every floor along each light sample."""
+        """Project every caster onto every floor along each light sample; a still
+        collider's shadow on a still floor only the first time (on refine-drape's
+        preview, the sphere's shadow was most of this work, every frame)."""
         if not self.grounds:
             return
         floor = np.asarray(PLANE_COLOR)
         casters = [x] + self._collider_vertices
-        for g, per_caster in zip(self.grounds, self._shadows):
+        still = [False] + [not moving for _, _, moving, _ in self.colliders]
+        for gi, (g, per_caster) in enumerate(zip(self.grounds, self._shadows)):
             p, n, u, w = g.frame(time)
-            for V, fields in zip(casters, per_caster):
+            floor_still = not g.c.is_moving()
+            for ci, (V, fields) in enumerate(zip(casters, per_caster)):
+                if (gi, ci) in self._shadow_static:
+                    continue
+                if still[ci] and floor_still:
+                    self._shadow_static.add((gi, ci))
                 # what is below the floor is hidden by it: clamp heights at 0
                 h = np.maximum((V - p) @ n, 0.0)
                 pos, col = [], []
