@@ -102,7 +102,7 @@ class SolverPD(Solver):
     and studies/convergence_pd.py for the 5k-vertex bar.
 
     Contact: when the model has colliders or several objects and
-    ``scene.contact.enabled``, :class:`tisim.contact.pd_contact.PDContact` adds
+    ``scene.contact.enabled``, :class:`tisim.contact.ncp.pd_contact.PDContact` adds
     h^2 H^T lambda to the right-hand side and runs one Newton step per iteration
     (notes §3; a numpy round trip per iteration).
 
@@ -178,7 +178,7 @@ class SolverPD(Solver):
         self.contact = None
         scene = model.scene
         if self._has_contact():
-            from tisim.contact.pd_contact import PDContact
+            from tisim.contact.ncp.pd_contact import PDContact
 
             self.contact = PDContact(
                 model,
