@@ -14,7 +14,7 @@ Usage:
     .venv/bin/python benchmarks/bench_contact.py --resolution 17.6493 --frames 80 --implementation both
 
 --implementation host|device|both: the contact update per local-global iteration in numpy
-(host) or in Taichi kernels (device, tisim/contact/device_ncp.py); "both" runs the two one
+(host) or in Taichi kernels (device, tisim/contact/ncp/device_ncp.py); "both" runs the two one
 after the other in this process and prints them side by side.
 
 --peer: NVIDIA Newton's XPBD (``pip install newton``) on issue 10's twisting bar (the bar of

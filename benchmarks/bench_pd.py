@@ -123,8 +123,11 @@ def _si_build_one(resolution: float, arch: str, queue) -> None:
         info = backend.init(arch)
         scene = load_scene(
             demos_dir() / "squeeze-ball.toml",
-            [f"objects.ball.ball_resolution={resolution}", 'solver.global_step="cholesky"',
-             "contact.enabled=false"],
+            [
+                f"objects.ball.ball_resolution={resolution}",
+                'solver.global_step="cholesky"',
+                "contact.enabled=false",
+            ],
         )
         model = Model.from_scene(scene)
         g = SolverPD(model, scene.solver).global_step
@@ -135,8 +138,16 @@ def _si_build_one(resolution: float, arch: str, queue) -> None:
         dt = time.perf_counter() - t0
         b = np.random.default_rng(0).standard_normal(g.n_free)
         res = float(np.linalg.norm(g.A_ff @ si.solve(b) - b) / np.linalg.norm(b))
-        queue.put({"vertices": model.vertex_count, "arch": info.arch, "nnz_S": si.nnz,
-                   "levels": int(si.depth.max()), "build_s": dt, "relative_residual": res})
+        queue.put(
+            {
+                "vertices": model.vertex_count,
+                "arch": info.arch,
+                "nnz_S": si.nnz,
+                "levels": int(si.depth.max()),
+                "build_s": dt,
+                "relative_residual": res,
+            }
+        )
     except Exception as e:  # report instead of hanging the parent
         queue.put({"arch": arch, "error": f"{type(e).__name__}: {e}"})
 
@@ -145,8 +156,11 @@ def si_build(resolutions, archs, out: Path) -> int:
     """Build time of the sparse inverse, the same matrix on each backend side by side."""
     ctx = mp.get_context("spawn")
     rows = []
-    print(f"{'vertices':>8} {'levels':>6} {'nnz(S)':>10} " + " ".join(f"{a + ' s':>10}" for a in archs)
-          + "  relative residual A S^T S b - b")
+    print(
+        f"{'vertices':>8} {'levels':>6} {'nnz(S)':>10} "
+        + " ".join(f"{a + ' s':>10}" for a in archs)
+        + "  relative residual A S^T S b - b"
+    )
     for res in resolutions:
         got = []
         for arch in archs:
@@ -175,6 +189,113 @@ def si_build(resolutions, archs, out: Path) -> int:
     return 0
 
 
+# ------------------------------------------------------------------------------ traffic
+# scenes of the iteration budget: (demo, overrides); small sizes, the counts of launches
+# and synchronisations do not depend on the size (the bytes do, and are per vertex)
+TRAFFIC_SCENES = {
+    "bar": ("twisting-bar.toml", ["objects.bar.resolution=[16,3,3]"]),
+    "bar-neohookean": ("twisting-bar-neohookean.toml", ["objects.bar.resolution=[16,3,3]"]),
+    "contact": (
+        "squeeze-ball.toml",
+        ["objects.ball.ball_resolution=6", 'contact.implementation="device"'],
+    ),
+    "contact-host": (
+        "squeeze-ball.toml",
+        ["objects.ball.ball_resolution=6", 'contact.implementation="host"'],
+    ),
+}
+
+
+def _traffic_one(arch, names, steps, warmup, iterations, queue):
+    """Child process: per scene, launches, syncs and bytes per step and per local-global
+    iteration (tisim._taichi_patches.traffic), after ``warmup`` steps."""
+    try:
+        from tisim import backend
+        from tisim._taichi_patches import traffic
+        from tisim.cli.app import demos_dir
+        from tisim.model import Model
+        from tisim.scene import load_scene
+        from tisim.solvers.pd.solver import SolverPD
+
+        info = backend.init(arch, "f64" if arch == "cpu" else "f32")
+        if not traffic.install():
+            raise RuntimeError(
+                "traffic counters need the Taichi patches (TISIM_PLAIN_TAICHI unset)"
+            )
+        rows = []
+        for name in names:
+            demo, sets = TRAFFIC_SCENES[name]
+            scene = load_scene(demos_dir() / demo, [*sets, f"solver.iterations={iterations}"])
+            model = Model.from_scene(scene)
+            solver = SolverPD(model, scene.solver)
+            a = model.initial_state()
+            b = a.clone()
+            its = 0
+            contacts = 0
+            for k in range(warmup + steps):
+                if k == warmup:
+                    before = traffic.snapshot()
+                with traffic.counting():
+                    st = solver.step(a, b, scene.sim.dt)
+                a, b = b, a
+                if k >= warmup:
+                    its += st.iterations
+                    contacts += st.n_contacts
+            d = traffic.difference(traffic.snapshot(), before)
+            rows.append(
+                {
+                    "scene": name,
+                    "arch": info.arch,
+                    "precision": info.precision,
+                    "vertices": model.vertex_count,
+                    "steps": steps,
+                    "iterations": its,
+                    "contacts_per_step": contacts / steps,
+                    "acceleration": solver.info().get("acceleration"),
+                    "contact_implementation": solver.info().get("contact_implementation"),
+                    "per_step": {k: v / steps for k, v in d.items()},
+                    "per_iteration": {k: v / max(its, 1) for k, v in d.items()},
+                }
+            )
+        queue.put(rows)
+    except Exception as e:  # report instead of hanging the parent
+        queue.put([{"arch": arch, "error": f"{type(e).__name__}: {e}"}])
+
+
+def traffic(archs, names, steps=5, warmup=6, iterations=5, out=None) -> list[dict]:
+    """The iteration budget, one child process per backend; prints a table, returns rows."""
+    ctx = mp.get_context("spawn")
+    rows = []
+    for arch in archs:
+        q = ctx.Queue()
+        proc = ctx.Process(target=_traffic_one, args=(arch, names, steps, warmup, iterations, q))
+        proc.start()
+        rows += q.get()
+        proc.join()
+    print(f"per local-global iteration ({iterations} a step; {steps} steps after {warmup}):")
+    print(
+        f"{'scene':<15} {'arch':<7} {'accel':<8} {'verts':>6} {'contacts':>8} {'launches':>9} {'syncs':>7} "
+        f"{'B to host':>10} {'B to dev':>10} {'np args':>8} | per step: {'launches':>8} {'syncs':>6}"
+    )
+    for r in rows:
+        if "error" in r:
+            print(f"{r['arch']}: {r['error']}")
+            continue
+        it, st = r["per_iteration"], r["per_step"]
+        print(
+            f"{r['scene']:<15} {r['arch']:<7} {r['acceleration']:<8} {r['vertices']:>6} {r['contacts_per_step']:>8.0f} "
+            f"{it['launches']:>9.1f} {it['syncs']:>7.1f} {it['bytes_to_host']:>10.0f} "
+            f"{it['bytes_to_device']:>10.0f} {it['numpy_args']:>8.1f} | "
+            f"{st['launches']:>18.0f} {st['syncs']:>6.0f}"
+        )
+    if out is not None:
+        out = Path(out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps({"machine": machine(), "traffic": rows}, indent=2))
+        print(f"wrote {out}")
+    return rows
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="5.3k bar only, 10 frames")
@@ -188,12 +309,31 @@ def main(argv=None) -> int:
     p.add_argument("--arch", default="cpu", choices=["cpu", "cuda", "vulkan", "auto"])
     p.add_argument("--out", default="out/bench_pd.json")
     p.add_argument(
-        "--si-build", type=float, nargs="+", default=None, metavar="BALL_RESOLUTION",
+        "--si-build",
+        type=float,
+        nargs="+",
+        default=None,
+        metavar="BALL_RESOLUTION",
         help="instead: time the sparse-inverse build of the squeeze-ball matrix at these "
         "ball resolutions (10: 1.5k vertices, 17.6493: 7k) on each --si-archs backend",
     )
     p.add_argument("--si-archs", nargs="+", default=["cpu", "vulkan"])
+    p.add_argument(
+        "--traffic",
+        action="store_true",
+        help="instead: the iteration budget (launches, syncs, bytes) on each --traffic-archs "
+        "backend, without and with contact",
+    )
+    p.add_argument("--traffic-archs", nargs="+", default=["cpu", "vulkan"])
     args = p.parse_args(argv)
+    if args.traffic:
+        traffic(
+            args.traffic_archs,
+            ["bar", "bar-neohookean", "contact", "contact-host"],
+            iterations=args.iterations,
+            out=args.out,
+        )
+        return 0
     if args.si_build:
         return si_build(args.si_build, args.si_archs, Path(args.out))
     sizes = args.sizes or (["5k"] if args.quick else list(SIZES))

@@ -70,10 +70,11 @@ def bar_scene(
         f"objects.bar.resolution={list(resolution)}",
         f"solver.iterations={iterations}",
         f"sim.dt={dt!r}",
-        f'solver.acceleration="{acceleration}"',
         f"solver.anderson_window={window}",
         f"solver.tolerance={tolerance!r}",
     ]
+    if acceleration is not None:  # None: the solver's default (acceleration = "auto")
+        sets.append(f'solver.acceleration="{acceleration}"')
     return load_scene(demos_dir() / "twisting-bar-neohookean.toml", sets)
 
 
@@ -129,6 +130,8 @@ class TisimRun:
         self.gauge = TwistGauge(self.model.initial_positions)
         self.ms, self.twist, self.rejected, self.backtracks = [], [], 0, 0
         self.iterations_done = []
+        # what the solver ran (acceleration = "auto" resolves to "anderson" or "none")
+        self.acceleration_used = self.solver.info().get("acceleration", acceleration)
 
     def frame(self) -> None:
         t = time.perf_counter()
@@ -317,6 +320,13 @@ def main(argv=None) -> int:
         default=[4, 5, 6, 8],
         help="local-global iterations of the Anderson-accelerated runs",
     )
+    p.add_argument(
+        "--default-iterations",
+        type=int,
+        nargs="*",
+        default=[5, 6],
+        help="local-global iterations of the runs with the solver's default acceleration",
+    )
     p.add_argument("--window", type=int, default=5, help="Anderson window m")
     p.add_argument("--ref-iterations", type=int, default=50, help="iterations of the reference")
     p.add_argument("--ref-substeps", type=int, default=5, help="reference steps a frame (dt/k)")
@@ -348,6 +358,10 @@ def main(argv=None) -> int:
     print(f"machine: {m['cpu']}, {m['cores']} cores, load average {m['load_average_start']}")
     res = args.resolution
     runs = [TisimRun(f"PD {n} it.", n, res) for n in args.iterations]
+    runs += [
+        TisimRun(f"PD {n} it., default settings", n, res, None, args.window)
+        for n in args.default_iterations
+    ]
     runs += [
         TisimRun(f"PD {n} it. + Anderson m={args.window}", n, res, "anderson", args.window)
         for n in args.anderson_iterations
@@ -420,8 +434,9 @@ def main(argv=None) -> int:
         if isinstance(r, TisimRun):
             row.update(
                 iterations=r.iterations,
-                acceleration=r.acceleration,
-                window=r.window if r.acceleration != "none" else None,
+                acceleration=r.acceleration_used,
+                acceleration_requested=r.acceleration or "default",
+                window=r.window if r.acceleration_used != "none" else None,
                 error_end_percent=100.0 * abs(tw[-1] - th_ref[-1]) / end,
                 error_max_percent=100.0 * float(np.max(np.abs(tw - th_ref))) / end,
                 iteration_error_end_percent=100.0 * abs(tw[-1] - th_same[-1]) / abs(th_same[-1]),

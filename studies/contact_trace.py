@@ -1,7 +1,7 @@
 """Where two backends' device contact updates part ways: one recorded contact problem
 replayed on both, stage by stage.
 
-On an NVIDIA H200 the device contact update (tisim.contact.device_ncp) in f32 let the
+On an NVIDIA H200 the device contact update (tisim.contact.ncp.device_ncp) in f32 let the
 squeeze-ball through the floor, while the same kernels agree with the CPU in f64 on CUDA
 and in f32 on the CPU backend and on Vulkan (docs/benchmarks.md, "GPU-class backends"). The cause was
 found afterwards by emulation on the CPU (CUDA's approximate f32 square root in a
@@ -69,7 +69,7 @@ def _scene():
 def _run(arch: str, precision: str, frames: int, out: Path, calls_out: Path | None, updates: int) -> None:
     """The squeeze-ball on ``arch``: positions per frame into ``out``; with ``calls_out``,
     the DeviceNCP calls of the first ``updates`` device updates into it."""
-    from tisim.contact import device_ncp as dn
+    from tisim.contact.ncp import device_ncp as dn
     from tisim.runner import build
 
     calls: list = []
@@ -134,7 +134,7 @@ def _replay(calls_path: Path, out: Path) -> None:
     """Replay the recorded calls on this process's backend, keeping each stage's arrays."""
     from taichi.lang.kernel_impl import _BoundedDifferentiableMethod
 
-    from tisim.contact import device_ncp as dn
+    from tisim.contact.ncp import device_ncp as dn
 
     calls = pickle.loads(calls_path.read_bytes())
     snaps: list[tuple[str, dict]] = []

@@ -214,6 +214,11 @@ def np_real():
 # copies are numpy copies into and out of a view of it. GPU backends keep Taichi's.
 
 
+# (read, write) counters of _taichi_patches.traffic, when installed: the host-view copies
+# of the CPU backend are where a GPU backend reads and writes device memory
+_traffic = None
+
+
 def _host_view(nd):
     """A numpy array sharing ``nd``'s memory (CPU backend), cached on the ndarray so
     that the view never outlives the allocation it points into; None elsewhere."""
@@ -263,6 +268,8 @@ def upload(nd, arr) -> None:
     if arr.shape != v.shape:
         raise ValueError(f"upload: array of shape {arr.shape} into an ndarray of shape {v.shape}")
     np.copyto(v, arr, casting="unsafe")
+    if _traffic is not None:
+        _traffic[1](v.nbytes)
 
 
 def download(nd, rows: int | None = None):
@@ -272,7 +279,10 @@ def download(nd, rows: int | None = None):
     if v is None:
         a = nd.to_numpy()
         return a if rows is None else a[:rows]
-    return (v if rows is None else v[:rows]).copy()
+    out = (v if rows is None else v[:rows]).copy()
+    if _traffic is not None:
+        _traffic[0](out.nbytes)
+    return out
 
 
 def zero(nd, rows: int | None = None) -> bool:

@@ -264,7 +264,7 @@ class ContactConfig:
     friction_jacobian: Literal["full", "lagged"] = "full"  # "lagged": the notes' omega_t = 0, E_t = I
     # PD contact update per local-global iteration: numpy on the host, or Taichi kernels;
     # "auto": kernels, except on Vulkan (measured slow on lavapipe) and on CUDA in f32
-    # (wrong contact there, measured on an H200: tisim.contact.pd_contact.choose_implementation)
+    # (wrong contact there, measured on an H200: tisim.contact.ncp.pd_contact.choose_implementation)
     implementation: Literal["auto", "host", "device"] = "auto"
     objects: bool = True  # object-object contact
     self_collision: bool = False

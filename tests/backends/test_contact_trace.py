@@ -129,7 +129,7 @@ sys.path.insert(0, tools)
 os.environ["TISIM_CONTACT_SERIAL"] = "0"
 from tisim import backend
 backend.init("cpu", "f32")
-from tisim.contact import device_ncp as dn
+from tisim.contact.ncp import device_functions as df, device_ncp as dn
 FACTOR = 1.0 + float(ulps) * 1.1920929e-07
 
 
@@ -151,8 +151,8 @@ def old_ncp(mode, a, b):
         else:
             phi = s - rho
         if rho == 0.0:
-            da = dn._FB_KINK
-            db = dn._FB_KINK
+            da = df._FB_KINK
+            db = df._FB_KINK
         else:
             da = 1.0 - a / rho
             db = 1.0 - b / rho
@@ -168,9 +168,9 @@ def old_ncp(mode, a, b):
 
 proxy = types.SimpleNamespace(**{k: getattr(ti, k) for k in dir(ti) if not k.startswith("__")})
 proxy.sqrt = sqrt_high
-dn.ti = proxy  # the kernels compile on first use and read the module's ti then
+df.ti = dn.ti = proxy  # the kernels compile on first use and read their modules' ti then
 if variant == "old":
-    dn._ncp = old_ncp
+    df._ncp = old_ncp
 import contact_trace as ct
 ct._replay(Path(calls), Path(out))
 """

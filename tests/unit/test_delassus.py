@@ -6,14 +6,14 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from tisim.contact.delassus import (
+from tisim.contact.ncp.delassus import (
     DelassusOperator,
     scalar_delassus_columns,
     scalar_delassus_sparse_inverse,
     scalar_mass_delassus_diagonal,
 )
-from tisim.contact.detection import ContactDetector
-from tisim.contact.frames import ContactSet, tangent_frames
+from tisim.contact.ncp.detection import ContactDetector
+from tisim.contact.ncp.frames import ContactSet, tangent_frames
 from tisim.geometry.precompute import gradient_operator
 from tisim.linalg.cholesky import factorize
 from tisim.model import Model
@@ -164,7 +164,7 @@ def test_delassus_with_held_vertices_through_global_step(setup, kind, unit_colum
     """With held vertices eliminated by the PD global step, W_hat = B_f^T A_ff^-1 B_f; with
     unit_columns the vertex-collider columns are named (their rows of Z^T are gathered from
     S^T, empty for held vertices), else every column is formed as a general one."""
-    from tisim.contact.pd_contact import PDContact
+    from tisim.contact.ncp.pd_contact import PDContact
     from tisim.solvers.pd.config import PDConfig
     from tisim.solvers.pd.global_step import build_global_step
 
@@ -191,7 +191,7 @@ def test_auto_choosing_cholesky_hands_its_sparse_inverse_to_contact(setup, monke
     still B^T A^-1 B."""
     import tisim.linalg.sparse_inverse as sim
     import tisim.solvers.pd.global_step as gsm
-    from tisim.contact.pd_contact import PDContact
+    from tisim.contact.ncp.pd_contact import PDContact
     from tisim.solvers.pd.config import PDConfig
 
     m, A, cs = setup
@@ -219,7 +219,7 @@ def test_auto_choosing_cholesky_hands_its_sparse_inverse_to_contact(setup, monke
 
 def test_delassus_builder_cache_matches_fresh(setup, rng):
     """Across steps with overlapping contact sets, cached entries equal a fresh build."""
-    from tisim.contact.delassus import DelassusBuilder
+    from tisim.contact.ncp.delassus import DelassusBuilder
     from tisim.linalg.sparse_inverse import sparse_inverse
 
     m, A, _ = setup

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tisim.contact.detection import ContactDetector, point_triangle_closest
+from tisim.contact.ncp.detection import ContactDetector, point_triangle_closest
 from tisim.model import Model
 from tisim.scene import scene_from_dict
 

@@ -1,4 +1,4 @@
-"""The contact update in Taichi kernels (tisim.contact.device_ncp) against the numpy path
+"""The contact update in Taichi kernels (tisim.contact.ncp.device_ncp) against the numpy path
 of PDContact on the same inputs: random SPD Delassus matrices, frames, gaps, slips and
 forces, both NCP functions and both friction Jacobians; then whole scenes with
 ``contact.implementation`` host and device.
@@ -21,9 +21,9 @@ import math
 import numpy as np
 import pytest
 
-from tisim.contact.delassus import DelassusOperator
-from tisim.contact.frames import ContactSet, tangent_frames
-from tisim.contact.ncp import friction_state, ncp_function
+from tisim.contact.ncp.delassus import DelassusOperator
+from tisim.contact.ncp.frames import ContactSet, tangent_frames
+from tisim.contact.ncp.functions import friction_state, ncp_function
 
 H = 0.01
 RTOL = 1e-10
@@ -82,7 +82,7 @@ def _problem(rng, k=40, n=60, triangles=8):
 
 def _host(cs, W_hat, ncp, friction_jacobian, lam):
     """A PDContact carrying the problem, for its numpy methods (no model, no detection)."""
-    from tisim.contact.pd_contact import PDContact
+    from tisim.contact.ncp.pd_contact import PDContact
 
     c = object.__new__(PDContact)
     c._on_device = False
@@ -105,7 +105,7 @@ def _host(cs, W_hat, ncp, friction_jacobian, lam):
 
 
 def _device(cs, W_hat, ncp, friction_jacobian, lam, exact=False, colliders=(), t=0.0):
-    from tisim.contact.device_ncp import DeviceNCP
+    from tisim.contact.ncp.device_ncp import DeviceNCP
 
     comp = H * H * np.diag(W_hat)
     dev = DeviceNCP(
@@ -257,7 +257,7 @@ def test_device_collider_gaps_match_collider_distance(rng):
     """Detection's distance test on the device: for every collider kind, turning and
     moving, the smallest signed distance over three positions of each tested vertex
     equals Collider.distance's (f64, the same formulas; 1e-14 m), with both signs."""
-    from tisim.contact.device_ncp import DeviceColliderGaps
+    from tisim.contact.ncp.device_colliders import DeviceColliderGaps
 
     cols = _colliders()
     n = 400
@@ -360,7 +360,7 @@ def test_contact_implementation_choice(requested, arch, precision, chosen, warns
     """"auto" keeps the kernels off the two backends where they were measured slow (Vulkan
     on lavapipe) or wrong (CUDA in f32 on an H200); asking for them on CUDA in f32 runs them
     with a one-line warning that says what to use instead."""
-    from tisim.contact.pd_contact import choose_implementation
+    from tisim.contact.ncp.pd_contact import choose_implementation
 
     got, warning = choose_implementation(requested, arch, precision)
     assert got == chosen
@@ -378,7 +378,7 @@ import taichi as ti
 sys.path.insert(0, sys.argv[1])
 from tisim import backend
 backend.init("cpu", "f32")
-from tisim.contact import device_ncp as dn
+from tisim.contact.ncp import device_functions as df, device_ncp as dn
 ulps = float(sys.argv[2])
 if ulps:
     @ti.func
@@ -386,7 +386,7 @@ if ulps:
         return ti.sqrt(x) * (1.0 + ulps * 1.1920929e-07)
     proxy = types.SimpleNamespace(**{k: getattr(ti, k) for k in dir(ti) if not k.startswith("__")})
     proxy.sqrt = sqrt_high
-    dn.ti = proxy  # the kernels compile on first use and read the module's ti then
+    df.ti = dn.ti = proxy  # the kernels compile on first use and read their modules' ti then
 import backend_scenarios as sc
 r = sc._run("squeeze-ball", [*sc.SQUEEZE_BALL, 'contact.implementation="device"'], 8)
 np.savez(sys.argv[3], **r)

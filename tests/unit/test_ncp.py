@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tisim.contact.ncp import (
+from tisim.contact.ncp.functions import (
     fischer_burmeister,
     friction_residual,
     friction_residual_jacobian,
@@ -126,7 +126,7 @@ def test_fischer_burmeister_derivatives_without_cancellation():
     and a few ulp where b / a is 1e-3 .. 1e-9; phi_b likewise with the roles swapped."""
     from decimal import Decimal, getcontext
 
-    from tisim.contact.ncp import fischer_burmeister
+    from tisim.contact.ncp.functions import fischer_burmeister
 
     getcontext().prec = 50
     a = np.array([1.0, 2.5e-3, 3.0, 1e-4, 0.7])

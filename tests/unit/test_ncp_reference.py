@@ -1,4 +1,4 @@
-"""Host (PDContact's numpy path) and device (tisim.contact.device_ncp) nonsmooth Newton
+"""Host (PDContact's numpy path) and device (tisim.contact.ncp.device_ncp) nonsmooth Newton
 steps against a dense numpy reference written from the notes
 (/work/shared/papers/pd-sparse-inverse-contact.md, §2.6, §2.7, §2.9), not against each other.
 
@@ -26,9 +26,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tisim.contact.delassus import DelassusOperator
-from tisim.contact.frames import ContactSet, tangent_frames
-from tisim.contact.ncp import ncp_function
+from tisim.contact.ncp.delassus import DelassusOperator
+from tisim.contact.ncp.frames import ContactSet, tangent_frames
+from tisim.contact.ncp.functions import ncp_function
 
 H = 0.01
 
@@ -131,7 +131,7 @@ def _reference(cs, W, d, u, lam, ncp):
 
 
 def _host(cs, W, ncp, lam):
-    from tisim.contact.pd_contact import PDContact
+    from tisim.contact.ncp.pd_contact import PDContact
 
     c = object.__new__(PDContact)
     c._on_device = False
@@ -174,7 +174,7 @@ def test_host_newton_step_matches_the_dense_reference(ncp, seed):
 
 @pytest.mark.parametrize("ncp", ["fischer-burmeister", "min-map"])
 def test_device_newton_step_matches_the_dense_reference(ncp):
-    from tisim.contact.device_ncp import DeviceNCP
+    from tisim.contact.ncp.device_ncp import DeviceNCP
 
     rng = np.random.default_rng(3)
     cs, W = _problem(rng)

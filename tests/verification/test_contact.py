@@ -271,7 +271,7 @@ def _contact_internals(solver):
     import contextlib
     from types import SimpleNamespace
 
-    import tisim.contact.pd_contact as pdc
+    import tisim.contact.ncp.pd_contact as pdc
     from tisim.linalg.krylov import KrylovResult
 
     c = solver.contact
@@ -431,7 +431,7 @@ def _friction_fd_setup(demos_dir, friction_jacobian):
     row and lambda_t - Proj_{|x| <= radius}(lambda_t - u(lam) / r_t) for friction (the
     disk radius mu lambda_n is lagged: fixed at the linearisation point), with d, u from
     an exact global solve q = A^-1 (b + h^2 H^T lam)."""
-    from tisim.contact.ncp import friction_residual
+    from tisim.contact.ncp.functions import friction_residual
 
     scene = _incline(demos_dir, 10.0, 0.18, [f'contact.friction_jacobian="{friction_jacobian}"'])
     model, solver, s0, _ = _build(scene)
@@ -470,7 +470,7 @@ def test_newton_step_jacobian_matches_finite_differences(demos_dir, friction_jac
     derivative, so its slipping rows miss the rate and the check must see it. (The
     existing test in tests/unit/test_ncp.py checks friction_residual_jacobian, which no
     solver calls.)"""
-    from tisim.contact.ncp import friction_state
+    from tisim.contact.ncp.functions import friction_state
 
     ci, residual, lam0 = _friction_fd_setup(demos_dir, friction_jacobian)
     rng = np.random.default_rng(7)

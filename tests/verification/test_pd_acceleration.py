@@ -23,6 +23,7 @@ def small_bar(*sets, angular_velocity=6.283185307179586):
         "objects.bar.poisson_ratio=0.4",
         "sim.gravity=[0.0, 0.0, 0.0]",
         f"objects.bar.handles.twist.angular_velocity=[{angular_velocity!r}, 0.0, 0.0]",
+        'solver.acceleration="none"',  # the plain iteration unless a test asks for another
     ]
     scene = load_scene(demos_dir() / "twisting-bar-neohookean.toml", base + list(sets))
     model = Model.from_scene(scene)
@@ -144,6 +145,35 @@ def test_bar_at_rest_stays_at_rest_with_acceleration():
         assert np.all(np.isfinite(a.positions)), st
     assert np.abs(a.positions - model.initial_positions).max() < 1e-12
     assert np.abs(a.velocities).max() < 1e-10
+
+
+def test_auto_picks_anderson_for_neo_hookean_without_contact_only():
+    """The default, acceleration = "auto": Anderson for the Neo-Hookean bar on the CPU in
+    f64 (the timed case), the plain iteration for ARAP and for a scene with contact; the
+    choice and its reason are in the solver's info (run.json). The auto run is the
+    explicit Anderson run, bit for bit."""
+    from tisim import backend
+
+    if backend.current().precision != "f64":
+        pytest.skip("auto uses Anderson in f64 only")
+    runs = {}
+    for accel in ("auto", "anderson"):
+        model, solver, dt = small_bar("solver.iterations=6", f'solver.acceleration="{accel}"')
+        info = solver.info()
+        assert info["acceleration"] == "anderson" and info["acceleration_requested"] == accel
+        a = model.initial_state()
+        b = a.clone()
+        for _ in range(3):
+            solver.step(a, b, dt)
+            a, b = b, a
+        runs[accel] = a.positions.copy()
+    assert np.array_equal(runs["auto"], runs["anderson"])
+    _, arap, _ = small_bar('solver.acceleration="auto"', 'objects.bar.material="arap"')
+    assert arap.info()["acceleration"] == "none" and arap._anderson is None
+    scene = load_scene(demos_dir() / "squeeze-ball.toml", ["objects.ball.ball_resolution=4"])
+    assert scene.solver.acceleration == "auto"
+    info = SolverPD(Model.from_scene(scene), scene.solver).info()
+    assert info["acceleration"] == "none" and "contact" in info["acceleration_reason"]
 
 
 def test_acceleration_keys_are_validated():

@@ -48,7 +48,9 @@ class PDConfig:
     volume_stiffness: float = num(
         0.0, ge=0, doc="Pa; > 0 adds the PD volume-preservation constraint to every tet"
     )
-    acceleration: Literal["none", "anderson"] = "none"
+    # "auto": Anderson where it was measured to pay (Neo-Hookean, no contact, exact global
+    # step, CPU f64), none elsewhere; run.json's solver_info says which and why
+    acceleration: Literal["auto", "none", "anderson"] = "auto"
     anderson_window: int = num(
         5, ge=1, le=16, doc="Anderson acceleration: previous iterates combined per step (m)"
     )

@@ -17,6 +17,8 @@ from tisim.solvers.pd.config import PDConfig
 log = logging.getLogger(__name__)
 
 _ROTATION_MATERIALS = ("arap", "corotated")
+# materials on which acceleration = "auto" uses Anderson acceleration (see _choose_acceleration)
+_ANDERSON_MATERIALS = ("neo-hookean",)
 _ENERGY_ROTATION_ITERATIONS = (
     1  # warm-started from the last local step; energy error ~ (rotation error)^2
 )
@@ -88,7 +90,9 @@ class SolverPD(Solver):
     Handles: the held set is evaluated at t + h; when it changes (a release) the
     system is refactored. Held vertices' velocities are (target - q_n) / h.
 
-    Acceleration (``acceleration = "anderson"``, window ``anderson_window``): Anderson
+    Acceleration (``acceleration = "anderson"``, or ``"auto"``, the default: Anderson for
+    Neo-Hookean bodies without contact on the CPU, see :meth:`_choose_acceleration`;
+    window ``anderson_window``): Anderson
     acceleration of the fixed-point map q -> q + A_ff^-1 r(q) with an energy safeguard
     (see :class:`_Anderson`): the incremental potential is evaluated in the local step's
     launch, an extrapolation that raises it is replaced by the plain step. Used only with
@@ -98,7 +102,7 @@ class SolverPD(Solver):
     and studies/convergence_pd.py for the 5k-vertex bar.
 
     Contact: when the model has colliders or several objects and
-    ``scene.contact.enabled``, :class:`tisim.contact.pd_contact.PDContact` adds
+    ``scene.contact.enabled``, :class:`tisim.contact.ncp.pd_contact.PDContact` adds
     h^2 H^T lambda to the right-hand side and runs one Newton step per iteration
     (notes §3; a numpy round trip per iteration).
 
@@ -161,19 +165,20 @@ class SolverPD(Solver):
         self._auto_info: dict = {}
         self._version = 0
         self._global = None
-        self._anderson = (
-            _Anderson(config.anderson_window, n) if config.acceleration == "anderson" else None
-        )
+        self._anderson = None
         held, _ = self._held_targets(0.0 + self._h)
         self._held_idx = held
         self._held_key = held.tobytes()
         self._build_system()
+        self._acceleration, self._acceleration_reason = self._choose_acceleration()
+        if self._acceleration == "anderson":
+            self._anderson = _Anderson(config.anderson_window, n)
         self._setup_seconds = time.perf_counter() - t0
 
         self.contact = None
         scene = model.scene
         if self._has_contact():
-            from tisim.contact.pd_contact import PDContact
+            from tisim.contact.ncp.pd_contact import PDContact
 
             self.contact = PDContact(
                 model,
@@ -199,6 +204,35 @@ class SolverPD(Solver):
         k.reset_rotations()
 
     # ------------------------------------------------------------------ system
+    def _choose_acceleration(self) -> tuple[str, str]:
+        """("anderson" or "none", why). "auto" picks Anderson where it was measured to pay
+        and its safeguard is sound: every element of a quasi-Newton Neo-Hookean material
+        (the plain map contracts slowly along shear there; ARAP's plain iteration already
+        decreases its energy monotonically, corotated is not measured, and the barrier
+        materials' energy is infinite once a tet inverts, which the safeguard cannot
+        compare), no contact in the scene (steps with contact run the plain iteration
+        anyway, and mixing the two in one run makes its cost per step uneven), an exact
+        global step (Jacobi-Chebyshev keeps its own history in x) and the CPU backend in
+        f64 (the only one it was timed on; the f32 Tikhonov regularisation is untested at
+        this size)."""
+        from tisim import backend
+
+        requested = self.config.acceleration
+        if requested != "auto":
+            return requested, "requested"
+        mats = np.unique(np.asarray(self.model.element_material))
+        quasi_newton = {MATERIALS.index(k) for k in _ANDERSON_MATERIALS}
+        info = backend.current()
+        if not set(mats.tolist()) <= quasi_newton:
+            return "none", "auto: a material other than " + " / ".join(_ANDERSON_MATERIALS)
+        if self._has_contact():
+            return "none", "auto: contact"
+        if not self._global.exact():
+            return "none", "auto: inexact global step (jacobi)"
+        if info.arch != "cpu" or info.precision != "f64":
+            return "none", f"auto: not timed on {info.arch} {info.precision}"
+        return "anderson", "auto: Neo-Hookean, no contact, exact global step, CPU f64"
+
     def _has_contact(self) -> bool:
         """Whether the scene has contacts to solve (colliders, or objects that meet)."""
         m = self.model
@@ -665,6 +699,9 @@ class SolverPD(Solver):
             system_build_seconds=round(self._build_seconds, 4),
             setup_seconds=round(self._setup_seconds, 4),
             contact=self.contact is not None,
+            acceleration=self._acceleration,
+            acceleration_requested=self.config.acceleration,
+            acceleration_reason=self._acceleration_reason,
         )
         if self.contact is not None:
             d["contact_implementation"] = self.contact.implementation

@@ -29,15 +29,20 @@ from functools import lru_cache
 
 import numpy as np
 
-from tisim.contact.delassus import (
+from tisim.contact.ncp.delassus import (
     DelassusBuilder,
     DelassusOperator,
     scalar_delassus_columns,
     scalar_mass_delassus_diagonal,
 )
-from tisim.contact.detection import ContactDetector
-from tisim.contact.frames import ContactSet
-from tisim.contact.ncp import friction_residual, friction_state, ncp_function, project_cone
+from tisim.contact.ncp.detection import ContactDetector
+from tisim.contact.ncp.frames import ContactSet
+from tisim.contact.ncp.functions import (
+    friction_residual,
+    friction_state,
+    ncp_function,
+    project_cone,
+)
 from tisim.linalg.krylov import conjugate_residual
 
 log = logging.getLogger(__name__)
@@ -163,7 +168,7 @@ class PDContact:
     held: optional callable t -> (h,) indices of vertices with prescribed motion at t.
     implementation: "host" (numpy) or "device" (the per-iteration update - kinematics,
     NCP rows, CR, line search, force scatter - in Taichi kernels over data uploaded once
-    per step, :class:`tisim.contact.device_ncp.DeviceNCP`; same mathematics, agreement
+    per step, :class:`tisim.contact.ncp.device_ncp.DeviceNCP`; same mathematics, agreement
     to round-off), or "auto" (:func:`choose_implementation`); default: the config's
     ``implementation`` key, else "auto".
 
@@ -245,7 +250,7 @@ class PDContact:
             self._make_device().warm_up(len(self.model.colliders))
             cols = self.model.colliders
             if cols and all(c.kind in ("plane", "sphere", "box", "cylinder") for c in cols):
-                from tisim.contact.device_ncp import DeviceColliderGaps
+                from tisim.contact.ncp.device_colliders import DeviceColliderGaps
 
                 det = self.detector
                 det.collider_gaps = DeviceColliderGaps(cols, det.surface_vertices)
@@ -402,7 +407,7 @@ class PDContact:
     def _make_device(self):
         if self._device is None:
             from tisim import backend
-            from tisim.contact.device_ncp import DeviceNCP
+            from tisim.contact.ncp.device_ncp import DeviceNCP
 
             self._device = DeviceNCP(
                 self.vertex_count,

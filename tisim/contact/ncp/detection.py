@@ -27,7 +27,7 @@ import logging
 import numpy as np
 from scipy.spatial import cKDTree
 
-from tisim.contact.frames import ContactSet, tangent_frames
+from tisim.contact.ncp.frames import ContactSet, tangent_frames
 
 log = logging.getLogger(__name__)
 
