@@ -29,7 +29,7 @@ alike), for each ``--table-levels`` count from one preview resolution: preview m
 direct coarse, direct fine, the speed-up over direct fine and preview / direct coarse
 (medians), with the prolonged shell's restriction U^T H U timed alone (building its map
 once, applying it, and scipy's triple product for comparison). JSON under
-benchmarks/results/refine-table/.
+benchmarks/results/refine/.
 
     python benchmarks/bench_refine.py --table --resolution 16 --table-levels 3 4 --frames 20
 
@@ -421,7 +421,7 @@ def _table(a) -> int:
               f"ms, apply {row['restriction']['apply_ms']:.1f} ms (scipy "
               f"{row['restriction']['scipy_triple_product_ms']:.1f} ms)", flush=True)
         write_json(a.out / "bench_refine_table.json", out)  # what is done so far, should a later row not fit
-    print(f"wrote {write_json(result_path('refine-table', out['machine']), out)}")
+    print(f"wrote {write_json(result_path('refine', out['machine']), out)}")
     return 0
 
 

@@ -23,6 +23,14 @@ Limitations:
     evaluates the finest level's shell energy through the prolongation, so the levels'
     CPU time adds up to about twice the finest level's alone (benchmarks/bench_refine.py
     --schedule-compare measures the schedules).
+
+Modules: ``refiner`` (ProgressiveRefiner: stepping, one level, the whole refine),
+``levels`` (the hierarchy of a scene's cloth and each level's solver input), ``shell``
+(the prolonged shell term and its restricted Hessian), ``checkpoints`` (per-frame
+checkpoints, resume, a finished level's trajectory), ``pipeline`` (the pipelined
+schedule's processes and threads), ``report`` (consistency.csv/png, videos, timings),
+``metrics`` (the toss metric), ``mesh_scene`` (a scene around a mesh file). This package
+re-exports the names the rest of tisim, the tests and the studies use.
 """
 
 from tisim.outputs import read_json
