@@ -121,10 +121,8 @@ __all__ = [
     "_rim_segments",
     "_solid_solver",
     "_zero",
-    "download",
     "remember",
     "structural_sum",
-    "upload",
 ]
 
 

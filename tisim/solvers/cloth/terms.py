@@ -234,5 +234,5 @@ class StrainTerm:
         return bool(self.obj.feasible(self.x))
 
 
-# the name the tests and the progressive driver have used
+# the name the tests import
 _StrainTerm = StrainTerm
