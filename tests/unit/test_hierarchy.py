@@ -727,15 +727,15 @@ def test_seams_leave_decimated_levels_without_uvs():
     """With a seam (vertices carrying two different UVs) the per-corner UVs cannot fold
     into one per vertex; the coarse level gets none rather than a texture smeared across
     the seam (documented limitation), and a level whose corners agree still folds."""
-    from tisim.geometry.hierarchy import _vertex_uv
+    from tisim.geometry.hierarchy import vertex_uv
 
     s, f = _square_grid(n=35)
     uv = s[:, [0, 2]] + 0.5
     fine = Level.from_mesh(s, f, RHO, uv=uv, face_uv=f)
-    np.testing.assert_array_equal(_vertex_uv(fine), uv)
+    np.testing.assert_array_equal(vertex_uv(fine), uv)
     # cut along x = 0: faces right of it take u + 1 (their own copy of the UV list)
     right = s[f].mean(axis=1)[:, 0] > 0
     face_uv = np.where(right[:, None], f + len(s), f)
     seamed = Level.from_mesh(s, f, RHO, uv=np.concatenate([uv, uv + [1.0, 0.0]]), face_uv=face_uv)
-    assert _vertex_uv(seamed) is None
+    assert vertex_uv(seamed) is None
     assert decimate(seamed, 300).uv is None

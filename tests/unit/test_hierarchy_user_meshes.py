@@ -32,7 +32,7 @@ def test_a_corner_no_fine_vertex_leans_on_is_rehosted_exactly():
     coarse = hy.Level.from_mesh(np.array([[0, 0, 0], [1, 0, 0], [0.5, 0, 1.0]]), np.array([[0, 2, 1]]), 1.0)
     xf = np.array([[0, 0, 0], [1, 0, 0], [0.5, 0.0, 0.01], [0.25, 0, 0.0], [0.6, 0.0, 0.3], [0.4, 0.0, 1.2]])
     fine = hy.Level.from_mesh(xf, np.array([[0, 3, 2], [3, 1, 2], [2, 1, 4], [2, 4, 5], [0, 2, 5]]), 1.0)
-    host, bary, dist = hy._closest_on_surface(fine.vertices, coarse.vertices, coarse.faces)
+    host, bary, dist = hy.closest_on_surface(fine.vertices, coarse.vertices, coarse.faces)
     # corner 2 (column 1 of face (0, 2, 1)) bare, as if every closest point lay on edge 0-1
     bary = np.stack([1 - xf[:, 0], np.zeros(len(xf)), xf[:, 0]], axis=1)
     moved = hy._lean_on_every_vertex(fine.vertices, coarse.vertices, coarse.faces, host, bary, dist)

@@ -95,7 +95,7 @@ def test_new_vertices_lie_on_a_curved_input():
     """The sheet bent onto a cylinder of radius 0.25 m: every new vertex is projected
     onto the input triangles (without projection the tangential smoothing leaves them
     up to 0.6 mm off); the area shrinks only by the chords cut across the bend."""
-    from tisim.geometry.hierarchy import _closest_on_surface
+    from tisim.geometry.hierarchy import closest_on_surface
 
     m = awkward.sliver_sheet()
     x = m.vertices.copy()
@@ -104,7 +104,7 @@ def test_new_vertices_lie_on_a_curved_input():
     x[:, 0], x[:, 1] = radius * np.sin(angle), radius * (1 - np.cos(angle))
     bent = ClothMesh.from_arrays(x, m.faces)
     r = remesh(bent)
-    _, _, dist = _closest_on_surface(r.vertices, bent.vertices, bent.faces.astype(np.int64))
+    _, _, dist = closest_on_surface(r.vertices, bent.vertices, bent.faces.astype(np.int64))
     assert dist.max() < 1e-12
     # chords of ~h = 0.022 m over a 0.25 m radius lose ~(h/R)^2/24 of the area, 0.03%
     assert r.face_areas().sum() == pytest.approx(bent.face_areas().sum(), rel=2e-3)

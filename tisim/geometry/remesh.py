@@ -58,11 +58,11 @@ def _check_result(x_in, f_in, x, f, h: float, source: str | None) -> None:
                         f"({heights[j]:.3g} m high for a target edge length of {h:.3g} m): "
                         "use the mesh as it is (remesh = false) or another target length", source)
     # a fold: a new triangle facing against the input at its centroid's closest point
-    from tisim.geometry.hierarchy import _closest_on_surface
+    from tisim.geometry.hierarchy import closest_on_surface
 
     p = x[f]
     normal = np.cross(p[:, 1] - p[:, 0], p[:, 2] - p[:, 0])
-    host, _, _ = _closest_on_surface(p.mean(axis=1), x_in, f_in)
+    host, _, _ = closest_on_surface(p.mean(axis=1), x_in, f_in)
     q = x_in[f_in[host]]
     facing = np.einsum("ij,ij->i", normal, np.cross(q[:, 1] - q[:, 0], q[:, 2] - q[:, 0]))
     if (facing <= 0).any():
@@ -105,7 +105,7 @@ def remesh(mesh: ClothMesh, target_edge_length: float | None = None, *, iteratio
     new triangle facing against the input) is refused. With UV seams (a vertex with two different UVs) the result
     gets no UVs (a warning is logged): a new triangle may straddle a seam.
     """
-    from tisim.geometry.hierarchy import Level, _uv_at, _vertex_uv
+    from tisim.geometry.hierarchy import Level, uv_at, vertex_uv
 
     src = mesh.source
     x_in, f_in = mesh.vertices, mesh.faces.astype(np.int64)
@@ -132,12 +132,12 @@ def remesh(mesh: ClothMesh, target_edge_length: float | None = None, *, iteratio
     uv = face_uv = None
     if mesh.uv is not None:
         level = Level.from_mesh(x_in, f_in, 1.0, uv=mesh.uv, face_uv=mesh.face_uv)
-        vertex_uv = _vertex_uv(level)
-        if vertex_uv is None:
+        input_uv = vertex_uv(level)
+        if input_uv is None:
             log.warning("%s: the mesh has UV seams (a vertex with two texture coordinates): the remeshed cloth "
                         "has no UVs", src or "remesh")
         else:
-            uv = _uv_at(level, vertex_uv, x)
+            uv = uv_at(level, input_uv, x)
             face_uv = f
     out = ClothMesh.from_arrays(x, f, uv=uv, face_uv=face_uv, source=src)
     before, after = triangle_heights(x_in, f_in).min(), triangle_heights(out.vertices, out.faces).min()

@@ -51,14 +51,13 @@ from __future__ import annotations
 from .build import DEFAULT_MAX_DISTANCE, Hierarchy, build_hierarchy, decimation_minimum, from_meshes
 from .decimation import collapse_needles, decimate, flip_slivers
 from .embedding import _barycentric_matrix as _barycentric_matrix
-from .embedding import _closest_on_surface as _closest_on_surface
 from .embedding import _lean_on_every_vertex as _lean_on_every_vertex
-from .embedding import compose, direct, embed
+from .embedding import closest_on_surface, compose, direct, embed
 from .levels import Level, lumped_masses
 from .prolongation import DirectProlongation, Prolongation, identity
 from .prolongation import _with_offsets as _with_offsets
 from .subdivision import loop_subdivide
-from .uv import _vertex_uv as _vertex_uv
+from .uv import uv_at, vertex_uv
 
 __all__ = [
     "DEFAULT_MAX_DISTANCE",
@@ -67,6 +66,7 @@ __all__ = [
     "Level",
     "Prolongation",
     "build_hierarchy",
+    "closest_on_surface",
     "collapse_needles",
     "compose",
     "decimate",
@@ -78,4 +78,6 @@ __all__ = [
     "identity",
     "loop_subdivide",
     "lumped_masses",
+    "uv_at",
+    "vertex_uv",
 ]

@@ -17,7 +17,7 @@ from .embedding import compose, embed
 from .levels import Level, lumped_masses
 from .prolongation import Prolongation, identity
 from .subdivision import loop_subdivide
-from .uv import _uv_at, _vertex_uv
+from .uv import uv_at, vertex_uv
 
 log = logging.getLogger(__name__)
 
@@ -270,9 +270,9 @@ def build_hierarchy(
             0, decimate(chain[0], targets[k], areal_density=rho, preserve_border=preserve_border)
         )
     _check_finer(chain)
-    fine_uv = _vertex_uv(level)
+    fine_uv = vertex_uv(level)
     if fine_uv is not None:  # from the finest mesh itself, not level by level
-        chain[:-1] = [replace(c, uv=_uv_at(level, fine_uv, c.vertices)) for c in chain[:-1]]
+        chain[:-1] = [replace(c, uv=uv_at(level, fine_uv, c.vertices)) for c in chain[:-1]]
     return _finish(
         chain, [None] * L, method, mass, rho, max_distance, zero_mean_tangent, embedded=True
     )

@@ -11,7 +11,7 @@ from tisim.geometry.mesh import MeshError
 from tisim.geometry.topology import boundary_edges
 
 from .levels import Level
-from .uv import _uv_at, _vertex_uv
+from .uv import uv_at, vertex_uv
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +93,7 @@ def decimate(
     ``areal_density`` (default: the level's mass/area). UVs: one per vertex (given
     so, or per-corner ones that agree at every vertex, as an OBJ without seams
     loads) are interpolated at the closest fine surface point of every coarse
-    vertex (``_uv_at``). With seams (a vertex with two different UVs) the coarse
+    vertex (``uv_at``). With seams (a vertex with two different UVs) the coarse
     level gets none (limitation: a coarse triangle may straddle a seam, and
     interpolating across it would smear the texture; a seam-aware transfer would
     have to keep the seam edges through the collapse).
@@ -145,8 +145,8 @@ def decimate(
                 log.debug("decimation: folded triangles at agg %g; agg %g made a manifold level", aggressiveness, agg)
                 v, t = v2, t2
                 break
-    fine_uv = _vertex_uv(level)
-    uv = None if fine_uv is None else _uv_at(level, fine_uv, v)
+    fine_uv = vertex_uv(level)
+    uv = None if fine_uv is None else uv_at(level, fine_uv, v)
     rho = level.areal_density if areal_density is None else float(areal_density)
     coarse = Level.from_mesh(v, t, rho, uv=uv)
     log.debug("decimated %d -> %d vertices (target %d)", n, coarse.vertex_count, target)

@@ -66,7 +66,7 @@ def _closest_on_triangles(p, a, b, c):
     return w / w.sum(axis=1, keepdims=True)
 
 
-def _closest_on_surface(points: np.ndarray, vertices: np.ndarray, faces: np.ndarray, k0: int = 8):
+def closest_on_surface(points: np.ndarray, vertices: np.ndarray, faces: np.ndarray, k0: int = 8):
     """For every point, the closest point on the triangle surface (vertices, faces).
 
     Returns host (N,) int32 face index, bary (N, 3) weights of that face's
@@ -194,7 +194,7 @@ def embed(
         meshes. See ``build_hierarchy`` for what §5.3 needs.
     """
     xc, fc = coarse_level.vertices, coarse_level.faces
-    host, bary, dist = _closest_on_surface(fine_level.vertices, xc, fc)
+    host, bary, dist = closest_on_surface(fine_level.vertices, xc, fc)
     _lean_on_every_vertex(fine_level.vertices, xc, fc, host, bary, dist)
     if zero_mean_tangent:
         U0 = _barycentric_matrix(host, bary, fc, len(xc))
@@ -267,7 +267,7 @@ def compose(*prolongations: Prolongation) -> Prolongation:
     for p in prolongations[1:]:
         U = p.U @ U
     first, last = prolongations[0], prolongations[-1]
-    host, bary, dist = _closest_on_surface(last.fine_rest, first.coarse_rest, first.coarse_faces)
+    host, bary, dist = closest_on_surface(last.fine_rest, first.coarse_rest, first.coarse_faces)
     return _with_offsets(
         U.tocsr(), first.coarse_rest, first.coarse_faces, last.fine_rest, host, bary, dist
     )

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from .embedding import _closest_on_surface
+from .embedding import closest_on_surface
 from .levels import Level
 
 
-def _vertex_uv(level: Level) -> np.ndarray | None:
+def vertex_uv(level: Level) -> np.ndarray | None:
     """(n, 2) one texture coordinate per vertex of ``level``, or None when it has no
     UVs or has seams (some vertex carries two different UVs on two of its corners).
 
@@ -29,9 +29,9 @@ def _vertex_uv(level: Level) -> np.ndarray | None:
     return uv
 
 
-def _uv_at(level: Level, uv: np.ndarray, points: np.ndarray) -> np.ndarray:
+def uv_at(level: Level, uv: np.ndarray, points: np.ndarray) -> np.ndarray:
     """(k, 2) the per-vertex UVs ``uv`` of ``level`` interpolated (barycentric) at the
     closest point of its surface to each of ``points`` (k, 3), metres: exact where
     the UVs are affine over the host triangle (a flat sheet's u = x / size)."""
-    h, w, _ = _closest_on_surface(points, level.vertices, level.faces)
+    h, w, _ = closest_on_surface(points, level.vertices, level.faces)
     return np.einsum("ij,ijk->ik", w, uv[level.faces[h]])
