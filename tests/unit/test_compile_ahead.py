@@ -29,6 +29,7 @@ K.Kernel.materialize = materialize
 from tisim.backend import init
 from tisim.runner import build
 from tisim.scene import load_scene
+import tisim.contact.ipc.friction_potential as friction_potential
 import tisim.contact.ipc.potential as potential
 import tisim.solvers.cloth.assembly_kernels as assembly_kernels
 
@@ -37,9 +38,9 @@ init("cpu", "f64")
 sc = load_scene(sys.argv[1], ["objects.cloth.cloth_resolution=[11,11]",
                               "objects.cloth.translation=[0.25,0.62,0.0]"])
 _, model, solver = build(sc, "cpu", "f64")
-kernels = [v for v in (*vars(potential).values(), assembly_kernels.scatter_pairs,
-                       assembly_kernels.emit_outside)
-           if hasattr(v, "_primal")]
+kernels = [v for m in (potential, friction_potential) for v in vars(m).values()
+           if hasattr(v, "_primal") and v.__module__ == m.__name__]
+kernels += [assembly_kernels.scatter_pairs, assembly_kernels.emit_outside]
 not_compiled = sorted({k.__name__ for k in kernels if not k._primal.compiled_kernels})
 st, spare = model.initial_state(), model.initial_state()
 solver.step(st, spare, sc.sim.dt)
