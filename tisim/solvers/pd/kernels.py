@@ -457,6 +457,46 @@ def iterate(
 
 
 @ti.kernel
+def iterate_stored(
+    EI: nd,
+    EF: nd,
+    Dm_inv: nd,
+    quat: nd,
+    x: nd,
+    contrib: nd,
+    rot_iters: ti.i32,
+    inc_ptr: nd,
+    VF: nd,
+    x_tilde: nd,
+    r: nd,
+    Ap: nd,
+    Aj: nd,
+    Ax: nd,
+    h2: float,
+    drag_vertex: ti.i32,
+    drag_k: float,
+    drag_target: ti.types.vector(3, float),
+    gidx: nd,
+    gout: nd,
+    force: nd,
+    kept: nd,
+    fscale: float,
+    flags: ti.template(),
+    with_force: ti.template(),
+    rsq: nd,
+    slot: ti.i32,
+):
+    """:func:`iterate` with ||r||^2 left on the device in rsq[slot] instead of returned:
+    a return value is a host synchronisation (the host waits for the launch), so GPU
+    backends read the residuals of several iterations at once."""
+    rsq[slot] = local_half(
+        EI, EF, Dm_inv, quat, x, contrib, rot_iters, inc_ptr, VF, x_tilde, r, Ap, Aj, Ax, h2,
+        drag_vertex, drag_k, drag_target, gidx, gout, flags, False, force, kept, fscale,
+        with_force,
+    )[0]  # fmt: skip
+
+
+@ti.kernel
 def iterate_with_energy(
     EI: nd,
     EF: nd,
@@ -832,6 +872,7 @@ class PDKernels:
         _SERIAL = backend.current().arch == "cpu"
         real = ti.f64 if _is_f64() else ti.f32
         self.np_real = _np_real()
+        self.rsq = None  # residuals left on the device (iterate_stored), grown on demand
         self._real = real
         n, m = int(vertex_count), len(tets)
         self.n, self.m = n, m
@@ -937,6 +978,32 @@ class PDKernels:
             force if with_force else self.r, self.kept if with_force else self.r,
             force_scale, self.flags, with_force,
         )  # fmt: skip
+
+    def iterate_stored(
+        self, slot: int, rot_iters: int, A, h2: float, drag_vertex: int, drag_k: float,
+        drag_target, gidx, gout, force=None, force_scale: float = 0.0,
+    ) -> None:
+        """:meth:`iterate` with ||r||^2 kept on the device in :attr:`rsq` [slot] (grown to
+        hold ``slot``); read them with :meth:`read_rsq`."""
+        from tisim import backend
+
+        if self.rsq is None or self.rsq.shape[0] <= slot:
+            size = max(16, 2 * (slot + 1))
+            self.rsq = ti.ndarray(dtype=backend.real(), shape=size)
+        with_force = force is not None
+        iterate_stored(
+            self.EI, self.EF, self.Dm_inv, self.quat, self.x, self.contrib, rot_iters,
+            self.inc_ptr, self.VF, self.x_tilde, self.r, A.indptr, A.indices, A.data, h2,
+            drag_vertex, drag_k, drag_target, gidx, gout,
+            force if with_force else self.r, self.kept if with_force else self.r,
+            force_scale, self.flags, with_force, self.rsq, slot,
+        )  # fmt: skip
+
+    def read_rsq(self, count: int) -> np.ndarray:
+        """The first ``count`` stored ||r||^2 (one read of the device)."""
+        from tisim import backend
+
+        return np.asarray(backend.download(self.rsq, count), dtype=np.float64)
 
     def iterate_energy(
         self, rot_iters: int, A, h2: float, drag_vertex: int, drag_k: float, drag_target, gidx, gout

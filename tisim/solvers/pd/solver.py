@@ -143,6 +143,9 @@ class SolverPD(Solver):
         self._stiffness = 1.0
         self._damping = float(model.scene.sim.damping)
         self.iteration_callback = None  # f(k, positions (n, 3)) after each global step
+        # plain iterations between reads of the residual norm: 1 (every iteration) on the
+        # CPU backend, where a read costs nothing; see step()
+        self.residual_interval = 1 if backend.current().arch == "cpu" else 8
         n = model.vertex_count
         self.vertex_count = n
         t0 = time.perf_counter()
@@ -408,6 +411,28 @@ class SolverPD(Solver):
             self._anderson.clear()
         if accel is not None:
             accel.begin()
+        # GPU backends leave each plain iteration's ||r||^2 on the device and read them every
+        # residual_interval iterations (tolerance > 0) or once after the loop: a read is a
+        # synchronisation (the host waits for the queue to drain). Not with contact (its
+        # update reads the device anyway) nor Anderson (its safeguard decides per iteration).
+        interval = int(self.residual_interval)
+        stored = interval != 1 and accel is None and self.contact is None
+        unread = 0  # the first iteration whose stored residual is not read yet
+        local_steps = 0
+
+        def read_stored(upto: int) -> float:
+            """Residuals of iterations unread..upto-1 from the device; returns the last res."""
+            nonlocal res0, res, unread
+            for j, value in enumerate(k.read_rsq(upto)[unread:], start=unread):
+                gnorm = math.sqrt(max(float(value), 0.0)) / h2
+                if j == 0:
+                    res0 = gnorm
+                res = gnorm / (res0 + floor) if res0 + floor > 0 else 0.0
+                if tol > 0 and res < tol:
+                    break
+            unread = upto
+            return res
+
         for it in range(iterations):
             ta = time.perf_counter()
             gidx, gout = gs.gather_target(k)
@@ -415,7 +440,11 @@ class SolverPD(Solver):
             # the residual inside the local step's launch: A q = b + h^2 H^T lambda
             # (notes §2.4), so r is the momentum residual; nothing of size n crosses
             fdev = self.contact.force_device() if self.contact is not None else None
-            if accel is None:
+            local_steps = it + 1
+            if stored:
+                k.iterate_stored(it, rot_iters, A, h2, drag_v, kdrag, drag_t, gidx, gout)
+                rsq = None
+            elif accel is None:
                 rsq = k.iterate(
                     rot_iters, A, h2, drag_v, kdrag, drag_t, gidx, gout, fdev, h2
                 )
@@ -440,11 +469,14 @@ class SolverPD(Solver):
                     rsq = k.residual_norm_sq()  # the momentum residual includes the contact forces
                     gathered = False
                 t_contact += time.perf_counter() - tc
-            gnorm = math.sqrt(max(float(rsq), 0.0)) / h2
-            if it == 0:
-                res0 = gnorm
-            res = gnorm / (res0 + floor) if res0 + floor > 0 else 0.0
-            if tol > 0 and res < tol:
+            if rsq is not None:
+                gnorm = math.sqrt(max(float(rsq), 0.0)) / h2
+                if it == 0:
+                    res0 = gnorm
+                res = gnorm / (res0 + floor) if res0 + floor > 0 else 0.0
+                if tol > 0 and res < tol:
+                    break
+            elif tol > 0 and local_steps - unread >= interval and read_stored(local_steps) < tol:
                 break
             tb = time.perf_counter()
             self._solve(gs, drag_v, coef, column, exact=False, gathered=gathered)
@@ -469,6 +501,8 @@ class SolverPD(Solver):
             if self.iteration_callback is not None:
                 k.read_x(self._xout)
                 self.iteration_callback(it, self._xout.copy())
+        if stored and unread < local_steps:
+            read_stored(local_steps)
         if tol > 0 and not (res < tol):
             converged = False
         k.read_x(self._xout)
