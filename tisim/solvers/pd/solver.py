@@ -785,7 +785,7 @@ class _Anderson:
     slack = 1e-12
 
     def __init__(self, window: int, vertex_count: int):
-        from tisim.solvers.pd.kernels import AndersonArrays
+        from tisim.solvers.pd.anderson import AndersonArrays
 
         self.m = int(window)
         self.arrays = AndersonArrays(vertex_count, self.m)
