@@ -2,11 +2,13 @@
 "anderson", or "auto" where it applies): the history update, the small least-squares
 problem and the extrapolation, fused with the local step in one launch
 (:func:`iterate_anderson`), and the arrays they work on (:class:`AndersonArrays`). The
-host side (ring buffer, safeguard) is ``tisim.solvers.pd.solver._Anderson``.
+host side (ring buffer, energy safeguard) is :class:`AndersonSafeguard`.
 
 This module has no ``from __future__ import annotations``: Taichi reads the
 kernels' type annotations when they are decorated.
 """
+
+import math
 
 import numpy as np
 import taichi as ti
@@ -70,6 +72,8 @@ def anderson_update(
     tikhonov,
 ):
     """Record the global step's result and extrapolate (type-II Anderson, Walker & Ni 2011).
+One function on purpose: it runs inside the local step's launch, and its phases share
+the per-chunk sums and the small dense solve.
 
     record 0: nothing to record (a step's first iterate, or a fallback point: x is then
     left as it is); 1: x = G(x_iter): x_acc = x_iter, f_acc = f = x - x_iter, f_last = f,
@@ -244,3 +248,100 @@ class AndersonArrays:
 
     def fallback(self, x, alpha: float) -> None:
         anderson_fallback(x, self.AV, alpha)
+
+
+class AndersonSafeguard:
+    """Anderson acceleration (type II, window m) of the local-global fixed-point map
+    x -> G(x) = x + A_ff^-1 r(x), with the energy safeguard of Peng et al. 2018.
+
+    With f_k = G(x_k) - x_k and the differences dF_j = f_{j+1} - f_j, dG_j = G(x_{j+1}) - G(x_j)
+    of the last m iterations, x_{k+1} = G(x_k) - dG theta, theta = argmin ||f_k - dF theta||
+    (normal equations, Tikhonov-regularised at 1e-10 of their mean diagonal in f64, 1e-5
+    in f32). On a quadratic energy this is GMRES on the preconditioned system; here it lets
+    the iteration move along the soft directions (shear, in a Neo-Hookean bar under
+    quasi-Newton weights w = (3 mu + 2 lam) V) where the plain map contracts by only
+    about 1 - mu / (3 mu + 2 lam) an iteration.
+
+    Safeguard: the incremental potential E (the true one: elastic energy of the material
+    plus inertia, not the local-global surrogate, which for the quasi-Newton materials is
+    not an energy the iteration decreases) is evaluated at every iterate, in the same
+    launch as its local step. An extrapolated iterate whose E exceeds that of the
+    previous iterate (by more than round-off, 1e-12 |E|) is replaced by the plain step
+    G(x_{k-1}) (its local step runs again) and the history is cleared; if the plain step
+    also increases E (a quasi-Newton step need not decrease it), it is halved along the
+    same direction up to ``max_backtracks`` times. So the energy of the iterates the
+    local steps see never increases (beyond round-off; after ``max_backtracks`` halvings
+    the last one is kept). The last global step's result is returned without an energy
+    check, as in the plain iteration: no extrapolation the safeguard has not seen is
+    returned.
+
+    Device work (kernels.iterate_anderson): one launch an iteration, like the plain
+    iteration's: it records the previous global step's result in the history, sums the
+    dot products of the small least-squares problem (deterministically, per chunk of
+    vertices), solves it (Cholesky, serial, m <= 16), extrapolates, then runs the local
+    step with the energy. The host keeps the ring buffer's bookkeeping and reads two
+    scalars (E, whether it extrapolated) besides ||r||^2; nothing of size n or m crosses.
+
+    References: Y. Peng, B. Deng, J. Zhang, F. Geng, W. Qin, L. Liu. Anderson
+    Acceleration for Geometry Optimization and Physics Simulation. SIGGRAPH 2018.
+    H. F. Walker, P. Ni. Anderson acceleration for fixed-point iterations. SINUM 2011.
+    """
+
+    max_backtracks = 4
+    slack = 1e-12
+
+    def __init__(self, window: int, vertex_count: int):
+        self.m = int(window)
+        self.arrays = AndersonArrays(vertex_count, self.m)
+        self.begin()
+
+    def clear(self) -> None:
+        """Forget the history (the map changed: refactoring, reset, a rejected step)."""
+        self.count = 0  # columns in the history
+        self.pos = 0  # next ring-buffer slot
+
+    def begin(self) -> None:
+        """Start a time step (its initial guess already on the device)."""
+        self.clear()
+        self.calls = 0  # iterations of this step so far (safeguard calls)
+        self.E_prev = math.inf
+        self.rejected = 0
+        self.backtracks = 0
+        self.extrapolated = 0
+
+    def _ok(self, E: float) -> bool:
+        return E <= self.E_prev + self.slack * abs(self.E_prev)
+
+    def safeguard(self, kernels, evaluate) -> float:
+        """Record the last global step, extrapolate and run the local step with its energy
+        (``evaluate(slot, count, record) -> (||r||^2, E, extrapolated)``, see
+        kernels.anderson_update); enforce the energy decrease as described in the class
+        docstring. Returns ||r||^2 of the iterate kept."""
+        # what the launch records: nothing before the step's first global step, then
+        # G(x_0) without differences, then a new history column every iteration
+        record = min(self.calls, 2)
+        self.calls += 1
+        slot, count = self.pos, self.count
+        if record == 2:
+            count = min(count + 1, self.m)
+            self.pos = (slot + 1) % self.m
+            self.count = count
+        rsq, E, extrapolated = evaluate(slot, count, record)
+        self.extrapolated += int(extrapolated)
+        if not self._ok(E):
+            if extrapolated:
+                self.rejected += 1
+                self.clear()
+                self.arrays.fallback(kernels.x, 1.0)
+                rsq, E, _ = evaluate(0, 0, 0)
+            alpha = 0.5
+            for _ in range(self.max_backtracks):
+                if self._ok(E):
+                    break
+                self.backtracks += 1
+                self.clear()
+                self.arrays.fallback(kernels.x, alpha)
+                rsq, E, _ = evaluate(0, 0, 0)
+                alpha *= 0.5
+        self.E_prev = E
+        return rsq
