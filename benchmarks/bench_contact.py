@@ -17,6 +17,10 @@ Usage:
 (host) or in Taichi kernels (device, tisim/contact/ncp/device_ncp.py); "both" runs the two one
 after the other in this process and prints them side by side.
 
+--traffic: kernel launches, host synchronisations and bytes moved per local-global
+iteration of a small squeeze-ball with device and host contact, on the CPU backend and
+Vulkan (the table of bench_pd.py --traffic, contact rows only).
+
 --peer: NVIDIA Newton's XPBD (``pip install newton``) on issue 10's twisting bar (the bar of
 benchmarks/twist_accuracy.py: 5,346 vertices, Neo-Hookean E = 1e6, 10 substeps x 2 iterations,
 relaxation 0.1) in a child process, one bar frame after every squeeze-ball frame, so that
@@ -158,7 +162,18 @@ def main(argv=None) -> int:
                     help="default: f64 on the CPU, f32 on a GPU backend")
     ap.add_argument("--peer", action="store_true",
                     help="NVIDIA Newton's XPBD twisting bar in the same run (see above)")
+    ap.add_argument(
+        "--traffic", action="store_true",
+        help="instead: the iteration budget with contact (launches, host synchronisations and "
+        "bytes per local-global iteration; bench_pd.py --traffic) on --traffic-archs",
+    )
+    ap.add_argument("--traffic-archs", nargs="+", default=["cpu", "vulkan"])
     args = ap.parse_args(argv)
+    if args.traffic:
+        from bench_pd import traffic
+
+        traffic(args.traffic_archs, ["contact", "contact-host"], out=args.json)
+        return 0
 
     from tisim import backend
 

@@ -193,8 +193,18 @@ def si_build(resolutions, archs, out: Path) -> int:
 # scenes of the iteration budget: (demo, overrides); small sizes, the counts of launches
 # and synchronisations do not depend on the size (the bytes do, and are per vertex)
 TRAFFIC_SCENES = {
-    "bar": ("twisting-bar.toml", ["objects.bar.resolution=[16,3,3]"]),
-    "bar-neohookean": ("twisting-bar-neohookean.toml", ["objects.bar.resolution=[16,3,3]"]),
+    "bar": (
+        "twisting-bar.toml",
+        ["objects.bar.resolution=[16,3,3]", 'solver.global_step="sparse-inverse"'],
+    ),
+    "bar-neohookean": (
+        "twisting-bar-neohookean.toml",
+        ["objects.bar.resolution=[16,3,3]", 'solver.global_step="sparse-inverse"'],
+    ),
+    "bar-cholesky": (  # a host solve each iteration: r crosses to the host by design
+        "twisting-bar.toml",
+        ["objects.bar.resolution=[16,3,3]", 'solver.global_step="cholesky"'],
+    ),
     "contact": (
         "squeeze-ball.toml",
         ["objects.ball.ball_resolution=6", 'contact.implementation="device"'],
@@ -258,7 +268,7 @@ def _traffic_one(arch, names, steps, warmup, iterations, queue):
                 }
             )
         queue.put(rows)
-    except Exception as e:  # report instead of hanging the parent
+    except Exception as e:  # noqa: BLE001 (report instead of hanging the parent)
         queue.put([{"arch": arch, "error": f"{type(e).__name__}: {e}"}])
 
 
@@ -329,7 +339,7 @@ def main(argv=None) -> int:
     if args.traffic:
         traffic(
             args.traffic_archs,
-            ["bar", "bar-neohookean", "contact", "contact-host"],
+            list(TRAFFIC_SCENES),
             iterations=args.iterations,
             out=args.out,
         )

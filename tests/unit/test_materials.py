@@ -606,7 +606,7 @@ def test_ti_quaternion_roundtrip(ti_f64):
 # ---------------------------------------------------------------------------
 # Half-turn guard of the warm-started rotation extraction (issue 12)
 
-from tisim.solvers.pd.kernels import fast_rotation  # noqa: E402  (the PD local step's extraction)
+from tisim.solvers.pd.local import fast_rotation  # noqa: E402  (the PD local step's extraction)
 
 
 @ti.kernel

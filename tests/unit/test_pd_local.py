@@ -11,7 +11,7 @@ from tisim.geometry.transforms import rotation_vector
 from tisim.materials import polar_rotation
 from tisim.model import Model
 from tisim.scene import scene_from_dict
-from tisim.solvers.pd.kernels import fast_rotation, project_unit_determinant
+from tisim.solvers.pd.local import fast_rotation, project_unit_determinant
 from tisim.solvers.pd.solver import SolverPD, _project_unit_determinant
 
 

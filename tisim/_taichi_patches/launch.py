@@ -47,7 +47,11 @@ taichi_call = None  # Taichi's own Kernel.__call__, once replaced
 
 
 def install() -> bool:
-    """Replace ``Kernel.__call__`` (once per process); returns whether it is in place."""
+    """Replace ``Kernel.__call__`` (once per process); returns whether it is in place.
+
+    One function on purpose: the replacement call and its helpers close over Taichi's
+    internal classes, imported here rather than at module import, so that a Taichi whose
+    internals differ leaves the launch path as it is instead of failing to import."""
     try:
         from taichi.lang import impl, kernel_impl
         from taichi.lang._ndarray import Ndarray

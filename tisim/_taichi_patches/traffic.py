@@ -87,7 +87,10 @@ def _nbytes(v) -> int:
 
 def install() -> bool:
     """Wrap the counted calls (once per process, after ``backend.init``); returns whether
-    the wrappers are in place."""
+    the wrappers are in place.
+
+    One function on purpose: the wrappers close over the Taichi functions they replace,
+    imported here (after Taichi started), and are installed together or not at all."""
     global _installed, _gpu
     from tisim import _taichi_patches, backend
 

@@ -256,10 +256,13 @@ class ContactDetector:
         return ContactSet.concatenate(parts)
 
     # other objects' surfaces -------------------------------------------------
-    def _detect_objects(self, q_n, preds, held) -> ContactSet:
+    def _object_candidates(self, q_n, preds, held):
+        """(vertex, triangle) pairs near enough to touch within the step, with the
+        penetration depth allowed and the surface normals (face, vertex, edge); None
+        when there are none."""
         F = self.surface
         if len(F) == 0:
-            return ContactSet.empty()
+            return None
         sv = self.surface_vertices
         tri = q_n[F]  # (f, 3, 3)
         cen = tri.mean(axis=1)
@@ -277,7 +280,7 @@ class ContactDetector:
         lists = tree.query_ball_point(q_n[sv], r=radius)
         counts = np.fromiter((len(x) for x in lists), dtype=np.int64, count=len(lists))
         if counts.sum() == 0:
-            return ContactSet.empty()
+            return None
         pv = np.repeat(sv, counts)
         pt = np.fromiter((j for x in lists for j in x), dtype=np.int64, count=int(counts.sum()))
         vo = self.vertex_object[pv]
@@ -300,7 +303,18 @@ class ContactDetector:
             keep &= ~(held[pv] & np.all(held[F[pt]], axis=1))
         pv, pt = pv[keep], pt[keep]
         if len(pv) == 0:
+            return None
+        return pv, pt, depth, (fn, vn, en)
+
+    def _detect_objects(self, q_n, preds, held) -> ContactSet:
+        """Surface vertices against other objects' surface triangles (and, with
+        self-collision, their own surface beyond the one-ring, where it faces them): the
+        closest triangle per vertex, its signed gap and normal by the pseudo-normal test."""
+        found = self._object_candidates(q_n, preds, held)
+        if found is None:
             return ContactSet.empty()
+        pv, pt, depth, (fn, vn, en) = found
+        F = self.surface
         p = q_n[pv]
         a, b, c = (q_n[F[pt, i]] for i in range(3))
         cp, bary, region = point_triangle_closest(p, a, b, c)

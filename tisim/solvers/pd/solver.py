@@ -94,7 +94,7 @@ class SolverPD(Solver):
     Neo-Hookean bodies without contact on the CPU, see :meth:`_choose_acceleration`;
     window ``anderson_window``): Anderson
     acceleration of the fixed-point map q -> q + A_ff^-1 r(q) with an energy safeguard
-    (see :class:`_Anderson`): the incremental potential is evaluated in the local step's
+    (see :class:`tisim.solvers.pd.anderson.AndersonSafeguard`): the incremental potential is evaluated in the local step's
     launch, an extrapolation that raises it is replaced by the plain step. Used only with
     an exact global step and in steps without contact. On a small Neo-Hookean twisting
     bar (81 vertices, E = 1e6, nu = 0.4) a step needs 75 iterations where the plain
@@ -143,6 +143,9 @@ class SolverPD(Solver):
         self._stiffness = 1.0
         self._damping = float(model.scene.sim.damping)
         self.iteration_callback = None  # f(k, positions (n, 3)) after each global step
+        # plain iterations between reads of the residual norm: 1 (every iteration) on the
+        # CPU backend, where a read costs nothing; see step()
+        self.residual_interval = 1 if backend.current().arch == "cpu" else 8
         n = model.vertex_count
         self.vertex_count = n
         t0 = time.perf_counter()
@@ -172,7 +175,9 @@ class SolverPD(Solver):
         self._build_system()
         self._acceleration, self._acceleration_reason = self._choose_acceleration()
         if self._acceleration == "anderson":
-            self._anderson = _Anderson(config.anderson_window, n)
+            from tisim.solvers.pd.anderson import AndersonSafeguard
+
+            self._anderson = AndersonSafeguard(config.anderson_window, n)
         self._setup_seconds = time.perf_counter() - t0
 
         self.contact = None
@@ -344,11 +349,47 @@ class SolverPD(Solver):
         """
         import taichi as ti
 
+        from tisim.solvers.pd.iteration import StepIterations
+
         k = self.kernels
         h = float(dt) if self._dt_override is None else self._dt_override
-        stats = StepStats()
         t_start = time.perf_counter()
         t1 = state_in.time + h
+        rebuilt, held, targets = self._refactor_if_changed(h, t1)
+        q_n = np.asarray(state_in.positions, dtype=np.float64)
+        v_n = np.asarray(state_in.velocities, dtype=np.float64)
+        self._predict(q_n, v_n, h, held, targets)
+        gs = self._global
+        drag = self._drag_setup()
+        drag_v = drag[0]
+        if hasattr(gs, "drag_vertex"):  # Jacobi: the spring goes on its diagonal
+            gs.drag_vertex = drag_v
+            gs.drag_add = h * h * self.config.handle_stiffness if drag_v >= 0 else 0.0
+        gs.begin_step(k)
+        t_contact = 0.0
+        if self.contact is not None:
+            tc = time.perf_counter()
+            self.contact.begin_step(q_n, v_n, self._x_tilde, state_in.time, h)
+            t_contact += time.perf_counter() - tc
+        accel = self._anderson if self._accelerated_step(gs) else None
+        if accel is None and self._anderson is not None:
+            self._anderson.clear()
+        if accel is not None:
+            accel.begin()
+        loop = StepIterations(self, gs, h, drag, accel)
+        loop.t_contact = t_contact
+        loop.run()
+        k.read_x(self._xout)
+        ti.sync()
+        np.copyto(state_out.positions, self._xout)
+        np.subtract(self._xout, q_n, out=state_out.velocities)
+        state_out.velocities /= h
+        state_out.time = t1
+        return self._step_stats(loop, accel, rebuilt, t_start)
+
+    def _refactor_if_changed(self, h: float, t1: float) -> tuple[bool, np.ndarray, np.ndarray]:
+        """Refactor the global step when dt or the held vertices changed; set the held
+        vertices' targets at t1. Returns (whether it refactored, held vertices, targets)."""
         held, targets = self._held_targets(t1)
         key = held.tobytes()
         rebuilt = False
@@ -359,10 +400,12 @@ class SolverPD(Solver):
             log.info("pd: %s changed, refactoring", why)
             self._build_system()
             rebuilt = True
-        gs = self._global
-        gs.set_held_positions(targets)
-        q_n = np.asarray(state_in.positions, dtype=np.float64)
-        v_n = np.asarray(state_in.velocities, dtype=np.float64)
+        self._global.set_held_positions(targets)
+        return rebuilt, held, targets
+
+    def _predict(self, q_n: np.ndarray, v_n: np.ndarray, h: float, held, targets) -> None:
+        """x_tilde = q_n + h / (1 + c h) (v_n + h (g + a_grab)), the inertial target, and the
+        first iterate x_0 (x_tilde with the held vertices at their targets), on the device."""
         c = self._damping
         g = np.asarray(self.model.gravity, dtype=np.float64)
         xt = self._x_tilde
@@ -375,122 +418,26 @@ class SolverPD(Solver):
         np.copyto(self._x0, self._x_tilde)
         if held.size:
             self._x0[held] = targets
-        k.write_x_tilde(self._x_tilde)
-        k.write_x(self._x0)
-        drag_v, drag_t, coef, column = self._drag_setup()
-        if hasattr(gs, "drag_vertex"):  # Jacobi: the spring goes on its diagonal
-            gs.drag_vertex = drag_v
-            gs.drag_add = h * h * self.config.handle_stiffness if drag_v >= 0 else 0.0
-        gs.begin_step(k)
-        t_contact = 0.0
-        if self.contact is not None:
-            tc = time.perf_counter()
-            self.contact.begin_step(q_n, v_n, self._x_tilde, state_in.time, h)
-            t_contact += time.perf_counter() - tc
-        h2 = h * h
-        A = self._A_dev
-        kdrag = self.config.handle_stiffness if drag_v >= 0 else 0.0
-        t_local = t_global = 0.0
-        res0 = res = math.nan
-        # round-off level of the right-hand side: a body at rest reports ~0, not noise / noise
-        floor = (
-            1e-12
-            * float(np.linalg.norm(self.model.mass * np.linalg.norm(self._x_tilde, axis=1)))
-            / h2
-        )
-        converged = True
-        tol = float(self.config.tolerance)
-        iterations = self._iterations
-        rot_iters = int(self.config.rotation_iterations)
-        done = 0
-        accel = self._anderson if self._accelerated_step(gs) else None
-        if accel is None and self._anderson is not None:
-            self._anderson.clear()
-        if accel is not None:
-            accel.begin()
-        for it in range(iterations):
-            ta = time.perf_counter()
-            gidx, gout = gs.gather_target(k)
-            # contact forces on the device (after this step's first contact update) enter
-            # the residual inside the local step's launch: A q = b + h^2 H^T lambda
-            # (notes §2.4), so r is the momentum residual; nothing of size n crosses
-            fdev = self.contact.force_device() if self.contact is not None else None
-            if accel is None:
-                rsq = k.iterate(
-                    rot_iters, A, h2, drag_v, kdrag, drag_t, gidx, gout, fdev, h2
-                )
-            else:  # the safeguard may replace the iterate (then the local step runs again)
-                rsq = accel.safeguard(
-                    k,
-                    lambda slot, count, record: k.iterate_anderson(
-                        rot_iters, A, h2, drag_v, kdrag, drag_t, gidx, gout,
-                        accel.arrays, slot, count, record,
-                    ),  # fmt: skip
-                )
-            tb = time.perf_counter()
-            t_local += tb - ta
-            force = None
-            gathered = True
-            on_device = fdev is not None  # this iteration's contact forces stay in Taichi arrays
-            if self.contact is not None and not on_device:
-                tc = time.perf_counter()
-                force = np.ascontiguousarray(self.contact.force())
-                if np.any(force):  # A q = b + h^2 H^T lambda (notes §2.4)
-                    k.add_to_residual(force, h2)
-                    rsq = k.residual_norm_sq()  # the momentum residual includes the contact forces
-                    gathered = False
-                t_contact += time.perf_counter() - tc
-            gnorm = math.sqrt(max(float(rsq), 0.0)) / h2
-            if it == 0:
-                res0 = gnorm
-            res = gnorm / (res0 + floor) if res0 + floor > 0 else 0.0
-            if tol > 0 and res < tol:
-                break
-            tb = time.perf_counter()
-            self._solve(gs, drag_v, coef, column, exact=False, gathered=gathered)
-            t_global += time.perf_counter() - tb
-            if self.contact is not None and self.contact.active:
-                tc = time.perf_counter()
-                if on_device:  # the iterate and the forces stay on the device
-                    self.contact.update_device(k.x)
-                    k.set_residual_difference(
-                        self.contact.force_device(), k.kept, h2, gidx, gout
-                    )  # and gathered for the solve
-                else:  # numpy contact, or the step's first update (detection, W on the host)
-                    k.read_x(self._xout)
-                    self.contact.update(self._xout)
-                    df = self.contact.force() - force
-                    k.set_residual(np.ascontiguousarray(df), h2)
-                t_contact += time.perf_counter() - tc
-                tb = time.perf_counter()
-                self._solve(gs, drag_v, coef, column, exact=True, gathered=on_device)
-                t_global += time.perf_counter() - tb
-            done = it + 1
-            if self.iteration_callback is not None:
-                k.read_x(self._xout)
-                self.iteration_callback(it, self._xout.copy())
-        if tol > 0 and not (res < tol):
-            converged = False
-        k.read_x(self._xout)
-        ti.sync()
-        np.copyto(state_out.positions, self._xout)
-        np.subtract(self._xout, q_n, out=state_out.velocities)
-        state_out.velocities /= h
-        state_out.time = t1
-        stats.iterations = done
-        stats.residual = float(res)
-        stats.converged = converged
+        self.kernels.write_x_tilde(self._x_tilde)
+        self.kernels.write_x(self._x0)
+
+    def _step_stats(self, loop, accel, rebuilt: bool, t_start: float) -> StepStats:
+        """The step's statistics (see :meth:`step`); evaluates the potential energy."""
+        stats = StepStats()
+        stats.iterations = loop.done
+        stats.residual = float(loop.res)
+        stats.converged = loop.converged
         tp = time.perf_counter()
-        stats.potential = float(k.potential_energy(_ENERGY_ROTATION_ITERATIONS, self.model.gravity))
+        stats.potential = float(self.kernels.potential_energy(_ENERGY_ROTATION_ITERATIONS, self.model.gravity))
         stats.timings = {
-            "local": 1e3 * t_local,
-            "global": 1e3 * t_global,
-            "contact": 1e3 * t_contact,
+            "local": 1e3 * loop.t_local,
+            "global": 1e3 * loop.t_global,
+            "contact": 1e3 * loop.t_contact,
             "energy": 1e3 * (time.perf_counter() - tp),
             "total": 1e3 * (time.perf_counter() - t_start),
         }
         stats.extra = {
-            "residual_abs": float(res * (res0 + floor)) if not math.isnan(res0) else math.nan,
+            "residual_abs": float(loop.res * (loop.res0 + loop.floor)) if not math.isnan(loop.res0) else math.nan,
             "refactored": 1.0 if rebuilt else 0.0,
         }
         if self._anderson is not None:  # same columns every step (stats.csv); its device
@@ -708,105 +655,6 @@ class SolverPD(Solver):
             if self.contact.implementation_warning:
                 d["contact_warning"] = self.contact.implementation_warning
         return d
-
-
-class _Anderson:
-    """Anderson acceleration (type II, window m) of the local-global fixed-point map
-    x -> G(x) = x + A_ff^-1 r(x), with the energy safeguard of Peng et al. 2018.
-
-    With f_k = G(x_k) - x_k and the differences dF_j = f_{j+1} - f_j, dG_j = G(x_{j+1}) - G(x_j)
-    of the last m iterations, x_{k+1} = G(x_k) - dG theta, theta = argmin ||f_k - dF theta||
-    (normal equations, Tikhonov-regularised at 1e-10 of their mean diagonal in f64, 1e-5
-    in f32). On a quadratic energy this is GMRES on the preconditioned system; here it lets
-    the iteration move along the soft directions (shear, in a Neo-Hookean bar under
-    quasi-Newton weights w = (3 mu + 2 lam) V) where the plain map contracts by only
-    about 1 - mu / (3 mu + 2 lam) an iteration.
-
-    Safeguard: the incremental potential E (the true one: elastic energy of the material
-    plus inertia, not the local-global surrogate, which for the quasi-Newton materials is
-    not an energy the iteration decreases) is evaluated at every iterate, in the same
-    launch as its local step. An extrapolated iterate whose E exceeds that of the
-    previous iterate (by more than round-off, 1e-12 |E|) is replaced by the plain step
-    G(x_{k-1}) (its local step runs again) and the history is cleared; if the plain step
-    also increases E (a quasi-Newton step need not decrease it), it is halved along the
-    same direction up to ``max_backtracks`` times. So the energy of the iterates the
-    local steps see never increases (beyond round-off; after ``max_backtracks`` halvings
-    the last one is kept). The last global step's result is returned without an energy
-    check, as in the plain iteration: no extrapolation the safeguard has not seen is
-    returned.
-
-    Device work (kernels.iterate_anderson): one launch an iteration, like the plain
-    iteration's: it records the previous global step's result in the history, sums the
-    dot products of the small least-squares problem (deterministically, per chunk of
-    vertices), solves it (Cholesky, serial, m <= 16), extrapolates, then runs the local
-    step with the energy. The host keeps the ring buffer's bookkeeping and reads two
-    scalars (E, whether it extrapolated) besides ||r||^2; nothing of size n or m crosses.
-
-    References: Y. Peng, B. Deng, J. Zhang, F. Geng, W. Qin, L. Liu. Anderson
-    Acceleration for Geometry Optimization and Physics Simulation. SIGGRAPH 2018.
-    H. F. Walker, P. Ni. Anderson acceleration for fixed-point iterations. SINUM 2011.
-    """
-
-    max_backtracks = 4
-    slack = 1e-12
-
-    def __init__(self, window: int, vertex_count: int):
-        from tisim.solvers.pd.kernels import AndersonArrays
-
-        self.m = int(window)
-        self.arrays = AndersonArrays(vertex_count, self.m)
-        self.begin()
-
-    def clear(self) -> None:
-        """Forget the history (the map changed: refactoring, reset, a rejected step)."""
-        self.count = 0  # columns in the history
-        self.pos = 0  # next ring-buffer slot
-
-    def begin(self) -> None:
-        """Start a time step (its initial guess already on the device)."""
-        self.clear()
-        self.calls = 0  # iterations of this step so far (safeguard calls)
-        self.E_prev = math.inf
-        self.rejected = 0
-        self.backtracks = 0
-        self.extrapolated = 0
-
-    def _ok(self, E: float) -> bool:
-        return E <= self.E_prev + self.slack * abs(self.E_prev)
-
-    def safeguard(self, kernels, evaluate) -> float:
-        """Record the last global step, extrapolate and run the local step with its energy
-        (``evaluate(slot, count, record) -> (||r||^2, E, extrapolated)``, see
-        kernels.anderson_update); enforce the energy decrease as described in the class
-        docstring. Returns ||r||^2 of the iterate kept."""
-        # what the launch records: nothing before the step's first global step, then
-        # G(x_0) without differences, then a new history column every iteration
-        record = min(self.calls, 2)
-        self.calls += 1
-        slot, count = self.pos, self.count
-        if record == 2:
-            count = min(count + 1, self.m)
-            self.pos = (slot + 1) % self.m
-            self.count = count
-        rsq, E, extrapolated = evaluate(slot, count, record)
-        self.extrapolated += int(extrapolated)
-        if not self._ok(E):
-            if extrapolated:
-                self.rejected += 1
-                self.clear()
-                self.arrays.fallback(kernels.x, 1.0)
-                rsq, E, _ = evaluate(0, 0, 0)
-            alpha = 0.5
-            for _ in range(self.max_backtracks):
-                if self._ok(E):
-                    break
-                self.backtracks += 1
-                self.clear()
-                self.arrays.fallback(kernels.x, alpha)
-                rsq, E, _ = evaluate(0, 0, 0)
-                alpha *= 0.5
-        self.E_prev = E
-        return rsq
 
 
 class _GlobalStepProxy:
