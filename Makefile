@@ -49,6 +49,11 @@ bench: setup
 	$(BIN)/python benchmarks/bench_admm.py --quick
 	$(BIN)/python benchmarks/bench_cloth.py --quick --no-peer
 
+# ruff's lint rules and formatter (pyproject.toml); `make lint` fixes what it safely can.
+lint: setup
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
 # The documentation site in build/site (the same build the tests check).
 docs: setup
 	$(BIN)/mkdocs build --strict

@@ -68,10 +68,10 @@ def main() -> None:
     args = ap.parse_args()
 
     import taichi as ti
+    from common import machine
 
     from tisim import backend
     from tisim.contact.ipc.broad_phase import BroadPhase
-    from common import machine
 
     backend.init(arch=args.arch, precision=args.precision)
     rows = {}

@@ -62,7 +62,7 @@ def bench_tisim(cells: int, frames: int, arch: str, overrides: list[str]) -> tup
     dt, substeps = sc.sim.dt, sc.sim.substeps
     xi = sc.contact.thickness
     st, spare = model.initial_state(), model.initial_state()
-    V0, F_all, planes = solver.collision_state(st)
+    V0, F_all, _planes = solver.collision_state(st)
     rows = []
     for f in range(frames):
         prev = st.clone()

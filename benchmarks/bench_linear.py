@@ -132,9 +132,10 @@ def main(argv=None) -> int:
     ap.add_argument("--json", type=Path, default=None)
     a = ap.parse_args(argv)
 
+    from common import machine
+
     from tisim.linalg import pardiso
     from tisim.linalg.cholesky import cholmod_available
-    from common import machine
 
     t0 = time.perf_counter()
     systems = record_systems(a.cells, a.frames, a.keep_from)

@@ -268,7 +268,7 @@ def _traffic_one(arch, names, steps, warmup, iterations, queue):
                 }
             )
         queue.put(rows)
-    except Exception as e:  # noqa: BLE001 (report instead of hanging the parent)
+    except Exception as e:  # report instead of hanging the parent
         queue.put([{"arch": arch, "error": f"{type(e).__name__}: {e}"}])
 
 

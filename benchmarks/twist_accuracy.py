@@ -408,13 +408,13 @@ def main(argv=None) -> int:
             res,
             substeps=args.ref_substeps,
         )
-        for f in range(args.frames):
+        for _ in range(args.frames):
             ref.frame()
         print(f"reference: {time.perf_counter() - t0:.1f} s", flush=True)
         # the iteration error alone: the same dt, converged (Anderson to a relative residual
         # of 1e-9)
         same = TisimRun("converged at dt", 500, res, "anderson", args.window, tolerance=1e-9)
-        for f in range(args.frames):
+        for _ in range(args.frames):
             same.frame()
         ref_label, ref_ms = ref.label, float(np.median(ref.ms))
         th_ref, th_same = np.asarray(ref.twist), np.asarray(same.twist)

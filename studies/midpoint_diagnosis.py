@@ -304,7 +304,7 @@ def _plot(path: Path, plots: dict, dev: np.ndarray, report: dict) -> None:
         E = np.where(np.isfinite(s["E"]), s["E"], np.nan)
         ax[0].plot(s["steps_arr"], (E - s["E0_J"]) / s["E0_J"] * 100, c, ls=ls, lw=1, label=name)
     ax[0].set_ylim(-0.5, 5)
-    ax[0].set_xlabel("step (dt = %g s)" % report["dt"])
+    ax[0].set_xlabel(f"step (dt = {report['dt']:g} s)")
     ax[0].set_ylabel("total energy change, %")
     ax[0].legend(fontsize=8, loc="upper left")
     ax[0].set_title("spinning-bar: energy", fontsize=9)

@@ -31,9 +31,9 @@ import json
 import logging
 import math
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -112,7 +112,7 @@ def integrated_energies(scene) -> dict[str, str]:
     if kind == "pd":
         extra = " + volume constraint" if float(getattr(cfg, "volume_stiffness", 0.0)) > 0 else ""
         return {m: m + extra for m in mats}
-    return {m: "unknown" for m in mats}
+    return dict.fromkeys(mats, "unknown")
 
 
 def format_table(summary: dict) -> list[str]:

@@ -37,7 +37,7 @@ class ConfigError(ValueError):
 
 def num(default, *, gt=None, ge=None, lt=None, le=None, doc: str = ""):
     """A numeric dataclass field with range limits checked by :func:`from_dict`."""
-    meta = {k: v for k, v in dict(gt=gt, ge=ge, lt=lt, le=le).items() if v is not None}
+    meta = {k: v for k, v in {"gt": gt, "ge": ge, "lt": lt, "le": le}.items() if v is not None}
     meta["doc"] = doc
     return dataclasses.field(default=default, metadata=meta)
 
@@ -121,7 +121,7 @@ def _convert(tp, value, key: str):
             raise ConfigError(key, f"expected {_describe(tp)}, got {value!r}")
         return tuple(_convert(a, v, f"{key}[{i}]") for i, (a, v) in enumerate(zip(args, value)))
     if origin is dict:
-        kt, vt = get_args(tp)
+        _kt, vt = get_args(tp)
         if not isinstance(value, dict):
             raise ConfigError(key, f"expected a table, got {value!r}")
         return {str(k): _convert(vt, v, f"{key}.{k}") for k, v in value.items()}

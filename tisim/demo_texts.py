@@ -28,7 +28,7 @@ def demo_text(path: Path) -> tuple[str, str]:
     absent); a file that cannot be read gives :data:`UNREADABLE` as its description."""
     try:
         scene = tomllib.loads(Path(path).read_text()).get("scene", {})
-    except Exception:  # noqa: BLE001 - a broken demo file still shows up in the list
+    except Exception:  # a broken demo file still shows up in the list
         return UNREADABLE, ""
     if not isinstance(scene, dict):
         return UNREADABLE, ""

@@ -125,7 +125,7 @@ def launch_refine(scene_path: Path, sets: list[str], out_dir: Path) -> subproces
     """Start ``tisim refine`` in the background (its own session, so closing the
     preview does not stop it); stdout and stderr go to ``out_dir/refine.log``."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    logf = open(out_dir / "refine.log", "w")  # noqa: SIM115 -- the child owns it from here
+    logf = open(out_dir / "refine.log", "w")  # the child owns it from here
     try:
         return subprocess.Popen(refine_command(scene_path, sets, out_dir), stdout=logf, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True)
@@ -198,7 +198,7 @@ class PreviewSession:
                                              handles=self.handles)
             ok = bool(np.all(np.isfinite(self.state.x)))
             why = "non-finite positions"
-        except Exception as exc:  # noqa: BLE001 -- a live preview survives whatever a step did
+        except Exception as exc:  # a live preview survives whatever a step did
             ok, why = False, f"{type(exc).__name__}: {exc}"
         if not ok:
             msg = f"frame {self.frame + 1} failed ({why[:60]}): restarted the take"

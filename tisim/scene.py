@@ -14,9 +14,9 @@ import dataclasses
 import logging
 import math
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from collections.abc import Mapping
 from typing import Any, Literal
 
 from tisim.config import ConfigError, Int3, Vec3, from_dict, num, to_dict
@@ -432,7 +432,7 @@ def parse_override(text: str) -> tuple[list[str], Any]:
         raise ConfigError("", f"--set expects KEY=VALUE, got {text!r}")
     key, raw = text.split("=", 1)
     key = key.strip()
-    parts = [p for p in key.split(".")]
+    parts = list(key.split("."))
     if not key or any(not p for p in parts):
         raise ConfigError("", f"--set expects a dotted key like contact.mu, got {key!r}")
     try:

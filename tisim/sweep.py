@@ -51,7 +51,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
 from tisim.config import ConfigError
-from tisim.scene import toml_value  # noqa: F401  (the --vary parser's, and the API's)
+from tisim.scene import toml_value
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -252,10 +252,9 @@ def plan(scene_path: Path | str, varies: list[Vary], *, sets: list[str] | tuple[
     """Every run of the grid, each scene validated (no Taichi): an unknown key, a value of
     the wrong type or out of range raises :class:`ConfigError` naming ``--vary`` and the
     run's values, before anything is launched."""
+    from tisim.backend import ARCHES
     from tisim.runner import scene_precision
     from tisim.scene import apply_overrides, load_scene, scene_from_dict
-
-    from tisim.backend import ARCHES
 
     if arch not in ARCHES:
         raise ConfigError("--arch", f"unknown arch {arch!r}: expected one of {', '.join(ARCHES)}")
@@ -495,7 +494,7 @@ def plot(path: Path, rows: list[dict], varies: list[Vary], metrics: list[Metric]
                 bad_y += [yy if np.isfinite(yy) else np.nan for yy in y[bad]]
                 ys_all += list(y[np.isfinite(y)])
             if bad_x:
-                finite = [yy for yy in ys_all] or [0.0]
+                finite = list(ys_all) or [0.0]
                 lo = min(finite)
                 ax.plot(bad_x, [yy if np.isfinite(yy) else lo for yy in bad_y], "x", color="red", ms=7,
                         mew=2, label="did not complete")

@@ -24,16 +24,14 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from functools import lru_cache
+from functools import cache
 
+import backend_scenarios as scenarios
 import numpy as np
 import pytest
 
-import backend_scenarios as scenarios
 
-
-
-@lru_cache(maxsize=None)
+@cache
 def backend_unavailable(arch: str) -> str | None:
     """Why ``arch`` cannot run here, or None. Probed in a child process: Taichi falls back
     to the CPU (with only a warning) when a GPU backend fails to start."""

@@ -10,11 +10,10 @@ import os
 import subprocess
 import sys
 
-import numpy as np
-import pytest
-
 import backend_compare as compare
 import backend_scenarios as scenarios
+import numpy as np
+import pytest
 
 ARCHS = [
     pytest.param("vulkan", marks=pytest.mark.vulkan, id="vulkan"),

@@ -39,7 +39,7 @@ def _run(demos_dir, tmp_path, name, frames, overrides=()):
 
 @pytest.mark.parametrize("name", DEMOS)
 def test_demo_runs_a_few_frames(name, demos_dir, tmp_path):
-    sc, st, res = _run(demos_dir, tmp_path, name, 3)
+    sc, _st, _res = _run(demos_dir, tmp_path, name, 3)
     assert sc.scene.description
     info = json.loads((tmp_path / name / "run.json").read_text())
     assert info["solver_info"]["solver"] == "admm"
@@ -49,7 +49,7 @@ def test_demo_runs_a_few_frames(name, demos_dir, tmp_path):
 def test_spinning_bar_conserves_momenta(demos_dir, tmp_path):
     """Free bar without gravity: p = 0 to round-off, L and the energy constant over 40 frames
     at the demo's tolerance."""
-    sc, st, _ = _run(demos_dir, tmp_path, "spinning-bar", 40)
+    _sc, st, _ = _run(demos_dir, tmp_path, "spinning-bar", 40)
     L = np.stack([st["lx"], st["ly"], st["lz"]], 1)
     p = np.stack([st["px"], st["py"], st["pz"]], 1)
     E = st["total_energy"]
@@ -62,11 +62,9 @@ def test_spinning_bar_conserves_momenta(demos_dir, tmp_path):
 def test_beam_sags_with_stiffness_ordered_deflection(demos_dir, tmp_path):
     """Three cantilevers (kappa = 35, 350, 1400) under gravity: the softer, the lower their
     tip after 25 frames; all steps converge with bounded iterations."""
-    from tisim.model import Model
 
-    sc, st, res = _run(demos_dir, tmp_path, "beam", 25)
+    sc, st, _res = _run(demos_dir, tmp_path, "beam", 25)
     assert st["iterations"][1:].max() < sc.solver.max_iterations
-    model = Model.from_scene(sc)
     info = json.loads((tmp_path / "beam" / "run.json").read_text())
     kappas = {k: v["kappa"] for k, v in info["solver_info"]["objects"].items()}
     assert kappas == pytest.approx({"soft": 35.0, "medium": 350.0, "stiff": 1400.0}, rel=1e-6)
@@ -78,7 +76,7 @@ def test_bouncing_ball_high_speed_impact(demos_dir, tmp_path):
     """The ball hits the ground at ~4.7 m/s and leaves it again within 120 frames: contacts
     happen, no element inverts in any frame, ADMM converges on every step, and the total
     energy (penalty included) stays within 2%."""
-    sc, st, _ = _run(demos_dir, tmp_path, "bouncing-ball", 120)
+    _sc, st, _ = _run(demos_dir, tmp_path, "bouncing-ball", 120)
     assert st["n_contacts"].max() > 10
     assert st["vcom_y"][1] < -4.0 and st["vcom_y"][-1] > 1.0  # thrown down, bounced up
     assert st["min_volume_ratio"].min() < 0.9  # really squashed
@@ -90,7 +88,7 @@ def test_bouncing_ball_high_speed_impact(demos_dir, tmp_path):
 def test_stretch_release_never_inverts(demos_dir, tmp_path):
     """The whole demo: pulled to 3x, released, the recoil's compression resolved without an
     inverted element in any frame and with ADMM converged on every step."""
-    sc, st, _ = _run(demos_dir, tmp_path, "stretch", 500)
+    _sc, st, _ = _run(demos_dir, tmp_path, "stretch", 500)
     x_end = st["time"]
     assert x_end[-1] >= 4.99
     assert st["min_volume_ratio"].min() < 0.3  # the recoil really compresses

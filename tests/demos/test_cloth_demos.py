@@ -39,7 +39,7 @@ def _run_checked(name, frames, overrides=()):
 
 @pytest.mark.parametrize("name", CLOTH_DEMOS)
 def test_cloth_demo_first_frames_are_intersection_free(name):
-    sc, model, st, stats = _run_checked(name, 3)
+    _sc, model, st, _stats = _run_checked(name, 3)
     cs = model.cloth.vertex_slice
     assert np.abs(st.velocities[cs]).max() > 0  # something moves
     if name == "flag":  # the flag lies in the wind's plane: only its 0.5 m/s z part pushes it (+z)
@@ -48,7 +48,7 @@ def test_cloth_demo_first_frames_are_intersection_free(name):
 
 @pytest.mark.slow
 def test_cloth_drape_reaches_the_sphere_without_intersection():
-    sc, model, st, stats = _run_checked("cloth-drape", 24, ["objects.cloth.cloth_resolution=[16,16]"])
+    sc, _model, _st, stats = _run_checked("cloth-drape", 24, ["objects.cloth.cloth_resolution=[16,16]"])
     assert max(s.n_contacts for s in stats) > 0
     assert max(s.extra["max_strain"] for s in stats) < sc.solver.strain_limit
 
@@ -58,7 +58,7 @@ def test_cloth_twist_converges_through_self_contact():
     """cloth-twist, coarser (20 x 10 cells) and turned four times faster so that the sheet
     reaches self-contact within 60 frames: every step converges with the grips exactly on
     their paths, the strain below its limit, and ipctk finds no intersection (_run_checked)."""
-    sc, model, st, stats = _run_checked("cloth-twist", 60, ["objects.sheet.cloth_resolution=[20,10]",
+    sc, _model, _st, stats = _run_checked("cloth-twist", 60, ["objects.sheet.cloth_resolution=[20,10]",
                                                             "objects.sheet.handles.turn.angular_velocity=[12.566,0,0]",
                                                             "objects.sheet.handles.turn.velocity=[-0.4,0,0]"])
     assert all(s.converged for s in stats)

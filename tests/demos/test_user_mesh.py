@@ -44,7 +44,7 @@ def _user_mesh_overrides(scene, tmp_path) -> tuple[list[str], dict[str, int]]:
         if o.kind != "solid" or o.generator is None:
             continue
         if o.generator == "ball":
-            sets += ['objects.%s.mesh="assets/ball_coarse.msh"' % name, f"objects.{name}.scale={o.radius / 0.1!r}"]
+            sets += [f'objects.{name}.mesh="assets/ball_coarse.msh"', f"objects.{name}.scale={o.radius / 0.1!r}"]
             counts[name] = 387
         else:
             size = np.asarray(o.size)

@@ -65,7 +65,7 @@ def test_closest_rotation_is_the_procrustes_maximiser(rng):
     """U V^T maximises tr(R^T G) over SO(3): equal to numpy's signed-SVD answer where that
     is unique, and never beaten by random rotations (reflections included)."""
     for name, G in _test_matrices(rng).items():
-        U, s, V = prox.signed_svd(G)
+        U, _s, V = prox.signed_svd(G)
         R = U @ V.transpose(0, 2, 1)
         assert np.abs(np.linalg.det(R) - 1.0).max() < 1e-13
         Ur, sr, Vr = svd_rotation_variant(G)
@@ -107,12 +107,12 @@ def test_energies_match_tisim_materials(material, rng):
 
 
 def _scipy_prox(name, s, w, mu, lam, rho, starts, lower):
-    f = lambda x: w * energy_density_sigma(name, x, mu, lam) + 0.5 * rho * np.sum((x - s) ** 2)  # noqa: E731
-    g = lambda x: w * gradient_sigma(name, x, mu, lam) + rho * (x - s)  # noqa: E731
+    f = lambda x: w * energy_density_sigma(name, x, mu, lam) + 0.5 * rho * np.sum((x - s) ** 2)
+    g = lambda x: w * gradient_sigma(name, x, mu, lam) + rho * (x - s)
     best = None
     for x0 in starts:
         r = minimize(f, np.maximum(x0, lower + 1e-6), jac=g, method="L-BFGS-B", bounds=[(lower, None)] * 3,
-                     options=dict(ftol=1e-15, gtol=1e-13, maxiter=5000))
+                     options={"ftol": 1e-15, "gtol": 1e-13, "maxiter": 5000})
         if best is None or r.fun < best.fun:
             best = r
     return best, f
@@ -164,7 +164,7 @@ def test_arap_prox_is_psd_projection(rng):
     S = rng.standard_normal((100, 3, 3))
     S = 0.5 * (S + S.transpose(0, 2, 1))
     w, mu, rho = 0.3, 2.0, 1.5
-    L, Q = np.linalg.eigh(S)
+    L, _Q = np.linalg.eigh(S)
     out = prox.prox_eigenvalues("arap", L, w, mu, 0.0, rho)
     c = 2 * w * mu
     assert np.allclose(out, np.maximum((c + rho * L) / (c + rho), 0.0), atol=1e-15)

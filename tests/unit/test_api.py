@@ -72,7 +72,7 @@ def test_bad_overrides_name_the_key(overrides, fragment):
 
 
 def test_an_unknown_scene_names_the_demos():
-    with pytest.raises(ConfigError, match="no such scene file or demo.*stick-slip"):
+    with pytest.raises(ConfigError, match=r"no such scene file or demo.*stick-slip"):
         tisim.load("no-such-demo")
 
 

@@ -86,7 +86,7 @@ def test_projected_elastic_hessian_matches_numpy(case):
         x[:, 0] *= 0.7
         x += 0.01 * rng.standard_normal(x.shape)
     term = _term(X, F)
-    E, g, H = term.evaluate(x, hessian=True)
+    _E, _g, H = term.evaluate(x, hessian=True)
     R = _reference(term, x)
     scale = abs(R).max()
     assert abs(H - R).max() <= 1e-10 * scale

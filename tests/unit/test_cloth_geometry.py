@@ -314,7 +314,6 @@ def test_inconsistent_orientation_is_fixed_with_a_warning(tmp_path, caplog):
 def test_orientation_is_fixed_per_connected_piece():
     a = cloth_rectangle((1.0, 1.0), (3, 3))
     b = cloth_rectangle((1.0, 1.0), (3, 3), center=(3.0, 0, 0))
-    x = np.concatenate([a.vertices, b.vertices])
     faces = np.concatenate([a.faces, b.faces[:, [0, 2, 1]] + a.vertex_count])
     faces[2] = faces[2][[0, 2, 1]]  # one wrong face in the first piece
     flip, bad = consistent_orientation(faces)
@@ -406,7 +405,7 @@ def test_cloth_rectangle_has_unit_square_uvs_matching_positions():
 def test_cloth_disc_is_valid_irregular_round_and_reproducible():
     r, h = 0.5, 0.05
     m = cloth_disc(r, h, seed=7, center=(0.0, 1.0, 0.0))
-    x, f, notes = validate_cloth(m.vertices, m.faces, "disc")
+    _x, f, notes = validate_cloth(m.vertices, m.faces, "disc")
     assert notes == []
     np.testing.assert_array_equal(f, m.faces)
     assert m.euler_characteristic == 1  # one disc, no holes

@@ -62,7 +62,7 @@ def test_cloth_needs_the_cloth_solver():
     from tisim.runner import build
 
     sc = scene_from_dict({"solver": {"type": "pd"}, "objects": {"c": {"kind": "cloth", "generator": "cloth"}}})
-    with pytest.raises(ConfigError, match="solver.type = 'cloth'"):
+    with pytest.raises(ConfigError, match=r"solver.type = 'cloth'"):
         build(sc, "cpu", "f64")
 
 

@@ -62,9 +62,9 @@ def test_every_demo_says_what_to_look_for():
 def test_look_for_is_validated():
     base = {"objects": {"b": {"generator": "box"}}}
     assert scene_from_dict({**base, "scene": {"look_for": "the box falls"}}).scene.look_for == "the box falls"
-    with pytest.raises(ConfigError, match="scene.look_for"):
+    with pytest.raises(ConfigError, match=r"scene.look_for"):
         scene_from_dict({**base, "scene": {"look_for": 3}})
-    with pytest.raises(ConfigError, match="scene.look_fr"):
+    with pytest.raises(ConfigError, match=r"scene.look_fr"):
         scene_from_dict({**base, "scene": {"look_fr": "typo"}})
 
 

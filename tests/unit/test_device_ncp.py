@@ -204,19 +204,19 @@ def _colliders():
     from tisim.geometry.transforms import euler_xyz_deg
 
     def make(kind, **kw):
-        base = dict(
-            name=kind,
-            kind=kind,
-            position=np.array([0.01, -0.02, 0.005]),
-            normal=np.array([0.0, 1.0, 0.0]),
-            radius=0.06,
-            axis=np.array([0.0, 0.0, 1.0]),
-            length=0.1,
-            half_extents=np.array([0.05, 0.03, 0.07]),
-            rotation=euler_xyz_deg([20.0, -35.0, 10.0]),
-            velocity=np.array([0.1, 0.0, -0.2]),
-            angular_velocity=np.array([0.5, 2.0, -1.0]),
-        )
+        base = {
+            "name": kind,
+            "kind": kind,
+            "position": np.array([0.01, -0.02, 0.005]),
+            "normal": np.array([0.0, 1.0, 0.0]),
+            "radius": 0.06,
+            "axis": np.array([0.0, 0.0, 1.0]),
+            "length": 0.1,
+            "half_extents": np.array([0.05, 0.03, 0.07]),
+            "rotation": euler_xyz_deg([20.0, -35.0, 10.0]),
+            "velocity": np.array([0.1, 0.0, -0.2]),
+            "angular_velocity": np.array([0.5, 2.0, -1.0]),
+        }
         base.update(kw)
         return Collider(**base)
 
@@ -235,7 +235,7 @@ def test_exact_gaps_match_collider_signed_distance(rng):
     from types import SimpleNamespace
 
     cols = _colliders()
-    cs, W_hat, q_n, q = _problem(rng, triangles=6)
+    cs, W_hat, _q_n, q = _problem(rng, triangles=6)
     k = cs.count
     cs.collider[: k - 6] = np.arange(k - 6) % len(cols)
     t = 0.37

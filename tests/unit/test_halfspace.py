@@ -175,7 +175,7 @@ def test_max_step_keeps_a_tenth_of_the_gap():
     hs = _planes()
     rng = np.random.default_rng(8)
     x = _in_band(hs, rng)
-    for trial in range(20):
+    for _trial in range(20):
         p = rng.normal(size=(6, 3)) * 10 ** rng.uniform(-4, -1)
         alpha = hs.max_step(x, p, XI, eta=0.1)
         assert 0 < alpha <= 1

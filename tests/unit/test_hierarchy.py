@@ -18,15 +18,15 @@ from scipy.spatial.transform import Rotation
 
 from tisim.geometry.generate import cloth_grid, icosphere
 from tisim.geometry.hierarchy import (
-    collapse_needles,
-    flip_slivers,
     Level,
     Prolongation,
     build_hierarchy,
+    collapse_needles,
     compose,
     decimate,
     direct,
     embed,
+    flip_slivers,
     from_meshes,
     loop_subdivide,
     lumped_masses,
@@ -550,7 +550,7 @@ def test_prolonged_hessian_equals_the_triple_product(rng):
         assert np.abs(C.toarray() - R).max() <= 1e-12 * np.abs(R).max()
     B = sp.random(3 * fine.vertex_count, 3 * fine.vertex_count, density=0.01, random_state=3, format="csr")
     B.sort_indices()
-    ip, ix, apply, cp, ci = _restriction_map(B, P.U)
+    _ip, _ix, apply, cp, ci = _restriction_map(B, P.U)
     nc = U3.shape[1]
     C = sp.csr_matrix((apply(B.data), ci, cp), shape=(nc, nc))
     np.testing.assert_allclose(C.toarray(), (U3.T @ B @ U3).toarray(), atol=1e-13 * abs(B).max())

@@ -16,7 +16,7 @@ import pytest
 
 ipctk = pytest.importorskip("ipctk")
 
-from tisim.geometry import generate, topology  # noqa: E402
+from tisim.geometry import generate, topology
 
 log = logging.getLogger(__name__)
 
@@ -295,7 +295,7 @@ def test_second_instance_compiles_nothing(rng):
     counts = bp2.detect(_field(V2), 0.1)
     bp2.detect(_field(V2), 0.1, dx=_field(0.1 * rng.normal(size=V2.shape)), alpha=0.5)
     second = time.perf_counter() - t0
-    pt, ee = bp2.pairs_numpy()
+    _pt, _ee = bp2.pairs_numpy()
     _ = bp2.capacity, bp2.pt.to_numpy(), bp2.ee.to_numpy()
     log.info("broad phase: first instance %.3f s, second instance %.3f s", first, second)
     assert min(counts) > 0 and min(bp2.capacity) > 1  # the grown path ran too

@@ -24,7 +24,7 @@ import taichi as ti
 
 ipctk = pytest.importorskip("ipctk")
 
-from tisim.contact.ipc import ccd  # noqa: E402  (defines Taichi functions only)
+from tisim.contact.ipc import ccd
 
 log = logging.getLogger(__name__)
 

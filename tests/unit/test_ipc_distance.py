@@ -19,7 +19,7 @@ import taichi as ti
 
 ipctk = pytest.importorskip("ipctk")
 
-from tisim.contact.ipc import distance as dist  # noqa: E402
+from tisim.contact.ipc import distance as dist
 
 RTOL = 1e-10
 
@@ -202,7 +202,7 @@ def eval_pt(batch, X, forced=None):
     _values_pt(X, dtype, D, B)
     _grad_pt(X, dtype, D, G)
     _hess_pt(X, dtype, D, G, batch.H)
-    return dict(type=types[:, 0], pe_type=types[:, 1], D=D, G=G, H=batch.H.to_numpy()[:k], B=B)
+    return {"type": types[:, 0], "pe_type": types[:, 1], "D": D, "G": G, "H": batch.H.to_numpy()[:k], "B": B}
 
 
 def eval_ee(batch, X, forced=None, eps_x=None):
@@ -222,15 +222,15 @@ def eval_ee(batch, X, forced=None, eps_x=None):
     _grad_ee(X, dtype, D, G)
     _hess_ee(X, dtype, D, G, batch.H)
     _mollifier_ee(X, eps_x, D, G, batch.HM)
-    return dict(
-        type=types[:, 0],
-        par_type=types[:, 1],
-        D=D,
-        G=G,
-        H=batch.H.to_numpy()[:k],
-        HM=batch.HM.to_numpy()[:k],
-        B=B,
-    )
+    return {
+        "type": types[:, 0],
+        "par_type": types[:, 1],
+        "D": D,
+        "G": G,
+        "H": batch.H.to_numpy()[:k],
+        "HM": batch.HM.to_numpy()[:k],
+        "B": B,
+    }
 
 
 def _close(a, b, scale, rtol=RTOL):
@@ -366,7 +366,7 @@ def test_point_triangle_degenerate(batch):
         # our type is a closest feature: same distance as ipctk's own choice
         assert abs(ipctk.point_triangle_distance(*x, PT(t)) - d_auto) <= RTOL * scale, (k, t)
         assert abs(res["D"][k, 0] - d_auto) <= RTOL * scale, (k, res["D"][k, 0], d_auto)
-        d_ref, g_ref, H_ref = _pt_ref(x, t)
+        _d_ref, g_ref, H_ref = _pt_ref(x, t)
         gs = max(np.abs(g_ref).max(), np.sqrt(scale))
         assert _close(res["G"][k, 0], g_ref, gs), (k, t, res["G"][k, 0], g_ref)
         assert _close(res["H"][k], H_ref, np.abs(H_ref).max()), (k, t)
@@ -416,7 +416,7 @@ def test_edge_edge_degenerate(batch):
         scale = np.abs(x).max() ** 2
         assert abs(ipctk.edge_edge_distance(*x, EE(t)) - d_auto) <= RTOL * scale, (k, t, d_auto)
         assert abs(res["D"][k, 0] - d_auto) <= RTOL * scale, (k, res["D"][k, 0], d_auto)
-        d_ref, g_ref, H_ref = _ee_ref(x, t)
+        _d_ref, g_ref, H_ref = _ee_ref(x, t)
         gs = max(np.abs(g_ref).max(), np.sqrt(scale))
         assert _close(res["G"][k, 0], g_ref, gs), (k, t)
         assert _close(res["H"][k], H_ref, np.abs(H_ref).max()), (k, t)

@@ -14,12 +14,12 @@ import taichi as ti
 
 ipctk = pytest.importorskip("ipctk")
 
-from tisim import backend  # noqa: E402
-from tisim.contact.ipc import barrier as bar  # noqa: E402
-from tisim.contact.ipc import distance as dist  # noqa: E402
-from tisim.contact.ipc import friction as fr  # noqa: E402
-from tisim.contact.ipc.potential import BarrierPotential, FrictionPotential  # noqa: E402
-from tisim.testing import check_gradient, check_hessian  # noqa: E402
+from tisim import backend
+from tisim.contact.ipc import barrier as bar
+from tisim.contact.ipc import distance as dist
+from tisim.contact.ipc import friction as fr
+from tisim.contact.ipc.potential import BarrierPotential, FrictionPotential
+from tisim.testing import check_gradient, check_hessian
 
 RTOL = 1e-10
 
@@ -530,7 +530,7 @@ def test_second_instances_compile_nothing(scene, pots):
     assert _compiled_counts() == count  # nothing new compiled
     assert t_second < 1.0, (t_first, t_second)
     # the second instance computed something real, the first is unaffected by it
-    e, rows, dmin, active, n_fric, d, frows, g = second
+    e, rows, _dmin, active, n_fric, d, _frows, g = second
     assert e > 0 and rows == len(sc2.pt) + len(sc2.ee) and active > 0 and n_fric > 0 and d > 0
     assert barrier.capacity >= rows > 2 and np.abs(g).max() > 0
     again = _exercise(sc, pots.barrier, pots.friction, pots.mu, pots.x_ref)
@@ -546,8 +546,9 @@ def test_second_instances_compile_nothing(scene, pots):
 def test_active_pairs_carry_the_whole_gradient_and_hessian(scene, pots):
     """The solver evaluates forces and Hessians on compact_active's rows only: the same
     gradient and assembled Hessian as over every candidate pair, with fewer rows."""
-    from tisim.solvers.cloth.assembly import local_to_coo
     import scipy.sparse as sp
+
+    from tisim.solvers.cloth.assembly import local_to_coo
 
     sc = scene
     pairs = (sc.pt_f, len(sc.pt), sc.ee_f, len(sc.ee))

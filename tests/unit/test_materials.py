@@ -606,7 +606,7 @@ def test_ti_quaternion_roundtrip(ti_f64):
 # ---------------------------------------------------------------------------
 # Half-turn guard of the warm-started rotation extraction (issue 12)
 
-from tisim.solvers.pd.local import fast_rotation  # noqa: E402  (the PD local step's extraction)
+from tisim.solvers.pd.local import fast_rotation
 
 
 @ti.kernel
@@ -676,7 +676,7 @@ def test_polar_optimality_certificate():
     assert np.all(m >= -1e-13 * scale)
     n = rng.standard_normal((len(F), 3))
     n /= np.linalg.norm(n, axis=1, keepdims=True)
-    U, s, V = svd_rotation_variant(F)
+    U, s, _V = svd_rotation_variant(F)
     axis = U[:, :, 0]  # about a singular axis the half-turn is a critical point
     body_axis = (np.swapaxes(R, 1, 2) @ axis[:, :, None])[..., 0]
     bad = R @ Rotation.from_rotvec(np.pi * body_axis).as_matrix()

@@ -117,5 +117,5 @@ def test_object_in_a_collider_frame_sits_on_the_tilted_plane():
 
 
 def test_frame_must_name_a_collider():
-    with pytest.raises(ConfigError, match="objects.box.frame"):
+    with pytest.raises(ConfigError, match=r"objects.box.frame"):
         scene_from_dict({"objects": {"box": {"generator": "box", "frame": "nope"}}})

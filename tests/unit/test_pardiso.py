@@ -216,9 +216,9 @@ def test_newton_systems_of_a_falling_sheet_share_one_pattern():
     from tisim import backend
 
     backend.init("cpu", "f64")
+    from tisim.cli.app import demos_dir
     from tisim.runner import build
     from tisim.scene import load_scene
-    from tisim.cli.app import demos_dir
 
     sc = load_scene(demos_dir() / "cloth-drape.toml", ["objects.cloth.cloth_resolution=[12,12]"])
     _binfo, model, solver = build(sc, "cpu", "f64")

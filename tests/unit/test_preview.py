@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from tisim.config import ConfigError
-from tisim.preview import PreviewSession, overrides, refine_command, run_preview
+from tisim.preview import PreviewSession, overrides, refine_command
 from tisim.render import vulkan_available
 from tisim.scene import load_scene
 

@@ -268,7 +268,7 @@ def test_a_remesh_failure_names_the_key(tmp_path, monkeypatch):
     monkeypatch.setattr(gpytoolbox, "remesh_botsch", lambda *a, **k: (_ for _ in ()).throw(ValueError("no")))
     _, p = _scene_file(tmp_path, "remesh = true")
     sc = load_scene(p)
-    with pytest.raises(MeshError, match="objects.c.remesh: remeshing"):
+    with pytest.raises(MeshError, match=r"objects.c.remesh: remeshing"):
         _cloth_mesh(sc, "c", sc.objects["c"])
 
 

@@ -274,7 +274,7 @@ def test_right_click_or_escape_lets_go_of_a_grab_without_moving_the_camera():
 
 
 def test_right_drag_orbits_shift_pans_and_panel_clicks_are_ignored():
-    c, x = _controller(panel=(0.0, 0.0, 50.0, 40.0))
+    c, _x = _controller(panel=(0.0, 0.0, 50.0, 40.0))
     d0 = c.camera.distance
     eye0 = c.camera.eye()
     c.mouse_move(100.0, 60.0)

@@ -106,7 +106,7 @@ def test_capped_run_resets_on_a_converged_step(rng):
 
 
 def test_continue_runs_on_and_records_the_events(monkeypatch, tmp_path):
-    res, rows, info = _run(monkeypatch, tmp_path, "inversion", 4, on_divergence="continue", frames=12)
+    res, _rows, info = _run(monkeypatch, tmp_path, "inversion", 4, on_divergence="continue", frames=12)
     assert res.ended == "completed" and res.exit_code == 0 and res.frames_done == 12
     events = info["guards"]["events"]
     assert [e["cause"] for e in events] == ["inversion"] and events[0]["frame"] == 4

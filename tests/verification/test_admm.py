@@ -62,7 +62,7 @@ def test_linear_momentum_exact_even_when_admm_stops_early(material):
     p0, _ = _momenta(model, model.initial_state())
     scale = float(model.mass.sum()) * float(np.abs(model.initial_velocities).max())
     drift = []
-    state, stats = _run(solver, model, 30, sc.sim.dt, lambda s, st: drift.append(_momenta(model, s)[0]))
+    _state, stats = _run(solver, model, 30, sc.sim.dt, lambda s, st: drift.append(_momenta(model, s)[0]))
     assert all(not st.converged and st.extra["admm_stalled"] == 1.0 for st in stats)  # really stopped early
     assert np.abs(np.array(drift) - p0).max() <= 1e-10 * scale
     assert np.linalg.norm(p0) > 0.1 * scale  # a non-trivial momentum

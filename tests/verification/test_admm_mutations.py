@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from tisim.solvers.admm import kernels, solver as solver_module
+from tisim.solvers.admm import kernels
+from tisim.solvers.admm import solver as solver_module
 from tisim.solvers.admm import verification as V
 from tisim.solvers.admm.solver import SolverADMM
 

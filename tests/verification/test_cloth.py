@@ -75,7 +75,7 @@ def test_free_fall_is_implicit_euler():
     """Without contact a flat sheet translating rigidly has no elastic force: one implicit
     Euler step from rest gives x1 = x0 + h^2 g and v1 = h g exactly (to the Newton
     tolerance)."""
-    sc, model, solver = _build({"c": _cloth(translation=[0, 1, 0])})
+    _sc, model, solver = _build({"c": _cloth(translation=[0, 1, 0])})
     h = 0.01
     st = _run(model, solver, 1, h)
     cs = model.cloth.vertex_slice
@@ -110,7 +110,7 @@ def _incline(mu, angle_deg, steps, dt=0.01):
     th = math.radians(angle_deg)
     n = np.array([-math.sin(th), math.cos(th), 0.0])
     dhat, xi = 1e-3, 1e-3
-    sc, model, solver = _build(
+    _sc, model, solver = _build(
         {"c": _cloth(cloth_size=[0.1, 0.1], cloth_resolution=[2, 2], youngs_modulus=1e6,
                      frame="incline", translation=[0, xi + 0.5 * dhat, 0])},
         {"incline": {"type": "plane", "normal": [0.0, 1.0, 0.0], "rotation": [0, 0, angle_deg]}},
@@ -136,7 +136,7 @@ def test_incline_sticks_above_the_threshold(angle):
     """mu >= tan(angle) + 0.01: static friction holds; once the contact force has built up
     (the sheet starts 0.5 dhat above its barrier equilibrium), the sheet creeps no more than
     the smoothing velocity eps_v times the time (IPC's friction is exact beyond eps_v only)."""
-    com, vel, th = _incline(math.tan(math.radians(angle)) + 0.01, angle, 40)
+    com, vel, _th = _incline(math.tan(math.radians(angle)) + 0.01, angle, 40)
     creep = com[-1] - com[20]
     assert creep <= 1e-4 * 0.01 * 20, creep
     assert abs(vel[-1]) <= 1e-4
@@ -147,7 +147,7 @@ def test_incline_sticks_above_the_threshold(angle):
 def test_incline_slides_below_the_threshold_at_the_coulomb_rate(angle):
     """mu <= tan(angle) - 0.01: the sheet slides with a = g (sin - mu cos), within 5%."""
     mu = math.tan(math.radians(angle)) - 0.01
-    com, vel, th = _incline(mu, angle, 40)
+    _com, vel, th = _incline(mu, angle, 40)
     a = np.polyfit(np.arange(len(vel))[10:] * 0.01, vel[10:], 1)[0]
     expect = G * (math.sin(th) - mu * math.cos(th))
     assert a == pytest.approx(expect, rel=0.05)
@@ -165,7 +165,7 @@ def _impact(ratio, steps, folder):
     path = folder / "ball.obj"
     path.write_text("".join(f"v {a:.17g} {b:.17g} {c:.17g}\n" for a, b, c in V)
                     + "".join(f"f {i + 1} {j + 1} {k + 1}\n" for i, j, k in ico.faces))
-    sc, model, solver = _build(
+    _sc, model, solver = _build(
         {"c": _cloth(cloth_size=[0.3, 0.3], cloth_resolution=[8, 8], translation=[0.0, 0.106, 0.0],
                      velocity=[0.0, -4.0, 0.0])},
         {"ball": {"type": "mesh", "mesh": str(path)}},
@@ -200,7 +200,7 @@ def test_barrier_stiffness_may_double_past_ipcs_cap_at_impact(tmp_path):
 def test_energy_never_increases_without_external_work():
     """Implicit Euler dissipates: a pinned sheet swinging under gravity (no wind, no
     friction) never gains total energy (kinetic + elastic + gravity) over a step."""
-    sc, model, solver = _build({"c": _cloth(cloth_size=[0.3, 0.2], cloth_resolution=[6, 4], pin="x-min",
+    _sc, model, solver = _build({"c": _cloth(cloth_size=[0.3, 0.2], cloth_resolution=[6, 4], pin="x-min",
                                             translation=[0, 1, 0])})
     energies = []
 
@@ -222,7 +222,7 @@ def test_unseen_irregular_mesh_draped_on_a_sphere_never_intersects(tmp_path):
     disc = cloth_disc(radius=0.15, target_edge=0.03, seed=7)
     f = tmp_path / "disc.obj"
     save_cloth_obj(f, disc.vertices, disc)
-    sc, model, solver = _build(
+    _sc, model, solver = _build(
         {"disc": {"kind": "cloth", "mesh": str(f), "translation": [0.05, 0.125, 0.0], "youngs_modulus": 1e5,
                   "thickness": 1e-3, "density": 200.0}},
         {"ball": {"type": "sphere", "position": [0, 0.06, 0], "radius": 0.06},
@@ -289,7 +289,7 @@ def test_bowtie_flaps_pinned_at_their_shared_vertex_swing_together_without_inter
 
 def test_vertex_shot_through_a_triangle_at_100_m_per_s(tmp_path):
     """A small sheet fired at 100 m/s (1 m per step) at a pinned sheet: no tunnelling."""
-    sc, model, solver = _build({
+    _sc, model, solver = _build({
         "target": _cloth(cloth_size=[0.2, 0.2], cloth_resolution=[1, 1], pin="corners"),
         "bullet": _cloth(cloth_size=[0.02, 0.02], cloth_resolution=[1, 1], translation=[0.01, 0.5, 0.02],
                          velocity=[0, -100.0, 0]),
@@ -301,7 +301,7 @@ def test_vertex_shot_through_a_triangle_at_100_m_per_s(tmp_path):
 
 def test_edges_crossing_in_one_step():
     """Two strips whose edges would cross within one step (3 m/s against a 2 cm gap)."""
-    sc, model, solver = _build({
+    _sc, model, solver = _build({
         "a": _cloth(cloth_size=[0.3, 0.02], cloth_resolution=[3, 1], cloth_normal="z", pin="x-min"),
         "b": _cloth(cloth_size=[0.02, 0.3], cloth_resolution=[1, 3], cloth_normal="z",
                     translation=[0.05, 0.0, 0.02], velocity=[0, 0, -3.0]),
@@ -319,7 +319,7 @@ def test_edges_crossing_in_one_step():
 @pytest.mark.slow
 def test_cloth_thrown_at_a_thin_box_edge():
     """A sheet thrown at 10 m/s onto the edge of a thin board: no tunnelling, no NaN."""
-    sc, model, solver = _build(
+    _sc, model, solver = _build(
         {"c": _cloth(cloth_size=[0.2, 0.2], cloth_resolution=[6, 6], translation=[0.0, 0.06, 0.0],
                      velocity=[0, -10.0, 0])},
         {"board": {"type": "box", "position": [0.0, 0.0, 0.0], "half_extents": [0.004, 0.05, 0.2]}},
@@ -337,16 +337,16 @@ def test_a_kept_elastic_hessian_converges_to_the_same_steps():
     sheet = {"c": _cloth(cloth_size=[0.3, 0.2], cloth_resolution=[6, 4], pin="x-min", translation=[0, 1, 0])}
     runs = {}
     for reuse in (1, 5):
-        sc, model, solver = _build(sheet, solver={"hessian_reuse": reuse, "tolerance": 1e-6, "stop": "max"})
+        _sc, model, solver = _build(sheet, solver={"hessian_reuse": reuse, "tolerance": 1e-6, "stop": "max"})
         assert solver.hessian_reuse == reuse
         st = _run(model, solver, 12, 0.01)
         runs[reuse] = (st.positions.copy(), solver._stats_total["newton"])
-    (x1, n1), (x5, n5) = runs[1], runs[5]
+    (x1, _), (x5, n5) = runs[1], runs[5]
     assert np.abs(x1 - model.initial_positions).max() > 0.01  # it swings
     assert np.abs(x1 - x5).max() < 1e-7, np.abs(x1 - x5).max()
     assert n5 > 2 * 12  # iterations beyond the first of each step ran on the kept Hessian
 
-    sc, model, solver = _build({"c": _cloth(translation=[0.0, 0.125, 0.0])},
+    _sc, model, solver = _build({"c": _cloth(translation=[0.0, 0.125, 0.0])},
                                {"ball": {"type": "sphere", "position": [0, 0.06, 0], "radius": 0.06}},
                                solver={"hessian_reuse": 5})
     st = _run(model, solver, 8, 0.01, _ipc_check(solver, 1e-3))
@@ -363,7 +363,7 @@ def test_lumped_and_coupled_bending_hessians_take_the_same_steps():
                          thickness=5e-3)}
     runs = {}
     for mode in ("coupled", "lumped"):
-        sc, model, solver = _build(sheet, solver={"bending_hessian": mode, "tolerance": 1e-6, "stop": "max"})
+        _sc, model, solver = _build(sheet, solver={"bending_hessian": mode, "tolerance": 1e-6, "stop": "max"})
         assert solver.elastic.lumped_bending == (mode == "lumped")
         st = _run(model, solver, 12, 0.01)
         runs[mode] = (st.positions.copy(), solver.elastic.assembler.pattern._nnz)
@@ -381,7 +381,7 @@ def test_mixed_precision_linear_solves_take_the_same_steps():
     sheet = {"c": _cloth(cloth_size=[0.3, 0.2], cloth_resolution=[6, 4], pin="x-min", translation=[0, 1, 0])}
     runs = {}
     for precision in ("double", "mixed"):
-        sc, model, solver = _build(sheet, solver={"linear_precision": precision, "tolerance": 1e-6, "stop": "max"})
+        _sc, model, solver = _build(sheet, solver={"linear_precision": precision, "tolerance": 1e-6, "stop": "max"})
         assert (solver.linear._pardiso32 is not None) == (precision == "mixed")
         st = _run(model, solver, 12, 0.01)
         runs[precision] = (st.positions.copy(), solver._stats_total["newton"], solver.linear.fallbacks)
@@ -390,7 +390,7 @@ def test_mixed_precision_linear_solves_take_the_same_steps():
     assert np.abs(xd - xm).max() < 1e-7, np.abs(xd - xm).max()
     assert nm == nd and fallbacks == 0
 
-    sc, model, solver = _build({"c": _cloth(translation=[0.0, 0.125, 0.0])},
+    _sc, model, solver = _build({"c": _cloth(translation=[0.0, 0.125, 0.0])},
                                {"ball": {"type": "sphere", "position": [0, 0.06, 0], "radius": 0.06}},
                                solver={"linear_precision": "mixed"})
     st = _run(model, solver, 8, 0.01, _ipc_check(solver, 1e-3))
@@ -448,7 +448,7 @@ def test_line_search_start_reused_changes_nothing():
     evaluated and every detection run."""
     runs = []
     for reuse_energy, reuse_detection in ((True, True), (False, True), (True, False)):
-        sc, model, solver = _build(
+        _sc, model, solver = _build(
             {"sheet": _cloth(cloth_resolution=[6, 6], translation=[0.03, 0.075, 0.0])},
             {"ball": {"type": "sphere", "position": [0, 0, 0], "radius": 0.06}},
             contact={"mu": 0.3},

@@ -79,7 +79,7 @@ def _fit_acceleration(s, first):
 
 @pytest.mark.parametrize("angle, mu", [(45.0, 0.2), (20.0, 0.2), (30.0, 0.45), (30.0, 0.55), (10.0, 0.1)])
 def test_sliding_accelerates_at_coulombs_rate(angle, mu):
-    s, v, th = _incline(angle, mu, 40)
+    s, _v, th = _incline(angle, mu, 40)
     a = G * (math.sin(th) - mu * math.cos(th))
     assert _fit_acceleration(s, 10) == pytest.approx(a, rel=0.01)
     # and it got going from the start: at least 90% of the free slide's distance
@@ -89,7 +89,7 @@ def test_sliding_accelerates_at_coulombs_rate(angle, mu):
 @pytest.mark.parametrize("angle, mu", [(20.0, 0.4), (30.0, 0.6), (10.0, 0.2)])
 def test_sticking_creeps_less_than_the_smoothing_allows(angle, mu):
     assert mu > math.tan(math.radians(angle))
-    s, v, th = _incline(angle, mu, 40)
+    s, v, _th = _incline(angle, mu, 40)
     # creep after the landing (the sheet starts 0.5 mm into the barrier's band and settles)
     assert abs(s[-1] - s[10]) <= EPS_V * 0.3, s
     assert abs(v[-1]) <= EPS_V
@@ -131,7 +131,7 @@ def test_sliding_down_a_tilted_box():
     angle, mu = 25.0, 0.2
     th = math.radians(angle)
     downhill = np.array([-math.cos(th), -math.sin(th), 0.0])
-    s, v = _simulate({"c": _sheet(cloth_size=[0.2, 0.2], cloth_resolution=[4, 4], frame="box",
+    s, _v = _simulate({"c": _sheet(cloth_size=[0.2, 0.2], cloth_resolution=[4, 4], frame="box",
                                   translation=[0.0, 0.1 + 1.5e-3, 0.0])},
                      {"box": {"type": "box", "half_extents": [1.0, 0.1, 1.0], "rotation": [0, 0, angle]}},
                      mu, 30, downhill)

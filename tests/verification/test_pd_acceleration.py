@@ -6,6 +6,8 @@ Neo-Hookean twisting bar (81 vertices)."""
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 
@@ -177,9 +179,9 @@ def test_auto_picks_anderson_for_neo_hookean_without_contact_only():
 
 
 def test_acceleration_keys_are_validated():
-    with pytest.raises(ConfigError, match="solver.acceleration"):
+    with pytest.raises(ConfigError, match=r"solver.acceleration"):
         load_scene(demos_dir() / "twisting-bar-neohookean.toml", ['solver.acceleration="fast"'])
-    with pytest.raises(ConfigError, match="solver.anderson_window"):
+    with pytest.raises(ConfigError, match=r"solver.anderson_window"):
         load_scene(demos_dir() / "twisting-bar-neohookean.toml", ["solver.anderson_window=0"])
 
 
@@ -247,8 +249,8 @@ def _host_anderson_step(solver, iterations, window):
         fs, gs = fs[-(window + 1) :], gs[-(window + 1) :]
         x = gx
         if len(fs) >= 2:
-            dF = np.stack([(b - a).ravel() for a, b in zip(fs[:-1], fs[1:])], axis=1)
-            dG = np.stack([(b - a).ravel() for a, b in zip(gs[:-1], gs[1:])], axis=1)
+            dF = np.stack([(b - a).ravel() for a, b in itertools.pairwise(fs)], axis=1)
+            dG = np.stack([(b - a).ravel() for a, b in itertools.pairwise(gs)], axis=1)
             gram = dF.T @ dF  # the normal equations, regularised like the solver's
             gram += 1e-10 * np.trace(gram) / len(gram) * np.eye(len(gram))
             theta = np.linalg.solve(gram, dF.T @ fs[-1].ravel())

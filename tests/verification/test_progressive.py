@@ -295,7 +295,7 @@ def test_toss_hole_and_hit_metric(demos_dir):
     corner = np.array([[0.199, 0.1, 0.0], [0.3, 0.1, 0.101], [0.401, 0.1, -0.05]])
     assert through_hole(corner, hole) is None
     assert through_hole(corner + [0.002, 0.0, 0.0], hole) == 0
-    with pytest.raises(ConfigError, match="colliders.rim_near"):
+    with pytest.raises(ConfigError, match=r"colliders.rim_near"):
         Hole.from_boxes(load_scene(demos_dir / "refine-drape.toml"))
 
 

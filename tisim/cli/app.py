@@ -11,7 +11,6 @@ import os
 import sys
 import traceback
 from pathlib import Path
-from typing import List, Optional
 
 import typer
 
@@ -25,6 +24,8 @@ app = typer.Typer(
 )
 
 _DEBUG = {"on": False}
+
+log = logging.getLogger(__name__)
 
 
 def _die(message: str, code: int = 2) -> None:
@@ -137,16 +138,16 @@ def _print_demo_about(name: str) -> None:
 def _run(
     scene_path: Path,
     *,
-    frames: Optional[int],
+    frames: int | None,
     headless: bool,
-    out: Optional[Path],
+    out: Path | None,
     no_render: bool,
     export_meshes: bool,
     arch: str,
-    precision: Optional[str],
-    sets: List[str],
+    precision: str | None,
+    sets: list[str],
     quiet: bool,
-    size: Optional[str] = None,
+    size: str | None = None,
 ) -> int:
     from tisim.scene import load_scene
 
@@ -166,7 +167,7 @@ def _run(
 
             viewer = recording_viewer(scene, out_dir, frames=frames)
         else:
-            logging.warning(
+            log.warning(
                 "no Vulkan driver found: running headless without images "
                 "(install mesa-vulkan-drivers, or run 'make setup' as root, to get PNG frames and an MP4)"
             )
@@ -228,7 +229,7 @@ def _overall_code(codes) -> int:
 MAX_IMAGE_SIDE = 8192
 
 
-def _size_overrides(size: Optional[str]) -> List[str]:
+def _size_overrides(size: str | None) -> list[str]:
     """``--size WxH`` as the overrides render.width=W, render.height=H."""
     if size is None:
         return []
@@ -275,7 +276,7 @@ def _guard(fn, *args, **kwargs) -> int:
         if _DEBUG["on"]:  # the traceback too, and the same exit code
             traceback.print_exc()
         _die(str(e))
-    except Exception as e:  # noqa: BLE001  (a bug, not the user's mistake: one line unless --debug)
+    except Exception as e:  # a bug, not the user's mistake: one line unless --debug
         if _DEBUG["on"]:
             traceback.print_exc()
         if isinstance(e, OSError) and e.filename is not None:
@@ -304,16 +305,16 @@ _SIZE = typer.Option(None, "--size", help="Image size in pixels, WxH (e.g. 1280x
 def run(
     ctx: typer.Context,
     scene: Path = typer.Argument(..., help="A scene file (TOML)."),
-    frames: Optional[int] = _FRAMES,
+    frames: int | None = _FRAMES,
     headless: bool = _HEADLESS,
-    out: Optional[Path] = _OUT,
+    out: Path | None = _OUT,
     no_render: bool = _NO_RENDER,
     export_meshes: bool = _EXPORT,
     arch: str = _ARCH,
-    precision: Optional[str] = _PREC,
-    set: List[str] = _SET,  # noqa: A002 - the option is called --set
+    precision: str | None = _PREC,
+    set: list[str] = _SET,  # the option is called --set
     quiet: bool = _QUIET,
-    size: Optional[str] = _SIZE,
+    size: str | None = _SIZE,
 ):
     """Run a scene file."""
     _quiet(quiet, ctx)
@@ -325,20 +326,20 @@ def run(
 @app.command()
 def demo(
     ctx: typer.Context,
-    name: Optional[str] = typer.Argument(None, help="Demo name (see --list)."),
+    name: str | None = typer.Argument(None, help="Demo name (see --list)."),
     list_: bool = typer.Option(False, "--list", "-l", help="List the demos with their descriptions."),
     about: bool = typer.Option(False, "--about", help="Print the demo's description and what to look for in "
                                                      "it, without running it."),
-    frames: Optional[int] = _FRAMES,
+    frames: int | None = _FRAMES,
     headless: bool = _HEADLESS,
-    out: Optional[Path] = _OUT,
+    out: Path | None = _OUT,
     no_render: bool = _NO_RENDER,
     export_meshes: bool = _EXPORT,
     arch: str = _ARCH,
-    precision: Optional[str] = _PREC,
-    set: List[str] = _SET,  # noqa: A002
+    precision: str | None = _PREC,
+    set: list[str] = _SET,
     quiet: bool = _QUIET,
-    size: Optional[str] = _SIZE,
+    size: str | None = _SIZE,
 ):
     """Run a bundled demo (tisim demo --list shows them). A progressive cloth demo (one
     with a [refine] table) opens its coarse preview live with the parameter panel, as
@@ -364,14 +365,14 @@ def demo(
         reason = live_unavailable_reason() if progressive else None
         if reason is not None:
             # as every demo does without a display: run headless, and say so once
-            logging.warning("no live preview (%s): running the coarse mesh headless "
+            log.warning("no live preview (%s): running the coarse mesh headless "
                             "(tisim refine %s refines it)", reason, name)
             headless = True
         elif progressive:
             # a progressive scene's demo is its coarse preview, live with the panel, as
             # `tisim preview` shows it; --headless / --no-render keep the plain run
             if export_meshes:
-                logging.warning("--export-meshes: the live preview writes no meshes "
+                log.warning("--export-meshes: the live preview writes no meshes "
                                 "(use --headless, or 'tisim refine %s')", name)
 
             def go() -> int:
@@ -391,11 +392,11 @@ def compare(
     scene: Path = typer.Argument(..., help="A scene file, or the name of a demo."),
     integrators: str = typer.Option("admm,implicit-euler,xpbd", "--integrators", "-i",
                                     help="Comma-separated solver names."),
-    frames: Optional[int] = _FRAMES,
-    out: Optional[Path] = _OUT,
+    frames: int | None = _FRAMES,
+    out: Path | None = _OUT,
     arch: str = _ARCH,
-    precision: Optional[str] = _PREC,
-    set: List[str] = _SET,  # noqa: A002
+    precision: str | None = _PREC,
+    set: list[str] = _SET,
     no_render: bool = typer.Option(False, "--no-render", help="Write no images (stats and plots only)."),
 ):
     """Run one scene with several integrators; write stats, energy/momentum plots, each
@@ -426,7 +427,7 @@ def compare(
 
         render = not no_render and vulkan_available()
         if not no_render and not render:
-            logging.warning("no Vulkan driver found: no frames or video (stats and plots are written)")
+            log.warning("no Vulkan driver found: no frames or video (stats and plots are written)")
         summary = do_compare(sc, chosen, out_dir, frames=frames, render=render)
         from tisim.compare import format_table
 
@@ -452,21 +453,21 @@ def compare(
 def sweep(
     ctx: typer.Context,
     scene: Path = typer.Argument(..., help="A scene file, or the name of a demo."),
-    vary: List[str] = typer.Option([], "--vary", "-v", help="KEY=START:STOP:COUNT or KEY=V1,V2,... "
+    vary: list[str] = typer.Option([], "--vary", "-v", help="KEY=START:STOP:COUNT or KEY=V1,V2,... "
                                    "(repeatable: the runs are every combination)."),
-    metric: List[str] = typer.Option([], "--metric", "-m", help="Plot this metric: final_displacement, "
+    metric: list[str] = typer.Option([], "--metric", "-m", help="Plot this metric: final_displacement, "
                                      "max_penetration, energy_drift, frame_ms, or COLUMN:min|max|last|mean "
                                      "of stats.csv (repeatable; default: the four)."),
-    workers: Optional[int] = typer.Option(None, "--workers", "-w", min=1,
+    workers: int | None = typer.Option(None, "--workers", "-w", min=1,
                                           help="Local worker processes (default: one per core)."),
-    scheduler: Optional[str] = typer.Option(None, "--scheduler", help="An existing Dask scheduler, "
+    scheduler: str | None = typer.Option(None, "--scheduler", help="An existing Dask scheduler, "
                                             "e.g. tcp://host:8786 (default: a local cluster)."),
     timeout: float = typer.Option(10.0, "--timeout", min=0.1, help="Seconds to reach the scheduler."),
-    frames: Optional[int] = _FRAMES,
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Output folder (default: out/<scene>-sweep)."),
+    frames: int | None = _FRAMES,
+    out: Path | None = typer.Option(None, "--out", "-o", help="Output folder (default: out/<scene>-sweep)."),
     arch: str = typer.Option("cpu", "--arch", help="Taichi backend of each run: cpu (default), cuda, vulkan."),
-    precision: Optional[str] = _PREC,
-    set: List[str] = _SET,  # noqa: A002
+    precision: str | None = _PREC,
+    set: list[str] = _SET,
     quiet: bool = _QUIET,
 ):
     """Run a scene over a grid of parameter values on Dask; write sweep.csv and sweep.png.
@@ -507,12 +508,12 @@ def sweep(
 def refine(
     ctx: typer.Context,
     source: Path = typer.Argument(..., help="A cloth scene (TOML), or a cloth mesh file (.obj, .ply, ...)."),
-    levels: Optional[int] = typer.Option(None, "--levels", "-L", min=1, max=6,
+    levels: int | None = typer.Option(None, "--levels", "-L", min=1, max=6,
                                          help="Levels including the preview (default: the scene's, 3)."),
-    frames: Optional[int] = _FRAMES,
-    out: Optional[Path] = typer.Option(None, "--out", "-o",
+    frames: int | None = _FRAMES,
+    out: Path | None = typer.Option(None, "--out", "-o",
                                        help="Output folder (default: out/<scene>-refine)."),
-    schedule: Optional[str] = typer.Option(None, "--schedule", help="sequential or pipelined."),
+    schedule: str | None = typer.Option(None, "--schedule", help="sequential or pipelined."),
     direct: bool = typer.Option(False, "--direct", help="Also simulate the coarsest and finest meshes "
                                                         "directly, for the speed-up and consistency."),
     resume: bool = typer.Option(False, "--resume", help="Continue an interrupted refine from its checkpoints."),
@@ -520,17 +521,17 @@ def refine(
                                        help="Single-threaded Taichi kernels, their loops compiled serial: "
                                             "the sequential schedule then gives the pipelined one's bits on 2 "
                                             "cores. Reruns and --resume repeat bit for bit without it."),
-    drape_on: Optional[str] = typer.Option(None, "--drape-on",
+    drape_on: str | None = typer.Option(None, "--drape-on",
                                            help="For a mesh file: sphere (the default), ground or box."),
-    pin: Optional[str] = typer.Option(None, "--pin", help="For a mesh file: corners or top-edge."),
-    wind: Optional[str] = typer.Option(None, "--wind", help="For a mesh file: wind velocity 'vx,vy,vz' in m/s."),
+    pin: str | None = typer.Option(None, "--pin", help="For a mesh file: corners or top-edge."),
+    wind: str | None = typer.Option(None, "--wind", help="For a mesh file: wind velocity 'vx,vy,vz' in m/s."),
     remesh: bool = typer.Option(False, "--remesh", help="Remesh the cloth isotropically first (keeps its border, "
                                                         "holes and UVs): for a mesh of sliver triangles."),
     headless: bool = _HEADLESS,
     no_render: bool = _NO_RENDER,
     arch: str = _ARCH,
-    precision: Optional[str] = _PREC,
-    set: List[str] = _SET,  # noqa: A002
+    precision: str | None = _PREC,
+    set: list[str] = _SET,
     quiet: bool = _QUIET,
 ):
     """Preview a cloth animation on a coarse mesh, then refine it to finer levels that
@@ -549,8 +550,8 @@ def preview(
     scene: Path = typer.Argument(..., help="A progressive cloth scene (TOML) or a demo name."),
     out: Path = typer.Option(Path("out"), "--out", "-o", help="Where launched refines write (a new folder each)."),
     arch: str = _ARCH,
-    precision: Optional[str] = _PREC,
-    set: List[str] = _SET,  # noqa: A002
+    precision: str | None = _PREC,
+    set: list[str] = _SET,
 ):
     """The coarse preview live in a window with a parameter panel (friction, stiffness,
     wind, initial velocity); key f or the panel's button refines the current settings
@@ -570,7 +571,7 @@ def preview(
     raise typer.Exit(_guard(go))
 
 
-def _preview_live(path: Path, sets: List[str], *, out_root: Path, arch: str, precision: Optional[str],
+def _preview_live(path: Path, sets: list[str], *, out_root: Path, arch: str, precision: str | None,
                   command: str, instead: str) -> int:
     """The live coarse preview with its panel (``tisim preview``, and ``tisim demo`` on a
     progressive scene); a scene it cannot preview, or no display or Vulkan: one line and

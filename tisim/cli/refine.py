@@ -15,6 +15,8 @@ import typer
 
 _MESH_SUFFIXES = (".obj", ".ply", ".stl", ".off", ".vtk", ".vtu", ".msh")
 
+log = logging.getLogger(__name__)
+
 
 def _without_frames(toml_text: str) -> str:
     """A generated scene's text without its frame count (which --frames sets)."""
@@ -49,7 +51,7 @@ def _refine_loops_as(previous: dict) -> None:
     from tisim import backend
 
     if backend.is_initialized() and backend.SERIAL_LOOPS != (want == "1"):
-        logging.getLogger(__name__).warning("--resume: Taichi is already initialised in this process; its kernel loops may "
+        log.warning("--resume: Taichi is already initialised in this process; its kernel loops may "
                         "differ from the interrupted run's")
     os.environ["TISIM_SERIAL_LOOPS"] = want
 
@@ -66,7 +68,7 @@ def _refine_threads(single: bool) -> None:
     from tisim import backend
 
     if backend.is_initialized() and os.environ.get("TI_CPU_MAX_NUM_THREADS") != "1":
-        logging.warning("--deterministic: Taichi is already initialised in this process; "
+        log.warning("--deterministic: Taichi is already initialised in this process; "
                         "its kernels stay multi-threaded")
     os.environ["TI_CPU_MAX_NUM_THREADS"] = "1"
 
@@ -269,7 +271,7 @@ class _Refine:
                 if paths.get("side_by_side"):
                     typer.echo(f"side by side: {paths['side_by_side']}")
             else:
-                logging.warning("no Vulkan driver found: no images (meshes and stats are written)")
+                log.warning("no Vulkan driver found: no images (meshes and stats are written)")
         c = res.info.get("consistency", {})
         for k, v in c.items():
             if k.startswith("level_"):

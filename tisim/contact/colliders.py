@@ -95,7 +95,7 @@ def euler_rates_to_angular_velocity(angles_deg, rates_deg) -> np.ndarray:
     """(3,) world angular velocity (rad/s) of the rotation ``euler_xyz_deg(angles)``
     (R = Rz Ry Rx) whose angles change at ``rates`` (degrees per second):
     omega = c' e_z + b' Rz e_y + a' Rz Ry e_x."""
-    a, b, c = np.radians(np.asarray(angles_deg, dtype=np.float64))
+    _a, b, c = np.radians(np.asarray(angles_deg, dtype=np.float64))
     da, db, dc = np.radians(np.asarray(rates_deg, dtype=np.float64))
     ey_rot = np.array([-np.sin(c), np.cos(c), 0.0])  # Rz e_y
     ex_rot = np.array([np.cos(b) * np.cos(c), np.cos(b) * np.sin(c), -np.sin(b)])  # Rz Ry e_x

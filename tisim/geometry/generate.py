@@ -589,7 +589,7 @@ def cloth_disc(
         raise MeshError(f"disc radius must be positive, got {radius}")
     if not 0 < h <= r:
         raise MeshError(f"disc target_edge must be in (0, radius], got {target_edge}")
-    axis, u_axis, v_axis = _cloth_axes(normal)
+    _axis, u_axis, v_axis = _cloth_axes(normal)
     rng = np.random.default_rng(seed)
     nb = max(8, int(np.ceil(2 * np.pi * r / h)))
     theta = 2 * np.pi * (np.arange(nb) + rng.uniform(-0.25, 0.25, nb)) / nb

@@ -76,7 +76,7 @@ def _read(path) -> tuple[meshio.Mesh, str]:
         try:
             with np.errstate(all="ignore"):
                 return _read_format(p, fmt), src
-        except (Exception, SystemExit) as err:  # noqa: BLE001
+        except (Exception, SystemExit) as err:
             errors.append(f"as {fmt}: {_one_line(err)}")
     raise MeshError(f"cannot read the file ({'; '.join(errors)})", src)
 
@@ -345,5 +345,5 @@ def save_mesh(path, vertices, cells, *, keep_unused_vertices: bool = False) -> N
             meshio.Mesh(x, [(kind, c)], cell_data=cell_data),
             file_format="gmsh22" if ext == ".msh" else None,
         )
-    except Exception as err:  # noqa: BLE001 - any writer failure becomes one line
+    except Exception as err:  # any writer failure becomes one line
         raise MeshError(f"cannot write {ext} mesh ({_one_line(err)})", src) from None

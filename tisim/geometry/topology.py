@@ -101,7 +101,7 @@ def edge_face_counts(faces: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     Returns (edges (e, 2) sorted pairs in lexicographic order, counts (e,)):
     1 on the boundary, 2 inside a manifold sheet, 3+ at a non-manifold edge.
     """
-    he, _, _, key, n = _half_edges(faces)
+    he, _, _, key, _n = _half_edges(faces)
     order, start, count = _edge_groups(key)
     first = he[order[start]]
     return np.sort(first, axis=1).reshape(-1, 2), count

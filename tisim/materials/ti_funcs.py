@@ -440,7 +440,7 @@ def _svd(F):
     """ti.svd(F) in the default precision, or, where f64 cannot compile (SPIR-V), in f32
     polished to f64 round-off by :func:`svd_polish`."""
     if ti.static(tm.soft_f64()):  # SPIR-V in f64: Taichi's SVD needs a 64-bit atan2
-        U, S, V = ti.svd(F.cast(ti.f32), ti.f32)
+        U, _S, V = ti.svd(F.cast(ti.f32), ti.f32)
         return svd_polish(F, U.cast(float), V.cast(float))
     else:
         return ti.svd(F)

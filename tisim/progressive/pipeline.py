@@ -169,7 +169,7 @@ def _pipeline_worker(refiner_class, scene, out, level, frames, resume, arch, pre
         r.solver(level)
         ready = time.time() - spawned
         li = r.run_level(level, frames, resume=resume)
-    except BaseException as e:  # noqa: BLE001  (the refine's process reports it, in one line)
+    except BaseException as e:  # the refine's process reports it, in one line
         err = Path(out) / f"level_{level}" / "worker_error.txt"
         err.parent.mkdir(parents=True, exist_ok=True)
         err.write_text(f"{type(e).__name__}: {e}")

@@ -112,7 +112,6 @@ def render_levels(refiner, frames: int) -> dict:
         images[level] = sorted((d / "frames").glob("frame_*.png"))
     n = min(len(v) for v in images.values()) if images else 0
     if n:
-        import imageio.v3 as iio
 
         from tisim.render.video import write_side_by_side
 

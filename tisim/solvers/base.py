@@ -85,7 +85,7 @@ class Solver(ABC):
         """Forget warm-start data (called when the viewer resets the scene)."""
         state.warm.clear()
 
-    def notify_model_changed(self, what: str) -> None:
+    def notify_model_changed(self, what: str) -> None:  # noqa: B027 (a hook; most solvers need nothing)
         """Re-run the precomputation that depends on ``what`` (e.g. "stiffness", "dt")."""
 
     def potential_energy(self, positions: np.ndarray) -> float:

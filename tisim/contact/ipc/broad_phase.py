@@ -399,7 +399,7 @@ def _visit(
             k1 = buckets[h, 1] + buckets[h, 0]
         for k in range(k0, k1):
             other = entries[k, 0]
-            if ti.static(not static_grid):  # noqa: SIM102 (a compile-time branch)
+            if ti.static(not static_grid):  # a compile-time branch
                 if not is_point and other <= box:
                     continue  # each pair of dynamic edges from the smaller one
             # the entry must be this cell (not a hash collision)

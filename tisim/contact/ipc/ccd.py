@@ -42,7 +42,7 @@ import time
 import taichi as ti
 
 from tisim import backend
-from tisim.backend import download, upload
+from tisim.backend import download
 from tisim.contact.ipc.broad_phase import BroadPhase
 
 log = logging.getLogger(__name__)

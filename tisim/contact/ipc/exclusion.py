@@ -102,7 +102,7 @@ class RestExclusion:
         piece = _pieces(n, faces)
         pt_rows = pt_rows[(piece[pt_rows] == piece[pt_rows[:, :1]]).all(axis=1)]
         ee_rows = ee_rows[(piece[ee_rows] == piece[ee_rows[:, :1]]).all(axis=1)]
-        for kind, rows, dist, store, canon in (
+        for _kind, rows, dist, store, canon in (
             ("pt", pt_rows, point_triangle_distances, self.pt, _canonical_pt),
             ("ee", ee_rows, segment_segment_distances, self.ee, _canonical_ee),
         ):

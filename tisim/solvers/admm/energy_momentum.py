@@ -244,7 +244,7 @@ class MidpointNewton:
         it = 0
         psi0 = self._psi(self.energy.F(x0)) if self.scheme == "energy-momentum" else None
         r = self.residual(x0, v0, x, h, t0, psi0)
-        for it in range(1, self.max_iterations + 1):
+        for it in range(1, self.max_iterations + 1):  # noqa: B007 (the count is read after the loop)
             if self._factor is None:
                 try:
                     self._factor = self._matrix(0.5 * (x0 + x), h, t0 + 0.5 * h, free_dof)

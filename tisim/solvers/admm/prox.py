@@ -35,7 +35,6 @@ import numpy as np
 import taichi as ti
 
 from tisim import ti_math as tm
-
 from tisim.scene import MATERIALS
 
 ARAP, COROTATED, NEO_HOOKEAN, SYMMETRIC_DIRICHLET, SYMMETRIC_GRADIENT = range(5)

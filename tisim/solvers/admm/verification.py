@@ -20,8 +20,8 @@ ends the run and makes the check fail, with the count in ``details``.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 

@@ -97,7 +97,7 @@ class SolverImplicitEuler(Solver):
         ls_fail = 0
         t_asm = t_solve = 0.0
         it = 0
-        for it in range(1, cfg.max_iterations + 1):
+        for it in range(1, cfg.max_iterations + 1):  # noqa: B007 (the count is read after the loop)
             ts = time.perf_counter()
             g = (self.mass[:, None] * (x - x_hat) / (h * h) + self.energy.elastic_gradient(x)
                  - self.mass[:, None] * self.energy.gravity[None, :])

@@ -105,8 +105,7 @@ class StepContext:
     converged: bool = False
     clamps: int = 0  # steps CCD cut short
     prev_min_s: float = math.inf  # the last iterate's smallest squared gap, m^2
-    timings: dict = field(default_factory=lambda: {k: 0.0 for k in (
-        "contact", "elastic", "assemble", "linear", "ccd", "line_search")})  # s
+    timings: dict = field(default_factory=lambda: dict.fromkeys(("contact", "elastic", "assemble", "linear", "ccd", "line_search"), 0.0))  # s
 
     def reached(self, xx: np.ndarray) -> np.ndarray:
         """(n,) distances of the prescribed vertices from their targets at xx (0 elsewhere), m."""

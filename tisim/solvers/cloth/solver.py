@@ -343,7 +343,7 @@ class SolverCloth(Solver):
             return f"cloth {kind} " + (str(ids[0]) if len(ids) == 1 else f"({', '.join(map(str, ids))})")
         j = min(ids) - nc
         start = 0
-        for c, _, count in self.obstacles.parts:
+        for c, _, count in self.obstacles.parts:  # noqa: B007 (the part found is read after the loop)
             if j < start + count:
                 break
             start += count

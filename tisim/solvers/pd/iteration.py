@@ -74,7 +74,7 @@ class StepIterations:
             lambda slot, count, record: k.iterate_anderson(
                 self.rot_iters, A, h2, self.drag_v, self.kdrag, self.drag_t, gidx, gout,
                 accel.arrays, slot, count, record,
-            ),  # fmt: skip
+            ),
         )
 
     def _solve(self, exact: bool, gathered: bool) -> None:

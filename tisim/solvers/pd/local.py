@@ -24,7 +24,7 @@ This module has no ``from __future__ import annotations``: Taichi reads the
 kernels' type annotations when they are decorated.
 """
 
-# ruff: noqa: SIM102  (nested ifs: the outer ``if ti.static(...)`` is resolved at compile time)
+# nested ifs: the outer ``if ti.static(...)`` is resolved at compile time
 
 import taichi as ti
 
