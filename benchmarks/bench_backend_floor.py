@@ -63,8 +63,11 @@ def main(argv=None) -> int:
         for arch in a.archs:
             r = subprocess.run([sys.executable, str(script), arch], capture_output=True, text=True)
             lines = r.stdout.strip().splitlines()
-            rows.append(json.loads(lines[-1]) if r.returncode == 0 and lines
-                        else {"arch": arch, "error": (r.stderr.strip().splitlines() or ["?"])[-1]})
+            rows.append(
+                json.loads(lines[-1])
+                if r.returncode == 0 and lines
+                else {"arch": arch, "error": (r.stderr.strip().splitlines() or ["?"])[-1]}
+            )
     base = rows[0]
     print(f"{'arch':<8}{'launch ms':>11}{'axpy 4M ms':>12}{'gather 4M ms':>14}   (ratio to {base['arch']})")
     for r in rows:

@@ -110,8 +110,7 @@ def main() -> None:
     info = {"machine": machine(), "arch": args.arch, "precision": args.precision,
             "repeats": args.repeats, "cells": args.cells, "inflation": args.inflation, "scenes": rows}  # fmt: skip
     print(f"broad phase, {args.arch} {args.precision}, median of {args.repeats} detections")
-    print(f"{'scene':8} {'pt':>7} {'ee':>7} {'median ms':>10} {'q1-q3 ms':>14} {'build':>7} {'query':>7} "
-          f"{'moving':>7}")
+    print(f"{'scene':8} {'pt':>7} {'ee':>7} {'median ms':>10} {'q1-q3 ms':>14} {'build':>7} {'query':>7} {'moving':>7}")
     for name, r in rows.items():
         print(
             f"{name:8} {r['pt_pairs']:7d} {r['ee_pairs']:7d} {r['median_ms']:10.2f} "

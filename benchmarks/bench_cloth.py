@@ -82,8 +82,13 @@ def bench_tisim(cells: int, frames: int, arch: str, overrides: list[str]) -> tup
         # the independent check, outside the timed region
         V, F, pl = solver.collision_state(st)
         P, _, _ = solver.collision_state(prev)
-        r = ipc_report(V, F, P, planes=pl, plane_rows=solver.nc, edges=solver.edges_all,
-                       colliders=solver.analytic_colliders) if finite else None
+        r = (
+            ipc_report(
+                V, F, P, planes=pl, plane_rows=solver.nc, edges=solver.edges_all, colliders=solver.analytic_colliders
+            )
+            if finite
+            else None
+        )
         rows.append(
             {
                 "frame": f,
@@ -139,23 +144,24 @@ def bench_tisim(cells: int, frames: int, arch: str, overrides: list[str]) -> tup
         "iterations_contact_total": int(sum(r["iterations"] for r in contact)),
         # of those, the iterations whose step CCD cut short (alpha < 1 from the collision bound)
         "ccd_cut_iterations_contact_total": int(sum(r["ccd_clamps"] or 0 for r in contact)),
-        "contact_ms_per_iteration": (float(sum(r["wall_ms"] for r in contact) / sum(r["iterations"] for r in contact))
-                                     if contact and sum(r["iterations"] for r in contact) else None),
+        "contact_ms_per_iteration": (
+            float(sum(r["wall_ms"] for r in contact) / sum(r["iterations"] for r in contact))
+            if contact and sum(r["iterations"] for r in contact)
+            else None
+        ),
         "phase_ms_per_contact_iteration": {
-            k: float(sum(r[f"{k}_ms"] for r in contact) / max(1, sum(r["iterations"] for r in contact)))
-            for k in PHASES
-        } if contact else None,
+            k: float(sum(r[f"{k}_ms"] for r in contact) / max(1, sum(r["iterations"] for r in contact))) for k in PHASES
+        }
+        if contact
+        else None,
         "phase_ms_median": {"all": phase(warm), "contact": phase(contact), "free": phase(free)},
-        "phase_ms_mean": {
-            k: float(np.mean([r[f"{k}_ms"] for r in warm])) if warm else None for k in PHASES
-        },
+        "phase_ms_mean": {k: float(np.mean([r[f"{k}_ms"] for r in warm])) if warm else None for k in PHASES},
         "frames_intersecting": sum(1 for r in rows if r["intersecting"]),
         "frames_not_step_free": sum(1 for r in rows if r["step_free"] is False),
         "frames_below_thickness": sum(
             1
             for r in rows
-            if r["ipc_min_distance"] is not None
-            and (r["ipc_min_distance"] <= xi or r["plane_distance"] <= xi)
+            if r["ipc_min_distance"] is not None and (r["ipc_min_distance"] <= xi or r["plane_distance"] <= xi)
         ),
         "all_finite": bool(st.is_finite()),
         "per_frame": rows,
@@ -284,9 +290,7 @@ def bench_newton(scene: dict, frames: int, warmup: int, opts: dict) -> dict:
                 "intersecting": inter,
                 "self_intersecting": self_inter,
                 "ground_min_y": float(x[:, 1].min()) if finite else None,
-                "sphere_min_distance": float(
-                    np.min(np.linalg.norm(x - np.array([0.0, 0.3, 0.0]), axis=1)) - 0.3
-                )
+                "sphere_min_distance": float(np.min(np.linalg.norm(x - np.array([0.0, 0.3, 0.0]), axis=1)) - 0.3)
                 if finite
                 else None,
             }
@@ -299,8 +303,7 @@ def bench_newton(scene: dict, frames: int, warmup: int, opts: dict) -> dict:
     contact = [
         r
         for r in warm
-        if r["sphere_min_distance"] is not None
-        and (r["sphere_min_distance"] < reach or r["ground_min_y"] < reach)
+        if r["sphere_min_distance"] is not None and (r["sphere_min_distance"] < reach or r["ground_min_y"] < reach)
     ]
     return {
         "solver": "Newton SolverVBD",
@@ -444,17 +447,17 @@ def main(argv=None) -> int:
         print("share of the mean frame: " + ", ".join(f"{k} {100 * mean[k] / tot:.0f}%" for k in PHASES))
     per = tis.get("phase_ms_per_contact_iteration")
     if per:
-        print(f"contact frames: {tis['iterations_contact_total']} Newton iterations "
-              f"({tis['ccd_cut_iterations_contact_total']} of them cut short by CCD), "
-              f"{tis['contact_ms_per_iteration']:.1f} ms each (" + ", ".join(f"{k} {per[k]:.1f}" for k in PHASES) + ")")
+        print(
+            f"contact frames: {tis['iterations_contact_total']} Newton iterations "
+            f"({tis['ccd_cut_iterations_contact_total']} of them cut short by CCD), "
+            f"{tis['contact_ms_per_iteration']:.1f} ms each (" + ", ".join(f"{k} {per[k]:.1f}" for k in PHASES) + ")"
+        )
 
     m["loadavg_end"] = load_average()
     args.json.parent.mkdir(parents=True, exist_ok=True)
     settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
     settings.update(cells=cells, frames=frames)
-    args.json.write_text(
-        json.dumps({"machine": m, "settings": settings, "tisim": tis, "newton": peer}, indent=2)
-    )
+    args.json.write_text(json.dumps({"machine": m, "settings": settings, "tisim": tis, "newton": peer}, indent=2))
     print(f"\nload average at the end {m['loadavg_end']}; wrote {args.json}")
     if cells == 63 and tis["frame_ms_median"] is not None:
         print(

@@ -64,9 +64,17 @@ ROOT = Path(__file__).resolve().parent.parent
 SCENE = ROOT / "demos" / "refine-drape.toml"
 # the named steps of NewtonLoop timed one by one, and the phase each counts toward
 STEPS = {
-    "start": "step_setup", "start_friction": "step_setup", "lag_friction": "step_setup", "result": "step_setup",
-    "elastic_terms": "assembly", "contact_terms": "assembly", "assemble": "assembly",
-    "linear_solve": "linear", "converged": "convergence", "ccd_bound": "ccd", "line_search": "line_search",
+    "start": "step_setup",
+    "start_friction": "step_setup",
+    "lag_friction": "step_setup",
+    "result": "step_setup",
+    "elastic_terms": "assembly",
+    "contact_terms": "assembly",
+    "assemble": "assembly",
+    "linear_solve": "linear",
+    "converged": "convergence",
+    "ccd_bound": "ccd",
+    "line_search": "line_search",
 }
 PHASES = ("assembly", "linear", "ccd", "line_search", "convergence", "step_setup")
 
@@ -87,12 +95,24 @@ def _launch_us(n: int = 3000) -> float:
 
     # (this module's annotations are strings, which Taichi does not read: given as objects)
     vec = ti.types.ndarray(dtype=ti.types.vector(3, real))
-    nothing.__annotations__ = {"a": vec, "b": vec, "c": ti.types.ndarray(), "d": ti.types.ndarray(),
-                               "e": ti.types.ndarray(), "k": ti.i32, "s": real}
+    nothing.__annotations__ = {
+        "a": vec,
+        "b": vec,
+        "c": ti.types.ndarray(),
+        "d": ti.types.ndarray(),
+        "e": ti.types.ndarray(),
+        "k": ti.i32,
+        "s": real,
+    }
     nothing = ti.kernel(nothing)
 
-    arrs = [ti.Vector.ndarray(3, real, shape=16), ti.Vector.ndarray(3, real, shape=16),
-            ti.ndarray(real, shape=16), ti.ndarray(ti.i32, shape=16), ti.ndarray(real, shape=16)]
+    arrs = [
+        ti.Vector.ndarray(3, real, shape=16),
+        ti.Vector.ndarray(3, real, shape=16),
+        ti.ndarray(real, shape=16),
+        ti.ndarray(ti.i32, shape=16),
+        ti.ndarray(real, shape=16),
+    ]
     nothing(*arrs, 1, 1.0)
     ti.sync()
     t = time.perf_counter()
@@ -152,16 +172,28 @@ def run_size(cells: int, frames: int, profile: bool) -> dict:
         out = solver.step(st, spare, dt)
         wall, cpu = time.perf_counter() - t, time.process_time() - c
         st, spare = spare, st
-        row = {"frame": f, "wall_ms": wall * 1e3, "cpu_ms": cpu * 1e3, "iterations": out.iterations, "n_contacts": out.n_contacts,
-               "launches": launch.counts["short"] + launch.counts["taichi"] - n0,
-               "steps": {k: {"ms": v[0] * 1e3, "launches": v[1], "cpu_ms": v[2] * 1e3} for k, v in acc.items()}}
+        row = {
+            "frame": f,
+            "wall_ms": wall * 1e3,
+            "cpu_ms": cpu * 1e3,
+            "iterations": out.iterations,
+            "n_contacts": out.n_contacts,
+            "launches": launch.counts["short"] + launch.counts["taichi"] - n0,
+            "steps": {k: {"ms": v[0] * 1e3, "launches": v[1], "cpu_ms": v[2] * 1e3} for k, v in acc.items()},
+        }
         if profile:
             row["kernel_ms"] = ti.profiler.get_kernel_profiler_total_time() * 1e3
             row["wall_ms_profiled"] = row["wall_ms"]
         rows.append(row)
-    return {"cells": cells, "vertices": solver.nc, "obstacle_vertices": solver.no,
-            "analytic_colliders": [c.name for c in solver.obstacles.analytic],
-            "linear_backend": solver.linear.backend, "launch_us": launch_us, "rows": rows}
+    return {
+        "cells": cells,
+        "vertices": solver.nc,
+        "obstacle_vertices": solver.no,
+        "analytic_colliders": [c.name for c in solver.obstacles.analytic],
+        "linear_backend": solver.linear.backend,
+        "launch_us": launch_us,
+        "rows": rows,
+    }
 
 
 def _child(cells: int, frames: int, profile: bool, threads: int) -> dict:
@@ -198,17 +230,21 @@ def summarise(plain: dict, prof: dict | None) -> dict:
         return sum(v[key] for k, v in r["steps"].items() if STEPS[k] in names)
 
     def figures(rs):
-        d = {"frames": len(rs), "iterations_per_frame": median(r["iterations"] for r in rs),
-             "ms_per_iteration": per_it(rs, lambda r: r["wall_ms"]),
-             "cpu_ms_per_iteration": per_it(rs, lambda r: r["cpu_ms"]),
-             "launches_per_iteration": per_it(rs, lambda r: r["launches"])}
+        d = {
+            "frames": len(rs),
+            "iterations_per_frame": median(r["iterations"] for r in rs),
+            "ms_per_iteration": per_it(rs, lambda r: r["wall_ms"]),
+            "cpu_ms_per_iteration": per_it(rs, lambda r: r["cpu_ms"]),
+            "launches_per_iteration": per_it(rs, lambda r: r["launches"]),
+        }
         for ph in PHASES:
             for unit, total in (("ms", "wall_ms"), ("cpu_ms", "cpu_ms")):
                 if ph == "step_setup":  # what step() does outside the loop's named steps
-                    get = (lambda r, unit=unit, total=total: r[total] - sum(
-                        v[unit] for k, v in r["steps"].items() if STEPS[k] != "step_setup"))
+                    get = lambda r, unit=unit, total=total: (
+                        r[total] - sum(v[unit] for k, v in r["steps"].items() if STEPS[k] != "step_setup")
+                    )
                 else:
-                    get = (lambda r, ph=ph, unit=unit: step_sum(r, unit, (ph,)))
+                    get = lambda r, ph=ph, unit=unit: step_sum(r, unit, (ph,))
                 d[f"{ph}_{unit}"] = per_it(rs, get)
             d[f"{ph}_launches"] = per_it(rs, lambda r, ph=ph: step_sum(r, "launches", (ph,)))
         ks = [r for r in rs if r["frame"] in krow]
@@ -222,8 +258,10 @@ def summarise(plain: dict, prof: dict | None) -> dict:
             d["launch_overhead_ms"] = d["launches_per_iteration"] * plain["launch_us"] * 1e-3
         return d
 
-    out = {k: plain[k] for k in ("cells", "vertices", "obstacle_vertices", "analytic_colliders",
-                                 "linear_backend", "launch_us")}
+    out = {
+        k: plain[k]
+        for k in ("cells", "vertices", "obstacle_vertices", "analytic_colliders", "linear_backend", "launch_us")
+    }
     out["all"] = figures(rows)
     contact = [r for r in rows if r["n_contacts"] > 0]
     out["contact"] = figures(contact) if contact else None
@@ -242,9 +280,11 @@ def fixed_cost(sizes: list[dict], key: str = "all", figure: str = "ms_per_iterat
 
 def table(sizes: list[dict], key: str = "all") -> str:
     """A Markdown table: per iteration, CPU time (ms) of the phases, launches in brackets."""
-    head = ("| vertices | wall ms / iteration | CPU ms / iteration | launches / iteration | assembly "
-            "| linear solve | CCD + broad phase | line search | convergence test | step set-up "
-            "| kernels (share) | host: Python, numpy, launches | launches x launch cost |")
+    head = (
+        "| vertices | wall ms / iteration | CPU ms / iteration | launches / iteration | assembly "
+        "| linear solve | CCD + broad phase | line search | convergence test | step set-up "
+        "| kernels (share) | host: Python, numpy, launches | launches x launch cost |"
+    )
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for s in sizes:
         d = s.get(key)
@@ -261,7 +301,8 @@ def table(sizes: list[dict], key: str = "all") -> str:
             f"| {ms('linear_cpu_ms')} | {ms('ccd_cpu_ms')} ({d['ccd_launches']:.0f}) "
             f"| {ms('line_search_cpu_ms')} ({d['line_search_launches']:.0f}) | {ms('convergence_cpu_ms')} "
             f"| {ms('step_setup_cpu_ms')} ({d['step_setup_launches']:.0f}) | {ms('kernel_cpu_ms')}{share} "
-            f"| {ms('host_cpu_ms')} | {ms('launch_overhead_ms')} |")
+            f"| {ms('host_cpu_ms')} | {ms('launch_overhead_ms')} |"
+        )
     return "\n".join(lines)
 
 
@@ -299,15 +340,20 @@ def main(argv=None) -> int:
         if prof:  # (its named steps' times carry the profiler's cost: not kept)
             prof["rows"] = [{k: v for k, v in r.items() if k != "steps"} for r in prof["rows"]]
         raw.append({"plain": plain, "profiled": prof})
-        print(f"{s['vertices']} vertices: {s['all']['ms_per_iteration']:.2f} ms/iteration "
-              f"({s['all']['cpu_ms_per_iteration']:.2f} ms CPU time), "
-              f"{s['all']['launches_per_iteration']:.1f} launches/iteration", flush=True)
+        print(
+            f"{s['vertices']} vertices: {s['all']['ms_per_iteration']:.2f} ms/iteration "
+            f"({s['all']['cpu_ms_per_iteration']:.2f} ms CPU time), "
+            f"{s['all']['launches_per_iteration']:.1f} launches/iteration",
+            flush=True,
+        )
     m["loadavg_end"] = load_average()
     fit = {k: fixed_cost(sizes, k) for k in ("all", "contact")}
     fit.update({f"{k}_cpu": fixed_cost(sizes, k, "cpu_ms_per_iteration") for k in ("all", "contact")})
-    print(f"\nrefine-drape, direct coarse, {a.frames} frames, medians per Newton iteration (ms; launches in "
-          f"brackets); machine: {m.get('cpu')}, {m.get('cores')} cores, Taichi threads {a.threads or 'default'}, "
-          f"load {m.get('loadavg_start')} -> {m['loadavg_end']}")
+    print(
+        f"\nrefine-drape, direct coarse, {a.frames} frames, medians per Newton iteration (ms; launches in "
+        f"brackets); machine: {m.get('cpu')}, {m.get('cores')} cores, Taichi threads {a.threads or 'default'}, "
+        f"load {m.get('loadavg_start')} -> {m['loadavg_end']}"
+    )
     for key in ("all", "contact"):
         print(f"\n{key} frames:\n" + table(sizes, key))
         for name, f in ((key, fit[key]), (f"{key}, CPU time", fit[f"{key}_cpu"])):
@@ -315,8 +361,18 @@ def main(argv=None) -> int:
                 print(f"fit ({name}): {f['fixed_ms']:.2f} ms fixed + {f['us_per_vertex']:.2f} us per vertex")
     if not a.no_save:
         path = a.json or result_path("cloth-iteration", m)
-        write_json(path, {"benchmark": "cloth-iteration", "scene": "refine-drape", "frames": a.frames,
-                          "machine": m, "sizes": sizes, "fit": fit, "raw": compact(raw)})
+        write_json(
+            path,
+            {
+                "benchmark": "cloth-iteration",
+                "scene": "refine-drape",
+                "frames": a.frames,
+                "machine": m,
+                "sizes": sizes,
+                "fit": fit,
+                "raw": compact(raw),
+            },
+        )
         print(f"\nwrote {path}")
     return 0
 

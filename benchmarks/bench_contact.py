@@ -151,19 +151,22 @@ def main(argv=None) -> int:
         help="ball_resolution values (17.6493: 6,951 vertices, 22.84: 14,721; the paper's 7.1k/14.7k)",
     )
     ap.add_argument("--frames", type=int, default=70)
-    ap.add_argument(
-        "--set", action="append", default=[], help="scene override, e.g. solver.iterations=5"
-    )
+    ap.add_argument("--set", action="append", default=[], help="scene override, e.g. solver.iterations=5")
     ap.add_argument("--json", type=Path, default=None)
-    ap.add_argument("--implementation", default="host", choices=["host", "device", "both"],
-                    help="contact update in numpy (host) or Taichi kernels (device), or both")
-    ap.add_argument("--arch", default="cpu", choices=["cpu", "cuda", "vulkan", "auto"])
-    ap.add_argument("--precision", default=None, choices=["f64", "f32"],
-                    help="default: f64 on the CPU, f32 on a GPU backend")
-    ap.add_argument("--peer", action="store_true",
-                    help="NVIDIA Newton's XPBD twisting bar in the same run (see above)")
     ap.add_argument(
-        "--traffic", action="store_true",
+        "--implementation",
+        default="host",
+        choices=["host", "device", "both"],
+        help="contact update in numpy (host) or Taichi kernels (device), or both",
+    )
+    ap.add_argument("--arch", default="cpu", choices=["cpu", "cuda", "vulkan", "auto"])
+    ap.add_argument(
+        "--precision", default=None, choices=["f64", "f32"], help="default: f64 on the CPU, f32 on a GPU backend"
+    )
+    ap.add_argument("--peer", action="store_true", help="NVIDIA Newton's XPBD twisting bar in the same run (see above)")
+    ap.add_argument(
+        "--traffic",
+        action="store_true",
         help="instead: the iteration budget with contact (launches, host synchronisations and "
         "bytes per local-global iteration; bench_pd.py --traffic) on --traffic-archs",
     )
@@ -179,10 +182,7 @@ def main(argv=None) -> int:
 
     b = backend.init(args.arch, args.precision)
     mach = machine()
-    print(
-        f"machine: {mach['cpu']}, {mach['cores']} CPUs, load {mach['load_average']}, "
-        f"taichi {b.arch}/{b.precision}"
-    )
+    print(f"machine: {mach['cpu']}, {mach['cores']} CPUs, load {mach['load_average']}, taichi {b.arch}/{b.precision}")
     results = []
     impls = ["host", "device"] if args.implementation == "both" else [args.implementation]
     peer = None
@@ -242,8 +242,7 @@ def main(argv=None) -> int:
             mh, md = pair[0]["all_frames_median_ms"], pair[1]["all_frames_median_ms"]
             print(f"  {'whole demo, median frame':<42}{mh:>9.1f}{md:>9.1f}{md / mh:>8.2f}")
             dx = max(
-                abs(x["penetration"] - y["penetration"])
-                for x, y in zip(pair[0]["per_frame"], pair[1]["per_frame"])
+                abs(x["penetration"] - y["penetration"]) for x, y in zip(pair[0]["per_frame"], pair[1]["per_frame"])
             )
             print(f"  largest per-frame difference in max penetration: {dx:.2e} m")
     peer_summary = None
@@ -289,17 +288,27 @@ def _peer_summary(peer, results: list[dict], warmup: int = 5) -> dict | None:
         return None
     bar = float(np.median(peer.ms[warmup:]))
     out = {"label": peer.label, "info": peer.info, "frame_ms_median": bar, "ratios": []}
-    print(f"\n{peer.label} on the twisting bar ({peer.info.get('vertices')} vertices), "
-          f"same run: median frame {bar:.1f} ms")
+    print(
+        f"\n{peer.label} on the twisting bar ({peer.info.get('vertices')} vertices), "
+        f"same run: median frame {bar:.1f} ms"
+    )
     for r in results:
         c = r["contact_frames"]
         if not c:
             continue
         med = c["wall_ms"]["median"]
-        out["ratios"].append({"implementation": r["implementation"], "resolution": r["resolution"],
-                              "contact_frame_ms_median": med, "ratio": med / bar})
-        print(f"  squeeze-ball {r['vertices']} vertices [{r['implementation']}]: contact frames "
-              f"{med:.1f} ms median = {med / bar:.2f}x the XPBD bar frame (issue 10: at most 3)")
+        out["ratios"].append(
+            {
+                "implementation": r["implementation"],
+                "resolution": r["resolution"],
+                "contact_frame_ms_median": med,
+                "ratio": med / bar,
+            }
+        )
+        print(
+            f"  squeeze-ball {r['vertices']} vertices [{r['implementation']}]: contact frames "
+            f"{med:.1f} ms median = {med / bar:.2f}x the XPBD bar frame (issue 10: at most 3)"
+        )
     return out
 
 

@@ -142,10 +142,16 @@ def main(argv=None) -> int:
     record_s = time.perf_counter() - t0
     patterns = len({(A.indptr.tobytes(), A.indices.tobytes()) for A, _ in systems})
     pick = np.unique(np.linspace(0, len(systems) - 1, min(a.systems, len(systems))).round().astype(int))
-    backends = [(name, fn) for name, fn, ok in (("cholmod", time_cholmod, cholmod_available()),
-                                                 ("pardiso", time_pardiso, pardiso.available()),
-                                                 ("pardiso-3x3", time_pardiso_blocks, pardiso.available()),
-                                                 ("mixed", time_mixed, pardiso.available())) if ok]
+    backends = [
+        (name, fn)
+        for name, fn, ok in (
+            ("cholmod", time_cholmod, cholmod_available()),
+            ("pardiso", time_pardiso, pardiso.available()),
+            ("pardiso-3x3", time_pardiso_blocks, pardiso.available()),
+            ("mixed", time_mixed, pardiso.available()),
+        )
+        if ok
+    ]
     rows = []
     for i in pick:
         A, b = systems[i]
@@ -160,27 +166,45 @@ def main(argv=None) -> int:
         vals = [r[name][key] for r in rows if name in r and key in r[name]]
         return float(np.median(vals)) if vals else None
 
-    summary = {name: {k: med(name, k) for k in ("convert_ms", "analyse_ms", "factor_ms", "solve_ms",
-                                                 "factor_nonzeros")}
-               for name, _ in backends}
-    out = {"scene": "cloth-drape", "cells": a.cells, "frames": a.frames, "keep_from": a.keep_from,
-           "systems_recorded": len(systems), "distinct_patterns": patterns, "record_s": record_s,
-           "machine": machine(), "mkl_threads": os.environ.get("MKL_NUM_THREADS", "default"),
-           "summary": summary, "rows": rows}
-    print(f"cloth-drape {a.cells + 1} x {a.cells + 1} vertices: {len(systems)} Newton systems of frames "
-          f">= {a.keep_from}, {patterns} distinct patterns; {len(rows)} timed, median of {a.repeat} runs each")
+    summary = {
+        name: {k: med(name, k) for k in ("convert_ms", "analyse_ms", "factor_ms", "solve_ms", "factor_nonzeros")}
+        for name, _ in backends
+    }
+    out = {
+        "scene": "cloth-drape",
+        "cells": a.cells,
+        "frames": a.frames,
+        "keep_from": a.keep_from,
+        "systems_recorded": len(systems),
+        "distinct_patterns": patterns,
+        "record_s": record_s,
+        "machine": machine(),
+        "mkl_threads": os.environ.get("MKL_NUM_THREADS", "default"),
+        "summary": summary,
+        "rows": rows,
+    }
+    print(
+        f"cloth-drape {a.cells + 1} x {a.cells + 1} vertices: {len(systems)} Newton systems of frames "
+        f">= {a.keep_from}, {patterns} distinct patterns; {len(rows)} timed, median of {a.repeat} runs each"
+    )
     print(f"  {'back-end':<12}{'convert ms':>11}{'analyse ms':>12}{'factor ms':>12}{'solve ms':>10}{'nnz(L)':>12}")
     for name, s in summary.items():
         conv = "" if s["convert_ms"] is None else f"{s['convert_ms']:.1f}"
-        print(f"  {name:<12}{conv:>11}{s['analyse_ms']:12.1f}{s['factor_ms']:12.1f}{s['solve_ms']:10.2f}"
-              f"{s['factor_nonzeros']:12.0f}")
+        print(
+            f"  {name:<12}{conv:>11}{s['analyse_ms']:12.1f}{s['factor_ms']:12.1f}{s['solve_ms']:10.2f}"
+            f"{s['factor_nonzeros']:12.0f}"
+        )
     if "cholmod" in summary and "pardiso" in summary:
-        print(f"  factorisation ratio cholmod / pardiso: {summary['cholmod']['factor_ms'] / summary['pardiso']['factor_ms']:.2f}x")
+        print(
+            f"  factorisation ratio cholmod / pardiso: {summary['cholmod']['factor_ms'] / summary['pardiso']['factor_ms']:.2f}x"
+        )
     if "mixed" in summary:
         tot = {k: summary[k]["factor_ms"] + summary[k]["solve_ms"] for k in ("pardiso", "mixed")}
         worst = max(r["mixed"]["residual"] for r in rows)
-        print(f"  factorisation + solve, pardiso / mixed: {tot['pardiso'] / tot['mixed']:.2f}x; mixed's largest "
-              f"residual {worst:.1e}, {sum(r['mixed']['fallbacks'] for r in rows)} fallback(s) to double")
+        print(
+            f"  factorisation + solve, pardiso / mixed: {tot['pardiso'] / tot['mixed']:.2f}x; mixed's largest "
+            f"residual {worst:.1e}, {sum(r['mixed']['fallbacks'] for r in rows)} fallback(s) to double"
+        )
     if a.json:
         a.json.parent.mkdir(parents=True, exist_ok=True)
         a.json.write_text(json.dumps(out, indent=1))

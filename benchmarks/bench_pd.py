@@ -31,9 +31,7 @@ SIZES = {"5k": [65, 8, 8], "11k": [92, 10, 10], "21k": [105, 13, 13]}
 BACKENDS = ["sparse-inverse", "cholesky", "jacobi"]
 
 
-def _run_one(
-    size: str, backend_name: str, frames: int, warmup: int, iterations: int, arch: str, queue
-) -> None:
+def _run_one(size: str, backend_name: str, frames: int, warmup: int, iterations: int, arch: str, queue) -> None:
     """Child process: build, warm up, time frames, report through ``queue``."""
     try:
         queue.put(_measure(size, backend_name, frames, warmup, iterations, arch))
@@ -175,9 +173,7 @@ def si_build(resolutions, archs, out: Path) -> int:
             print(f"ball_resolution {res}: " + "; ".join(r["error"] for r in got))
             continue
         r0 = ok[0]
-        times = " ".join(
-            f"{r['build_s']:>10.2f}" if "error" not in r else f"{'error':>10}" for r in got
-        )
+        times = " ".join(f"{r['build_s']:>10.2f}" if "error" not in r else f"{'error':>10}" for r in got)
         resid = ", ".join(f"{r['arch']} {r['relative_residual']:.1e}" for r in ok)
         print(f"{r0['vertices']:>8} {r0['levels']:>6} {r0['nnz_S']:>10,} {times}  {resid}")
         for r in got:
@@ -229,9 +225,7 @@ def _traffic_one(arch, names, steps, warmup, iterations, queue):
 
         info = backend.init(arch, "f64" if arch == "cpu" else "f32")
         if not traffic.install():
-            raise RuntimeError(
-                "traffic counters need the Taichi patches (TISIM_PLAIN_TAICHI unset)"
-            )
+            raise RuntimeError("traffic counters need the Taichi patches (TISIM_PLAIN_TAICHI unset)")
         rows = []
         for name in names:
             demo, sets = TRAFFIC_SCENES[name]
@@ -311,9 +305,7 @@ def main(argv=None) -> int:
     p.add_argument("--quick", action="store_true", help="5.3k bar only, 10 frames")
     p.add_argument("--sizes", nargs="+", choices=list(SIZES), default=None)
     p.add_argument("--backends", nargs="+", choices=BACKENDS + ["auto"], default=None)
-    p.add_argument(
-        "--frames", type=int, default=None, help="measured frames (default 30, quick 10)"
-    )
+    p.add_argument("--frames", type=int, default=None, help="measured frames (default 30, quick 10)")
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--iterations", type=int, default=5)
     p.add_argument("--arch", default="cpu", choices=["cpu", "cuda", "vulkan", "auto"])
@@ -362,9 +354,7 @@ def main(argv=None) -> int:
     for size in sizes:
         for bk in backends:
             q = ctx.Queue()
-            proc = ctx.Process(
-                target=_run_one, args=(size, bk, frames, args.warmup, args.iterations, args.arch, q)
-            )
+            proc = ctx.Process(target=_run_one, args=(size, bk, frames, args.warmup, args.iterations, args.arch, q))
             proc.start()
             r = q.get()
             proc.join()

@@ -58,20 +58,41 @@ def main(argv=None) -> int:
     ap.add_argument("--resolution", type=int, default=4, help="preview cells per side (refine-drape's sheet)")
     ap.add_argument("--out", type=Path, default=Path("out/bench-refine"))
     ap.add_argument("--no-pipelined", action="store_true")
-    ap.add_argument("--preview-vs-fine", action="store_true",
-                    help="only the preview and the direct fine simulation (the speed-up), for large meshes")
-    ap.add_argument("--warmup-frames", type=int, default=24,
-                    help="frames of a 4 x 4 run before the timings, so that every kernel is compiled")
+    ap.add_argument(
+        "--preview-vs-fine",
+        action="store_true",
+        help="only the preview and the direct fine simulation (the speed-up), for large meshes",
+    )
+    ap.add_argument(
+        "--warmup-frames",
+        type=int,
+        default=24,
+        help="frames of a 4 x 4 run before the timings, so that every kernel is compiled",
+    )
     ap.add_argument("--set", action="append", default=[], help="scene override, KEY=VALUE")
-    ap.add_argument("--schedule-compare", action="store_true",
-                    help="wall and CPU time of sequential, pipelined and the finest level alone, fresh processes")
-    ap.add_argument("--table", action="store_true",
-                    help="preview, direct coarse and direct fine stepped in turn, per level count (see above)")
+    ap.add_argument(
+        "--schedule-compare",
+        action="store_true",
+        help="wall and CPU time of sequential, pipelined and the finest level alone, fresh processes",
+    )
+    ap.add_argument(
+        "--table",
+        action="store_true",
+        help="preview, direct coarse and direct fine stepped in turn, per level count (see above)",
+    )
     ap.add_argument("--table-levels", type=int, nargs="+", default=[3, 4])
-    ap.add_argument("--stopping-rule", action="store_true",
-                    help="the levels below the finest: current tolerance against the paper's rule")
-    ap.add_argument("--tolerances", type=float, nargs="+", default=None,
-                    help="--stopping-rule: the tolerances of the levels below the finest to compare")
+    ap.add_argument(
+        "--stopping-rule",
+        action="store_true",
+        help="the levels below the finest: current tolerance against the paper's rule",
+    )
+    ap.add_argument(
+        "--tolerances",
+        type=float,
+        nargs="+",
+        default=None,
+        help="--stopping-rule: the tolerances of the levels below the finest to compare",
+    )
     ap.add_argument("--run-level", type=int, default=None, help=argparse.SUPPRESS)  # one level (internal)
     a = ap.parse_args(argv)
     if a.table:
@@ -94,8 +115,13 @@ def main(argv=None) -> int:
     sc = load_scene(path, sets)
     from common import machine
 
-    row = {"scene": sc.name, "frames": a.frames, "cores": os.cpu_count(), "machine": machine(),
-           "load_average_start": os.getloadavg()}
+    row = {
+        "scene": sc.name,
+        "frames": a.frames,
+        "cores": os.cpu_count(),
+        "machine": machine(),
+        "load_average_start": os.getloadavg(),
+    }
 
     r = ProgressiveRefiner(sc, a.out / "sequential", levels=3, progress=False, export_meshes=False)
     faces = [lv.face_count for lv in r.hierarchy.levels]
@@ -142,25 +168,37 @@ def main(argv=None) -> int:
         row["pipelined_levels_process_s"] = [li.get("process_s") for li in resp.info["levels"]]
         row["pipelined_levels_stepping_s"] = [li["total_s"] for li in resp.info["levels"]]
 
-    print(f"{sc.name}: {' -> '.join(map(str, row['vertices']))} vertices ({' -> '.join(map(str, faces))} faces), "
-          f"{a.frames} frames, {row['cores']} cores")
+    print(
+        f"{sc.name}: {' -> '.join(map(str, row['vertices']))} vertices ({' -> '.join(map(str, faces))} faces), "
+        f"{a.frames} frames, {row['cores']} cores"
+    )
     print(f"  {'preview':<28}{row['preview_ms']:9.1f} ms/frame")
-    print(f"  {'direct coarse':<28}{row['direct_coarse_ms']:9.1f} ms/frame  (preview / direct coarse "
-          f"{row['preview_cost_vs_direct_coarse']:.2f}x)")
-    print(f"  {'direct fine':<28}{row['direct_fine_ms']:9.1f} ms/frame  (preview speed-up "
-          f"{row['preview_speedup_vs_direct_fine']:.2f}x)")
-    print(f"  {'finest level':<28}{row['finest_ms']:9.1f} ms/frame  (finest / direct fine "
-          f"{row['finest_cost_vs_direct_fine']:.2f}x)")
-    print(f"  mean over the frames: preview {row['preview_mean_ms']:.1f}, direct coarse "
-          f"{row['direct_coarse_mean_ms']:.1f}, direct fine {row['direct_fine_mean_ms']:.1f}, finest level "
-          f"{row['finest_mean_ms']:.1f} ms/frame (speed-up {row['preview_speedup_vs_direct_fine_mean']:.2f}x, "
-          f"preview / direct coarse {row['preview_cost_vs_direct_coarse_mean']:.2f}x, finest / direct fine "
-          f"{row['finest_cost_vs_direct_fine_mean']:.2f}x)")
+    print(
+        f"  {'direct coarse':<28}{row['direct_coarse_ms']:9.1f} ms/frame  (preview / direct coarse "
+        f"{row['preview_cost_vs_direct_coarse']:.2f}x)"
+    )
+    print(
+        f"  {'direct fine':<28}{row['direct_fine_ms']:9.1f} ms/frame  (preview speed-up "
+        f"{row['preview_speedup_vs_direct_fine']:.2f}x)"
+    )
+    print(
+        f"  {'finest level':<28}{row['finest_ms']:9.1f} ms/frame  (finest / direct fine "
+        f"{row['finest_cost_vs_direct_fine']:.2f}x)"
+    )
+    print(
+        f"  mean over the frames: preview {row['preview_mean_ms']:.1f}, direct coarse "
+        f"{row['direct_coarse_mean_ms']:.1f}, direct fine {row['direct_fine_mean_ms']:.1f}, finest level "
+        f"{row['finest_mean_ms']:.1f} ms/frame (speed-up {row['preview_speedup_vs_direct_fine_mean']:.2f}x, "
+        f"preview / direct coarse {row['preview_cost_vs_direct_coarse_mean']:.2f}x, finest / direct fine "
+        f"{row['finest_cost_vs_direct_fine_mean']:.2f}x)"
+    )
     print(f"  {'sequential refine':<28}{row['sequential_refine_s']:9.2f} s (levels stepping)")
     if "pipelined_wall_s" in row:
-        print(f"  {'pipelined refine':<28}{row['pipelined_wall_s']:9.2f} s wall (3 processes, incl. their start "
-              f"and kernel loading; a 1-frame warm-up took {row['pipelined_warmup_1_frame_s']:.1f} s; "
-              f"stepping {', '.join(f'{s:.1f}' for s in row['pipelined_levels_stepping_s'])} s)")
+        print(
+            f"  {'pipelined refine':<28}{row['pipelined_wall_s']:9.2f} s wall (3 processes, incl. their start "
+            f"and kernel loading; a 1-frame warm-up took {row['pipelined_warmup_1_frame_s']:.1f} s; "
+            f"stepping {', '.join(f'{s:.1f}' for s in row['pipelined_levels_stepping_s'])} s)"
+        )
     return _write(a.out / "bench_refine.json", row)
 
 
@@ -181,12 +219,16 @@ def _preview_vs_fine(r, a, row: dict) -> int:
     row["preview_speedup_vs_direct_fine"] = row["direct_fine_ms"] / row["preview_ms"]
     row["preview_speedup_vs_direct_fine_mean"] = row["direct_fine_mean_ms"] / row["preview_mean_ms"]
     row["load_average_end"] = os.getloadavg()
-    print(f"{a.scene}: {' -> '.join(map(str, row['vertices']))} vertices ({' -> '.join(map(str, row['faces']))} "
-          f"faces), {a.frames} frames, {row['cores']} cores")
+    print(
+        f"{a.scene}: {' -> '.join(map(str, row['vertices']))} vertices ({' -> '.join(map(str, row['faces']))} "
+        f"faces), {a.frames} frames, {row['cores']} cores"
+    )
     print(f"  {'preview':<28}{row['preview_ms']:9.1f} ms/frame median, {row['preview_mean_ms']:.1f} mean")
-    print(f"  {'direct fine':<28}{row['direct_fine_ms']:9.1f} ms/frame median, {row['direct_fine_mean_ms']:.1f} mean "
-          f"(preview speed-up {row['preview_speedup_vs_direct_fine']:.2f}x median, "
-          f"{row['preview_speedup_vs_direct_fine_mean']:.2f}x mean)")
+    print(
+        f"  {'direct fine':<28}{row['direct_fine_ms']:9.1f} ms/frame median, {row['direct_fine_mean_ms']:.1f} mean "
+        f"(preview speed-up {row['preview_speedup_vs_direct_fine']:.2f}x median, "
+        f"{row['preview_speedup_vs_direct_fine_mean']:.2f}x mean)"
+    )
     return _write(a.out / "bench_refine_preview.json", row)
 
 
@@ -241,10 +283,15 @@ def _timed(cmd: list[str], log: Path, env: dict | None = None) -> dict:
 
     c0, load0, t0 = cpu(), os.getloadavg()[0], time.perf_counter()
     with open(log, "w") as f:
-        r = subprocess.run([sys.executable, *cmd], stdout=f, stderr=subprocess.STDOUT,
-                           env={**os.environ, **env} if env else None)
-    out = {"wall_s": time.perf_counter() - t0, "cpu_s": cpu() - c0, "load_before": load0,
-           "load_after": os.getloadavg()[0]}
+        r = subprocess.run(
+            [sys.executable, *cmd], stdout=f, stderr=subprocess.STDOUT, env={**os.environ, **env} if env else None
+        )
+    out = {
+        "wall_s": time.perf_counter() - t0,
+        "cpu_s": cpu() - c0,
+        "load_before": load0,
+        "load_after": os.getloadavg()[0],
+    }
     if r.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} failed (exit code {r.returncode}); see {log}")
     return out
@@ -262,14 +309,28 @@ def _schedule_compare(a) -> int:
     cores = os.cpu_count()
 
     def refine(schedule, out, frames):
-        return ["-m", "tisim", "refine", path, "--levels", "3", "--frames", str(frames), "--schedule", schedule,
-                "--no-render", "--quiet", "--out", str(out), *setargs]
+        return [
+            "-m",
+            "tisim",
+            "refine",
+            path,
+            "--levels",
+            "3",
+            "--frames",
+            str(frames),
+            "--schedule",
+            schedule,
+            "--no-render",
+            "--quiet",
+            "--out",
+            str(out),
+            *setargs,
+        ]
 
     # Taichi's offline cache holds the compiled kernels for every later process (the
     # kernels take ndarrays, so mesh sizes share them); fill it once, untimed
     _timed(refine("sequential", root / "warm", 1), root / "warm.log")
-    row = {"scene": Path(path).stem, "frames": a.frames, "resolution": a.resolution, "cores": cores,
-           "sets": sets}
+    row = {"scene": Path(path).stem, "frames": a.frames, "resolution": a.resolution, "cores": cores, "sets": sets}
     row["sequential"] = _timed(refine("sequential", root / "sequential", a.frames), root / "sequential.log")
     seq = json.loads((root / "sequential" / "run.json").read_text())
     row["vertices"] = seq["hierarchy"]["vertices"]
@@ -283,20 +344,38 @@ def _schedule_compare(a) -> int:
     for key, env in (("finest_alone", None), ("finest_alone_1_thread", one)):
         alone = root / key
         for lv in (0, 1):
-            shutil.copytree(root / "sequential" / f"level_{lv}" / "checkpoints",
-                            alone / f"level_{lv}" / "checkpoints")
-        row[key] = _timed([str(Path(__file__).resolve()), "--run-level", "2", "--frames", str(a.frames),
-                           "--scene", path, "--resolution", str(a.resolution), "--out", str(alone),
-                           *[f"--set={s}" for s in a.set]], root / f"{key}.log", env=env)
+            shutil.copytree(root / "sequential" / f"level_{lv}" / "checkpoints", alone / f"level_{lv}" / "checkpoints")
+        row[key] = _timed(
+            [
+                str(Path(__file__).resolve()),
+                "--run-level",
+                "2",
+                "--frames",
+                str(a.frames),
+                "--scene",
+                path,
+                "--resolution",
+                str(a.resolution),
+                "--out",
+                str(alone),
+                *[f"--set={s}" for s in a.set],
+            ],
+            root / f"{key}.log",
+            env=env,
+        )
         li = json.loads((alone / "level_2" / "level.json").read_text())
         row[key]["stepping_s"] = li["total_s"]
         row[key]["first_frame_s"] = li.get("first_frame_s")
     row["pipelined"] = _timed(refine("pipelined", root / "pipelined", a.frames), root / "pipelined.log")
     pip = json.loads((root / "pipelined" / "run.json").read_text())
     row["pipelined"]["threads_per_process"] = pip.get("pipelined_threads")
-    row["pipelined"]["levels"] = [{k: li.get(k) for k in ("level", "seconds", "startup_s", "process_s", "cpu_s",
-                                                          "total_s", "first_frame_s", "threads")}
-                                  for li in pip["levels"]]
+    row["pipelined"]["levels"] = [
+        {
+            k: li.get(k)
+            for k in ("level", "seconds", "startup_s", "process_s", "cpu_s", "total_s", "first_frame_s", "threads")
+        }
+        for li in pip["levels"]
+    ]
     fw = row["finest_alone"]["wall_s"]
     row["pipelined_over_finest_alone"] = row["pipelined"]["wall_s"] / fw
     row["sequential_over_finest_alone"] = row["sequential"]["wall_s"] / fw
@@ -305,8 +384,9 @@ def _schedule_compare(a) -> int:
     row["pipelined_cpu_bound_over_finest_alone"] = row["pipelined_cpu_bound_s"] / fw
     # single-threaded, the finest level alone takes about its CPU time on an idle
     # machine: the load-independent form of the bound
-    row["pipelined_cpu_bound_over_finest_alone_cpu"] = (row["pipelined_cpu_bound_s"]
-                                                        / row["finest_alone_1_thread"]["cpu_s"])
+    row["pipelined_cpu_bound_over_finest_alone_cpu"] = (
+        row["pipelined_cpu_bound_s"] / row["finest_alone_1_thread"]["cpu_s"]
+    )
     (a.out / "bench_refine_schedules.json").write_text(json.dumps(row, indent=2))
 
     _print_schedules(row)
@@ -316,25 +396,39 @@ def _schedule_compare(a) -> int:
 
 def _print_schedules(row: dict) -> None:
     fw, cores = row["finest_alone"]["wall_s"], row["cores"]
-    print(f"{row['scene']}: {' -> '.join(map(str, row['vertices']))} vertices "
-          f"({' -> '.join(map(str, row['faces']))} faces), {row['frames']} frames, {cores} cores; every run a fresh "
-          "process, start-up included")
+    print(
+        f"{row['scene']}: {' -> '.join(map(str, row['vertices']))} vertices "
+        f"({' -> '.join(map(str, row['faces']))} faces), {row['frames']} frames, {cores} cores; every run a fresh "
+        "process, start-up included"
+    )
     print(f"  {'run':<22}{'wall s':>9}{'CPU s':>9}{'wall / finest alone':>21}{'load avg':>12}")
     for k in ("finest_alone", "finest_alone_1_thread", "sequential", "pipelined"):
         r = row[k]
-        print(f"  {k.replace('_', ' '):<22}{r['wall_s']:9.1f}{r['cpu_s']:9.1f}{r['wall_s'] / fw:21.2f}"
-              f"{r['load_before']:6.1f}-{r['load_after']:.1f}")
-    print(f"  {'pipelined CPU / cores':<22}{row['pipelined_cpu_bound_s']:9.1f}{'':9}"
-          f"{row['pipelined_cpu_bound_over_finest_alone']:21.2f}   (a lower bound on its wall time here; "
-          f"{row['pipelined_cpu_bound_over_finest_alone_cpu']:.2f}x the single-threaded finest level's CPU time)")
-    print("  pipelined, per level: " + "; ".join(
-        f"{li['level']}: done at {li['seconds']:.1f} s" + (f", start-up {li['startup_s']:.1f} s" if li.get("startup_s")
-                                                          else " (in the refine's process)")
-        + f", stepping {li['total_s']:.1f} s (first frame {li.get('first_frame_s') or float('nan'):.1f} s), "
-        f"CPU {li['cpu_s']:.1f} s" for li in row["pipelined"]["levels"]))
-    print(f"  threads per process: {row['pipelined']['threads_per_process']}; sequential stepping per level: "
-          + ", ".join(f"{x:.1f}" for x in row["sequential"]["levels_stepping_s"]) + " s; finest alone stepping "
-          f"{row['finest_alone']['stepping_s']:.1f} s")
+        print(
+            f"  {k.replace('_', ' '):<22}{r['wall_s']:9.1f}{r['cpu_s']:9.1f}{r['wall_s'] / fw:21.2f}"
+            f"{r['load_before']:6.1f}-{r['load_after']:.1f}"
+        )
+    print(
+        f"  {'pipelined CPU / cores':<22}{row['pipelined_cpu_bound_s']:9.1f}{'':9}"
+        f"{row['pipelined_cpu_bound_over_finest_alone']:21.2f}   (a lower bound on its wall time here; "
+        f"{row['pipelined_cpu_bound_over_finest_alone_cpu']:.2f}x the single-threaded finest level's CPU time)"
+    )
+    print(
+        "  pipelined, per level: "
+        + "; ".join(
+            f"{li['level']}: done at {li['seconds']:.1f} s"
+            + (f", start-up {li['startup_s']:.1f} s" if li.get("startup_s") else " (in the refine's process)")
+            + f", stepping {li['total_s']:.1f} s (first frame {li.get('first_frame_s') or float('nan'):.1f} s), "
+            f"CPU {li['cpu_s']:.1f} s"
+            for li in row["pipelined"]["levels"]
+        )
+    )
+    print(
+        f"  threads per process: {row['pipelined']['threads_per_process']}; sequential stepping per level: "
+        + ", ".join(f"{x:.1f}" for x in row["sequential"]["levels_stepping_s"])
+        + " s; finest alone stepping "
+        f"{row['finest_alone']['stepping_s']:.1f} s"
+    )
 
 
 def _restriction_times(r) -> dict:
@@ -385,11 +479,17 @@ def _table(a) -> int:
     out = {"benchmark": "refine-table", "scene": sc.name, "frames": a.frames, "machine": machine(), "rows": []}
     for levels in a.table_levels:
         r = ProgressiveRefiner(sc, a.out / f"table-{levels}", levels=levels, progress=False, export_meshes=False)
-        row = {"levels": levels, "vertices": [lv.vertex_count for lv in r.hierarchy.levels],
-               "faces": [lv.face_count for lv in r.hierarchy.levels]}
+        row = {
+            "levels": levels,
+            "vertices": [lv.vertex_count for lv in r.hierarchy.levels],
+            "faces": [lv.face_count for lv in r.hierarchy.levels],
+        }
         t0 = time.perf_counter()
-        runs = {"preview": (0, r.solver(0), r.tolerance(0)), "direct_coarse": (0, r.solver(0, direct=True), None),
-                "direct_fine": (r.L, r.solver(r.L, direct=True), None)}
+        runs = {
+            "preview": (0, r.solver(0), r.tolerance(0)),
+            "direct_coarse": (0, r.solver(0, direct=True), None),
+            "direct_fine": (r.L, r.solver(r.L, direct=True), None),
+        }
         row["setup_s"] = time.perf_counter() - t0
         row["restriction"] = _restriction_times(r)
         state = {k: r.initial_state(lv) for k, (lv, _, _) in runs.items()}
@@ -414,12 +514,15 @@ def _table(a) -> int:
         row["preview_cost_vs_direct_coarse"] = row["preview_ms"] / row["direct_coarse_ms"]
         row["load_average_end"] = load_average()
         out["rows"].append(row)
-        print(f"{' -> '.join(map(str, row['vertices']))} vertices: preview {row['preview_ms']:.1f} ms/frame, direct "
-              f"coarse {row['direct_coarse_ms']:.1f}, direct fine {row['direct_fine_ms']:.1f}, speed-up "
-              f"{row['preview_speedup_vs_direct_fine']:.1f}x, preview / direct coarse "
-              f"{row['preview_cost_vs_direct_coarse']:.2f}x; restriction: build {row['restriction']['build_ms']:.0f} "
-              f"ms, apply {row['restriction']['apply_ms']:.1f} ms (scipy "
-              f"{row['restriction']['scipy_triple_product_ms']:.1f} ms)", flush=True)
+        print(
+            f"{' -> '.join(map(str, row['vertices']))} vertices: preview {row['preview_ms']:.1f} ms/frame, direct "
+            f"coarse {row['direct_coarse_ms']:.1f}, direct fine {row['direct_fine_ms']:.1f}, speed-up "
+            f"{row['preview_speedup_vs_direct_fine']:.1f}x, preview / direct coarse "
+            f"{row['preview_cost_vs_direct_coarse']:.2f}x; restriction: build {row['restriction']['build_ms']:.0f} "
+            f"ms, apply {row['restriction']['apply_ms']:.1f} ms (scipy "
+            f"{row['restriction']['scipy_triple_product_ms']:.1f} ms)",
+            flush=True,
+        )
         write_json(a.out / "bench_refine_table.json", out)  # what is done so far, should a later row not fit
     print(f"wrote {write_json(result_path('refine', out['machine']), out)}")
     return 0
@@ -450,8 +553,9 @@ def _stopping_rule(a) -> int:
     out = {"benchmark": "refine-stopping", "frames": a.frames, "machine": machine(), "runs": []}
     tols = a.tolerances
     if tols is None:
-        probe = ProgressiveRefiner(load_scene(path, sets), a.out / "stopping-probe", levels=3, progress=False,
-                                   export_meshes=False)
+        probe = ProgressiveRefiner(
+            load_scene(path, sets), a.out / "stopping-probe", levels=3, progress=False, export_meshes=False
+        )
         mass = float(probe.hierarchy.levels[0].mass.sum())
         diag = float(np.linalg.norm(np.ptp(probe.hierarchy.levels[0].vertices, axis=0)))
         tols = [1e-2, 1e-3, float(np.sqrt(1e-3 / mass) / diag)]
@@ -462,22 +566,30 @@ def _stopping_rule(a) -> int:
         t0 = time.perf_counter()
         res = r.run(a.frames, schedule="sequential")
         wall = time.perf_counter() - t0
-        row = {"intermediate_tolerance": tol, "ended": res.ended, "wall_s": wall,
-               "levels_stepping_s": [li["total_s"] for li in res.info["levels"]]}
+        row = {
+            "intermediate_tolerance": tol,
+            "ended": res.ended,
+            "wall_s": wall,
+            "levels_stepping_s": [li["total_s"] for li in res.info["levels"]],
+        }
         for lv in range(r.L + 1):
             with open(r.level_dir(lv) / "stats.csv") as f:
                 import csv
 
-                row[f"level_{lv}_newton_iterations"] = int(sum(float(x["newton_iterations"] or 0)
-                                                               for x in csv.DictReader(f)))
+                row[f"level_{lv}_newton_iterations"] = int(
+                    sum(float(x["newton_iterations"] or 0) for x in csv.DictReader(f))
+                )
         row["below_finest_newton_iterations"] = sum(row[f"level_{lv}_newton_iterations"] for lv in range(r.L))
         cons = res.info.get("consistency") or {}
         row["finest_com_distance_max_rel"] = (cons.get(f"level_{r.L}") or {}).get("com_distance_max_rel")
         out["runs"].append(row)
-        print(f"tolerance {tol:.3g}: below-finest Newton iterations {row['below_finest_newton_iterations']}, "
-              f"finest {row[f'level_{r.L}_newton_iterations']}, stepping "
-              f"{', '.join(f'{x:.1f}' for x in row['levels_stepping_s'])} s, finest centre of mass within "
-              f"{100 * (row['finest_com_distance_max_rel'] or float('nan')):.2f}% of the diagonal", flush=True)
+        print(
+            f"tolerance {tol:.3g}: below-finest Newton iterations {row['below_finest_newton_iterations']}, "
+            f"finest {row[f'level_{r.L}_newton_iterations']}, stepping "
+            f"{', '.join(f'{x:.1f}' for x in row['levels_stepping_s'])} s, finest centre of mass within "
+            f"{100 * (row['finest_com_distance_max_rel'] or float('nan')):.2f}% of the diagonal",
+            flush=True,
+        )
     out["load_average_end"] = load_average()
     print(f"wrote {write_json(result_path('refine-stopping', out['machine']), out)}")
     return 0

@@ -41,8 +41,9 @@ def machine(**extra: Any) -> dict:
 
     m = base()
     v = versions()
-    m.update(numpy=v.get("numpy"), taichi=v.get("taichi"), cholmod=cholmod_available(),
-             loadavg_start=m.get("load_average"))
+    m.update(
+        numpy=v.get("numpy"), taichi=v.get("taichi"), cholmod=cholmod_available(), loadavg_start=m.get("load_average")
+    )
     m.update(extra)
     return m
 

@@ -226,9 +226,7 @@ def _peer_child(conn, rest, tets, targets_idx, targets, mu, lam, density, opts) 
 
 class PeerRun:
     def __init__(self, model, frames: int, opts: dict, timeout: float = 600.0):
-        self.label = (
-            f"Newton XPBD {opts['substeps']}x{opts['iterations']} (relax {opts['relaxation']})"
-        )
+        self.label = f"Newton XPBD {opts['substeps']}x{opts['iterations']} (relax {opts['relaxation']})"
         self.ms, self.twist, self.info, self.error = [], [], {}, None
         self.timeout = timeout
         substeps = opts["substeps"]
@@ -334,7 +332,11 @@ def main(argv=None) -> int:
     p.add_argument("--peer-substeps", type=int, default=10)
     p.add_argument("--peer-iterations", type=int, default=2)
     p.add_argument("--peer-relaxation", type=float, default=0.1)
-    p.add_argument("--out", default="out/twist_accuracy.json", help="JSON output (copy one worth keeping to benchmarks/results/twist-accuracy/)")
+    p.add_argument(
+        "--out",
+        default="out/twist_accuracy.json",
+        help="JSON output (copy one worth keeping to benchmarks/results/twist-accuracy/)",
+    )
     p.add_argument(
         "--reference-from",
         default=None,
@@ -358,10 +360,7 @@ def main(argv=None) -> int:
     print(f"machine: {m['cpu']}, {m['cores']} cores, load average {m['load_average_start']}")
     res = args.resolution
     runs = [TisimRun(f"PD {n} it.", n, res) for n in args.iterations]
-    runs += [
-        TisimRun(f"PD {n} it., default settings", n, res, None, args.window)
-        for n in args.default_iterations
-    ]
+    runs += [TisimRun(f"PD {n} it., default settings", n, res, None, args.window) for n in args.default_iterations]
     runs += [
         TisimRun(f"PD {n} it. + Anderson m={args.window}", n, res, "anderson", args.window)
         for n in args.anderson_iterations
@@ -440,9 +439,7 @@ def main(argv=None) -> int:
                 error_end_percent=100.0 * abs(tw[-1] - th_ref[-1]) / end,
                 error_max_percent=100.0 * float(np.max(np.abs(tw - th_ref))) / end,
                 iteration_error_end_percent=100.0 * abs(tw[-1] - th_same[-1]) / abs(th_same[-1]),
-                iteration_error_max_percent=100.0
-                * float(np.max(np.abs(tw - th_same)))
-                / abs(th_same[-1]),
+                iteration_error_max_percent=100.0 * float(np.max(np.abs(tw - th_same))) / abs(th_same[-1]),
                 anderson_rejected=r.rejected,
                 anderson_backtracks=r.backtracks,
             )
@@ -454,13 +451,9 @@ def main(argv=None) -> int:
         rows.append(row)
     t_end = 0.01 * args.frames
     print(
-        f"\nmid-section twist at t = {t_end:g} s; reference {th_ref[-1]:.5f} rad "
-        f"({ref_label}, {ref_ms:.0f} ms a frame)"
+        f"\nmid-section twist at t = {t_end:g} s; reference {th_ref[-1]:.5f} rad ({ref_label}, {ref_ms:.0f} ms a frame)"
     )
-    print(
-        f"converged at dt = 0.01 s: {th_same[-1]:.5f} rad "
-        f"({same_its:.0f} Anderson iterations a step, median)"
-    )
+    print(f"converged at dt = 0.01 s: {th_same[-1]:.5f} rad ({same_its:.0f} Anderson iterations a step, median)")
     print("err: against the reference; it.err: against the converged answer at the same dt")
     hdr = (
         f"{'run':<34} {'ms/frame':>9} {'x peer':>7} {'twist rad':>10} {'err end %':>10} "
@@ -511,11 +504,7 @@ def main(argv=None) -> int:
                     "iterations_median": same_its,
                     "twist_rad": th_same.tolist(),
                 },
-                "peer": (
-                    {**peer.info, "error": peer.error, "twist_rad": peer.twist}
-                    if peer is not None
-                    else None
-                ),
+                "peer": ({**peer.info, "error": peer.error, "twist_rad": peer.twist} if peer is not None else None),
                 "runs": rows,
             },
             indent=2,

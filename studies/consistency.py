@@ -44,15 +44,20 @@ def main(argv=None) -> int:
         c, d = res.info["consistency"], res.info["direct"]
         fine = c[f"level_{r.L}"]["com_distance_max_rel"]
         results[sc.name] = {
-            "vertices": [lv.vertex_count for lv in r.hierarchy.levels], "frames": a.frames,
+            "vertices": [lv.vertex_count for lv in r.hierarchy.levels],
+            "frames": a.frames,
             "finest_vs_preview_com_max_rel": fine,
             "direct_coarse_vs_fine_com_max_rel": d["direct_com_distance_max_rel"],
             "ratio": fine / d["direct_com_distance_max_rel"] if d["direct_com_distance_max_rel"] else None,
-            "per_level": c, "plot": str(a.out / sc.name / "consistency.png"),
+            "per_level": c,
+            "plot": str(a.out / sc.name / "consistency.png"),
         }
-        print(f"{sc.name} ({' -> '.join(map(str, results[sc.name]['vertices']))} vertices, {a.frames} frames): "
-              f"finest vs preview {100 * fine:.3f}% of the diagonal, direct coarse vs fine "
-              f"{100 * d['direct_com_distance_max_rel']:.3f}%", flush=True)
+        print(
+            f"{sc.name} ({' -> '.join(map(str, results[sc.name]['vertices']))} vertices, {a.frames} frames): "
+            f"finest vs preview {100 * fine:.3f}% of the diagonal, direct coarse vs fine "
+            f"{100 * d['direct_com_distance_max_rel']:.3f}%",
+            flush=True,
+        )
     a.out.mkdir(parents=True, exist_ok=True)
     (a.out / "consistency.json").write_text(json.dumps(results, indent=2))
     print(f"wrote {a.out / 'consistency.json'}")

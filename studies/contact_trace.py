@@ -62,8 +62,9 @@ def _scene():
     from tisim.cli.app import demos_dir
     from tisim.scene import load_scene
 
-    return load_scene(demos_dir() / "squeeze-ball.toml",
-                      ['contact.implementation="device"', 'solver.global_step="sparse-inverse"'])
+    return load_scene(
+        demos_dir() / "squeeze-ball.toml", ['contact.implementation="device"', 'solver.global_step="sparse-inverse"']
+    )
 
 
 def _run(arch: str, precision: str, frames: int, out: Path, calls_out: Path | None, updates: int) -> None:
@@ -89,8 +90,20 @@ def _run(arch: str, precision: str, frames: int, out: Path, calls_out: Path | No
             orig_load(self, contacts, W_hat, r_n, r_t, compliance, scale, h, lam, colliders, t)
             if recording() and contacts.count:
                 table = dn.collider_parameters(colliders, t)
-                calls.append(("load", pickle.dumps(contacts), np.array(W_hat), np.array(r_n), np.array(r_t),
-                              np.array(compliance), float(scale), float(h), np.array(lam), table))
+                calls.append(
+                    (
+                        "load",
+                        pickle.dumps(contacts),
+                        np.array(W_hat),
+                        np.array(r_n),
+                        np.array(r_t),
+                        np.array(compliance),
+                        float(scale),
+                        float(h),
+                        np.array(lam),
+                        table,
+                    )
+                )
 
         def set_lam(self, lam):
             orig_set(self, lam)
@@ -294,28 +307,31 @@ def compare(reference: list, other: list, tol: float, late_tol: float = 0.1) -> 
         limit = tol if step == 0 else late_tol
         bad = {n: v for n, v in kept.items() if v > limit}
         if bad:
-            first = {"label": la, "reason": f"past tolerance {limit:.0e}: " + ", ".join(
-                f"{n} {v:.2e}" for n, v in sorted(bad.items(), key=lambda kv: -kv[1]))}
+            first = {
+                "label": la,
+                "reason": f"past tolerance {limit:.0e}: "
+                + ", ".join(f"{n} {v:.2e}" for n, v in sorted(bad.items(), key=lambda kv: -kv[1])),
+            }
             break
         i += 1
         j += 1
     if first is None and (i < len(reference) or j < len(other)):
         first = {"label": None, "reason": f"lengths {len(reference)} and {len(other)}"}
-    return {"tolerance": tol, "late_tolerance": late_tol, "stages_compared": len(rows), "rows": rows,
-            "first": first}
+    return {"tolerance": tol, "late_tolerance": late_tol, "stages_compared": len(rows), "rows": rows, "first": first}
 
 
 def print_report(res: dict, title: str, last: int = 14) -> None:
-    print(f"{title}: {res['stages_compared']} stages compared, tolerance {res['tolerance']:.0e} "
-          f"(later Newton steps {res['late_tolerance']:.0e})")
-    for r in (res["rows"][-last:] if last > 0 else []):
+    print(
+        f"{title}: {res['stages_compared']} stages compared, tolerance {res['tolerance']:.0e} "
+        f"(later Newton steps {res['late_tolerance']:.0e})"
+    )
+    for r in res["rows"][-last:] if last > 0 else []:
         if "parted" in r:
             print(f"  {r['label']:<30} parted from {r['parted']!r} (a later Newton step: next update)")
             continue
         top = sorted(((n, v) for n, v in r["diffs"].items() if n in KEY), key=lambda kv: -kv[1])[:4]
         print(f"  {r['label']:<30} " + ", ".join(f"{n} {v:.1e}" for n, v in top))
-    worst = max(((v, n, r["label"]) for r in res["rows"] for n, v in r.get("judged", {}).items()),
-                default=None)
+    worst = max(((v, n, r["label"]) for r in res["rows"] for n, v in r.get("judged", {}).items()), default=None)
     if worst is not None:
         print(f"  largest judged difference: {worst[1]} {worst[0]:.1e} at {worst[2]}")
     parted = [r["label"] for r in res["rows"] if "parted" in r]
@@ -329,15 +345,25 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--archs", nargs=2, default=["cpu", "cuda"], metavar=("REFERENCE", "OTHER"))
     ap.add_argument("--precision", default="f32", choices=["f32", "f64"])
-    ap.add_argument("--frames", type=int, default=13,
-                    help="the squeeze-ball enters the contact band in frame 11 and is hit in frame 12")
-    ap.add_argument("--updates", type=int, default=10,
-                    help="device contact updates recorded and replayed (five a frame: the default covers "
-                         "frames 11 and 12; frame 11's converge before a Newton step)")
-    ap.add_argument("--tol", type=float, default=None,
-                    help="each update's first Newton step (default 1e-1 in f32, 1e-8 in f64)")
-    ap.add_argument("--late-tol", type=float, default=0.1,
-                    help="forces, gaps and slips in later Newton steps (default 0.1)")
+    ap.add_argument(
+        "--frames",
+        type=int,
+        default=13,
+        help="the squeeze-ball enters the contact band in frame 11 and is hit in frame 12",
+    )
+    ap.add_argument(
+        "--updates",
+        type=int,
+        default=10,
+        help="device contact updates recorded and replayed (five a frame: the default covers "
+        "frames 11 and 12; frame 11's converge before a Newton step)",
+    )
+    ap.add_argument(
+        "--tol", type=float, default=None, help="each update's first Newton step (default 1e-1 in f32, 1e-8 in f64)"
+    )
+    ap.add_argument(
+        "--late-tol", type=float, default=0.1, help="forces, gaps and slips in later Newton steps (default 0.1)"
+    )
     ap.add_argument("--out", type=Path, default=Path("out/contact_trace"))
     ap.add_argument("--child", nargs="+", default=None, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
@@ -363,8 +389,24 @@ def main(argv=None) -> int:
     tol = a.tol if a.tol is not None else (1e-1 if a.precision == "f32" else 1e-8)
     a.out.mkdir(parents=True, exist_ok=True)
     for what, role in (("run", "ref"), ("run", "other"), ("replay", "ref"), ("replay", "other")):
-        cmd = [sys.executable, __file__, "--archs", ref, other, "--precision", a.precision, "--frames",
-               str(a.frames), "--updates", str(a.updates), "--out", str(a.out), "--child", what, role]
+        cmd = [
+            sys.executable,
+            __file__,
+            "--archs",
+            ref,
+            other,
+            "--precision",
+            a.precision,
+            "--frames",
+            str(a.frames),
+            "--updates",
+            str(a.updates),
+            "--out",
+            str(a.out),
+            "--child",
+            what,
+            role,
+        ]
         r = subprocess.run(cmd, check=False)
         if r.returncode != 0:
             print(f"{what} on {tag[role]} failed (exit {r.returncode})", file=sys.stderr)
@@ -372,18 +414,30 @@ def main(argv=None) -> int:
     pa = np.load(a.out / f"run_{tag['ref']}.npz")["positions"]
     pb = np.load(a.out / f"run_{tag['other']}.npz")["positions"]
     gap = np.abs(pa - pb).max(axis=(1, 2))
-    print(f"whole runs, {other} against {ref} ({a.precision}), max |dx| per frame (m): "
-          + " ".join(f"{g:.1e}" for g in gap))
-    res = compare(load_trace(a.out / f"replay_{tag['ref']}.npz"), load_trace(a.out / f"replay_{tag['other']}.npz"),
-                  tol, a.late_tol)
+    print(
+        f"whole runs, {other} against {ref} ({a.precision}), max |dx| per frame (m): "
+        + " ".join(f"{g:.1e}" for g in gap)
+    )
+    res = compare(
+        load_trace(a.out / f"replay_{tag['ref']}.npz"),
+        load_trace(a.out / f"replay_{tag['other']}.npz"),
+        tol,
+        a.late_tol,
+    )
     print_report(res, f"replayed contact updates, {other} against {ref}")
     if res["first"] is None and gap[-1] > 1e-3:
-        print("  the contact kernels agree on the same inputs while the runs part by "
-              f"{gap[-1] * 1e3:.1f} mm: look at the PD kernels that take the device forces "
-              "(iterate with fdev, set_residual_difference) and at what PDContact hands the device")
-    (a.out / "trace.json").write_text(json.dumps(
-        {"archs": a.archs, "precision": a.precision, "run_max_dx_per_frame": gap.tolist(), **res},
-        indent=1, default=float))
+        print(
+            "  the contact kernels agree on the same inputs while the runs part by "
+            f"{gap[-1] * 1e3:.1f} mm: look at the PD kernels that take the device forces "
+            "(iterate with fdev, set_residual_difference) and at what PDContact hands the device"
+        )
+    (a.out / "trace.json").write_text(
+        json.dumps(
+            {"archs": a.archs, "precision": a.precision, "run_max_dx_per_frame": gap.tolist(), **res},
+            indent=1,
+            default=float,
+        )
+    )
     return 0 if res["first"] is None else 3
 
 

@@ -54,19 +54,28 @@ def level_second_difference(out: Path, level: int) -> np.ndarray:
 def analyse(s: np.ndarray, d: np.ndarray, window: int = 2) -> dict:
     n = min(len(s), len(d))
     s, d = s[:n], d[:n]
-    dmax = np.array([d[max(0, t - window):t + window + 1].max() for t in range(n)])
+    dmax = np.array([d[max(0, t - window) : t + window + 1].max() for t in range(n)])
     ratio = s / np.maximum(dmax, 1e-300)
     med = float(np.median(s))
     jumps = [int(t + 1) for t in np.flatnonzero((ratio > 3.0) & (s > 3.0 * med))]
-    return {"mean_ratio": float(s.mean() / d.mean()), "jump_ratio": float(ratio.max()),
-            "jump_frame": int(np.argmax(ratio)) + 1, "jumps": jumps, "mean_m": float(s.mean()),
-            "direct_mean_m": float(d.mean()), "max_m": float(s.max()), "direct_max_m": float(d.max())}
+    return {
+        "mean_ratio": float(s.mean() / d.mean()),
+        "jump_ratio": float(ratio.max()),
+        "jump_frame": int(np.argmax(ratio)) + 1,
+        "jumps": jumps,
+        "mean_m": float(s.mean()),
+        "direct_mean_m": float(d.mean()),
+        "max_m": float(s.max()),
+        "direct_max_m": float(d.max()),
+    }
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--scene", default="refine-drape")
-    ap.add_argument("--resolution", type=int, default=4, help="preview cells per side (generated sheets; 0: the scene's)")
+    ap.add_argument(
+        "--resolution", type=int, default=4, help="preview cells per side (generated sheets; 0: the scene's)"
+    )
     ap.add_argument("--levels", type=int, default=2)
     ap.add_argument("--frames", type=int, default=30)
     ap.add_argument("--gains", nargs="+", type=float, default=[1.0, 0.2])
@@ -118,13 +127,17 @@ def main(argv=None) -> int:
         per["second_difference"] = {f"level_{k}": level_second_difference(out, k).tolist() for k in range(r.L + 1)}
         result["gains"][f"{g:g}"] = per
     print(f"{result['scene']}: {' -> '.join(map(str, result['vertices']))} vertices, {a.frames} frames")
-    print(f"{'gain':>6} {'level':>6} {'mean s/d':>9} {'max jump':>9} {'@frame':>7} {'jumps':>6} "
-          f"{'finest COM dev % diag':>22}")
+    print(
+        f"{'gain':>6} {'level':>6} {'mean s/d':>9} {'max jump':>9} {'@frame':>7} {'jumps':>6} "
+        f"{'finest COM dev % diag':>22}"
+    )
     for g, per in result["gains"].items():
         for k in range(a.levels):
             q = per[f"level_{k}"]
-            print(f"{g:>6} {k:>6} {q['mean_ratio']:9.2f} {q['jump_ratio']:9.2f} {q['jump_frame']:7d} "
-                  f"{len(q['jumps']):6d} {100 * per['com_distance_max_rel'] if k == a.levels - 1 else float('nan'):22.3f}")
+            print(
+                f"{g:>6} {k:>6} {q['mean_ratio']:9.2f} {q['jump_ratio']:9.2f} {q['jump_frame']:7d} "
+                f"{len(q['jumps']):6d} {100 * per['com_distance_max_rel'] if k == a.levels - 1 else float('nan'):22.3f}"
+            )
     a.out.mkdir(parents=True, exist_ok=True)
     (a.out / "continuity.json").write_text(json.dumps(result, indent=2))
     print(f"wrote {a.out / 'continuity.json'}")

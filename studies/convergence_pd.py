@@ -173,11 +173,7 @@ def study(E: float, args) -> list[dict]:
         rho = None
         if method == "jacobi":
             probe, _, _ = build(E, args.resolution, "cholesky", 1, material=args.material)
-            rho = (
-                args.rho
-                if args.rho is not None
-                else jacobi_spectral_radius(probe, probe.config.jacobi_relaxation)
-            )
+            rho = args.rho if args.rho is not None else jacobi_spectral_radius(probe, probe.config.jacobi_relaxation)
         n_it = args.iterations if method == "jacobi" else args.exact_iterations
         solver, _, _ = build(
             E,
@@ -234,14 +230,10 @@ def main(argv=None) -> int:
         default=[65, 8, 8],
         help="bar cells (default 5,346 vertices)",
     )
-    p.add_argument(
-        "--stiffness", type=float, nargs="+", default=[1e5, 1e7], help="Young's moduli, Pa"
-    )
+    p.add_argument("--stiffness", type=float, nargs="+", default=[1e5, 1e7], help="Young's moduli, Pa")
     p.add_argument("--iterations", type=int, default=1000, help="iterations of the Jacobi run")
     p.add_argument("--exact-iterations", type=int, default=60, help="iterations of the exact run")
-    p.add_argument(
-        "--ref-iterations", type=int, default=3000, help="max iterations of the reference"
-    )
+    p.add_argument("--ref-iterations", type=int, default=3000, help="max iterations of the reference")
     p.add_argument("--warmup", type=int, default=10, help="frames before the studied one")
     p.add_argument(
         "--warmup-iterations",
@@ -276,9 +268,7 @@ def main(argv=None) -> int:
     for E in args.stiffness:
         rows += study(E, args)
     with open(out / "convergence_pd.csv", "w", newline="") as f:
-        w = csv.DictWriter(
-            f, fieldnames=["E", "method", "iteration", "error_positions", "error_correction"]
-        )
+        w = csv.DictWriter(f, fieldnames=["E", "method", "iteration", "error_positions", "error_correction"])
         w.writeheader()
         w.writerows(rows)
     plot(rows, out / "convergence_pd.png", args)
@@ -304,9 +294,7 @@ def plot(rows, path: Path, args) -> None:
         for ax, E in zip(axes[row], Es):
             for method in sorted({r["method"] for r in rows if r["E"] == E}):
                 rr = [r for r in rows if r["E"] == E and r["method"] == method]
-                ax.semilogy(
-                    [r["iteration"] for r in rr], [max(r[key], 1e-17) for r in rr], label=method
-                )
+                ax.semilogy([r["iteration"] for r in rr], [max(r[key], 1e-17) for r in rr], label=method)
             ax.axhline(1e-3, color="gray", lw=0.8, ls="--")
             ax.axvline(5, color="gray", lw=0.8, ls=":")
             ax.set_xscale("log")

@@ -38,8 +38,9 @@ log = logging.getLogger("midpoint_diagnosis")
 def _scene(dt: float, integrator: str = "midpoint"):
     from tisim.scene import load_scene
 
-    return load_scene(ROOT / "demos" / "spinning-bar.toml",
-                      [f"sim.dt={dt}", "sim.substeps=1", f"solver.integrator={integrator}"])
+    return load_scene(
+        ROOT / "demos" / "spinning-bar.toml", [f"sim.dt={dt}", "sim.substeps=1", f"solver.integrator={integrator}"]
+    )
 
 
 def _quantities(m, x, v):
@@ -54,22 +55,32 @@ def energy_consistency(model, solver, states: dict) -> dict:
     from tisim.testing import check_gradient
 
     me = ModelEnergy(model)
-    out = {"lame_scene_Pa": list(model.scene.objects["bar"].lame),
-           "lame_model_Pa": [float(model.element_mu[0]), float(model.element_lam[0])], "states": []}
+    out = {
+        "lame_scene_Pa": list(model.scene.objects["bar"].lame),
+        "lame_model_Pa": [float(model.element_mu[0]), float(model.element_lam[0])],
+        "states": [],
+    }
     for label, x in states.items():
         e_k = solver.potential_energy(x)
         e_np = me.elastic(x)
         f_k = -solver.elastic_forces(x)
         f_np = me.elastic_gradient(x)
-        fd = check_gradient(lambda y: solver.potential_energy(y.reshape(-1, 3)),
-                            lambda y: -solver.elastic_forces(y.reshape(-1, 3)).ravel(), x.ravel(),
-                            raise_on_failure=False)
-        out["states"].append({
-            "state": label, "energy_kernel_J": e_k, "energy_numpy_J": e_np,
-            "energy_rel_diff": abs(e_k - e_np) / max(abs(e_np), 1e-300),
-            "gradient_rel_diff": float(np.abs(f_k - f_np).max() / np.abs(f_np).max()),
-            "fd_check": {"passed": bool(fd.passed), "max_rel_error": float(fd.max_rel_error)},
-        })
+        fd = check_gradient(
+            lambda y: solver.potential_energy(y.reshape(-1, 3)),
+            lambda y: -solver.elastic_forces(y.reshape(-1, 3)).ravel(),
+            x.ravel(),
+            raise_on_failure=False,
+        )
+        out["states"].append(
+            {
+                "state": label,
+                "energy_kernel_J": e_k,
+                "energy_numpy_J": e_np,
+                "energy_rel_diff": abs(e_k - e_np) / max(abs(e_np), 1e-300),
+                "gradient_rel_diff": float(np.abs(f_k - f_np).max() / np.abs(f_np).max()),
+                "fd_check": {"passed": bool(fd.passed), "max_rel_error": float(fd.max_rel_error)},
+            }
+        )
     return out
 
 
@@ -90,8 +101,9 @@ def run_admm(dt: float, steps: int, cache: Path, fresh: bool):
     for k in range(steps):
         st = s.step(a, b, dt)
         a, b = b, a
-        rows.append((k + 1, st.potential, st.iterations, float(st.converged), st.extra["min_det"],
-                     st.extra["min_det_mid"]))
+        rows.append(
+            (k + 1, st.potential, st.iterations, float(st.converged), st.extra["min_det"], st.extra["min_det_mid"])
+        )
         X.append(a.positions.copy())
         V.append(a.velocities.copy())
         inf_steps = inf_steps + 1 if not np.isfinite(st.potential) else 0
@@ -122,14 +134,29 @@ def run_newton(model, scheme: str, dt: float, steps: int, cache: Path, fresh: bo
         x = r.positions
         pot = nm.energy.elastic(x)
         J = np.linalg.det(nm.energy.F(x))
-        rows.append((k + 1, pot, r.iterations, float(r.converged), float(J.min()),
-                     float(np.linalg.det(nm.energy.F(0.5 * (X[-1] + x))).min())))
+        rows.append(
+            (
+                k + 1,
+                pot,
+                r.iterations,
+                float(r.converged),
+                float(J.min()),
+                float(np.linalg.det(nm.energy.F(0.5 * (X[-1] + x))).min()),
+            )
+        )
         X.append(x.copy())
         V.append(v.copy())
         inf_steps = inf_steps + 1 if not np.isfinite(pot) else 0
         if k % 200 == 0:
-            log.info("Newton %s dt=%g step %d: potential %.6g J, %d iterations (%.0f s)", scheme, dt, k + 1, pot,
-                     r.iterations, time.perf_counter() - t0)
+            log.info(
+                "Newton %s dt=%g step %d: potential %.6g J, %d iterations (%.0f s)",
+                scheme,
+                dt,
+                k + 1,
+                pot,
+                r.iterations,
+                time.perf_counter() - t0,
+            )
         if stop_on_inf and inf_steps >= 20:
             break
     X, V, rows = np.array(X), np.array(V), np.array(rows)
@@ -160,18 +187,24 @@ def summarise(model, X, V, rows, dt) -> dict:
     else:
         trend = scatter = float("nan")
     return {
-        "dt": dt, "steps": int(len(rows)), "E0_J": E0,
+        "dt": dt,
+        "steps": int(len(rows)),
+        "E0_J": E0,
         "E_at": {str(k): float(E[k - 1]) for k in (100, 500, 1000, 2000, 2100, 2110, 3000, 4000) if k <= len(E)},
         "max_rel_energy_error_finite": float(np.nanmax(np.abs(E[ok] - E0)) / E0) if ok.any() else None,
-        "trend_J": trend, "residual_scatter_J": scatter,
-        "first_infinite_energy_step": first_inf, "first_inverted_end_state_step": first_inv,
-        "first_capped_step": first_cap, "capped_steps": int(np.sum(rows[:, 3] == 0)),
+        "trend_J": trend,
+        "residual_scatter_J": scatter,
+        "first_infinite_energy_step": first_inf,
+        "first_inverted_end_state_step": first_inv,
+        "first_capped_step": first_cap,
+        "capped_steps": int(np.sum(rows[:, 3] == 0)),
         "min_det_end_before_blowup": float(rows[ok, 4].min()) if ok.any() else None,
         "min_det_mid_overall": float(np.nanmin(rows[:, 5])),
         "max_iterations": int(rows[:, 2].max()),
         "linear_momentum_max_change": float(np.abs(P - P[0]).max()),
         "angular_momentum_max_rel_change": float(np.abs(L - L[0]).max() / np.linalg.norm(L[0])),
-        "E": E, "steps_arr": steps,
+        "E": E,
+        "steps_arr": steps,
     }
 
 
@@ -199,16 +232,30 @@ def blowup_steps(model, sc, X, V, dt, start: int, steps: int, cache: Path, fresh
         a, b = b, a
         r = nm.solve(x0, v0, dt, k * dt)  # warm start: the previous step's acceleration
         v_n = 2.0 / dt * (r.positions - x0) - v0
-        out.append({"step": k + 1, "admm_iterations": st.iterations, "admm_converged": bool(st.converged),
-                    "admm_energy_J": 0.5 * float(m @ (a.velocities**2).sum(1)) + st.potential,
-                    "admm_min_det_end": st.extra["min_det"], "admm_min_det_start": float(np.linalg.det(
-                        nm.energy.F(x0)).min()),
-                    "newton_iterations": r.iterations, "newton_converged": bool(r.converged),
-                    "newton_energy_J": 0.5 * float(m @ (v_n**2).sum(1)) + nm.energy.elastic(r.positions),
-                    "max_dx_rel": float(np.abs(r.positions - a.positions).max() / nm.scale)})
-        log.info("blow-up step %d: ADMM %d it (%s), E %.5g; Newton %d it, E %.5g; |dx| %.2g", k + 1,
-                 st.iterations, st.converged, out[-1]["admm_energy_J"], r.iterations, out[-1]["newton_energy_J"],
-                 out[-1]["max_dx_rel"])
+        out.append(
+            {
+                "step": k + 1,
+                "admm_iterations": st.iterations,
+                "admm_converged": bool(st.converged),
+                "admm_energy_J": 0.5 * float(m @ (a.velocities**2).sum(1)) + st.potential,
+                "admm_min_det_end": st.extra["min_det"],
+                "admm_min_det_start": float(np.linalg.det(nm.energy.F(x0)).min()),
+                "newton_iterations": r.iterations,
+                "newton_converged": bool(r.converged),
+                "newton_energy_J": 0.5 * float(m @ (v_n**2).sum(1)) + nm.energy.elastic(r.positions),
+                "max_dx_rel": float(np.abs(r.positions - a.positions).max() / nm.scale),
+            }
+        )
+        log.info(
+            "blow-up step %d: ADMM %d it (%s), E %.5g; Newton %d it, E %.5g; |dx| %.2g",
+            k + 1,
+            st.iterations,
+            st.converged,
+            out[-1]["admm_energy_J"],
+            r.iterations,
+            out[-1]["newton_energy_J"],
+            out[-1]["max_dx_rel"],
+        )
         if not np.isfinite(a.positions).all():
             break
     path.write_text(json.dumps(out, indent=1))
@@ -227,10 +274,16 @@ def local_steps(model, X, V, dt, which) -> list[dict]:
             break
         nm.forget()
         r = nm.solve(X[k], V[k], dt, k * dt)
-        out.append({"step": int(k + 1), "newton_iterations": r.iterations, "newton_converged": r.converged,
-                    "max_dx_rel": float(np.abs(r.positions - X[k + 1]).max() / scale),
-                    "admm_residual_N": float(np.abs(nm.residual(X[k], V[k], X[k + 1], dt, k * dt)).max()),
-                    "newton_residual_N": float(np.abs(nm.residual(X[k], V[k], r.positions, dt, k * dt)).max())})
+        out.append(
+            {
+                "step": int(k + 1),
+                "newton_iterations": r.iterations,
+                "newton_converged": r.converged,
+                "max_dx_rel": float(np.abs(r.positions - X[k + 1]).max() / scale),
+                "admm_residual_N": float(np.abs(nm.residual(X[k], V[k], X[k + 1], dt, k * dt)).max()),
+                "newton_residual_N": float(np.abs(nm.residual(X[k], V[k], r.positions, dt, k * dt)).max()),
+            }
+        )
     return out
 
 
@@ -258,8 +311,13 @@ def main(argv=None) -> int:
     dt = args.dt
     sc = _scene(dt)
     model = Model.from_scene(sc)
-    report: dict = {"scene": "demos/spinning-bar.toml", "dt": dt, "substeps": 1,
-                    "vertices": model.vertex_count, "tets": model.element_count}
+    report: dict = {
+        "scene": "demos/spinning-bar.toml",
+        "dt": dt,
+        "substeps": 1,
+        "vertices": model.vertex_count,
+        "tets": model.element_count,
+    }
 
     Xa, Va, Ra = run_admm(dt, args.steps, cache, args.fresh)
     states = {f"ADMM step {k}": Xa[k] for k in (100, 1000, 2000) if k < len(Xa)}
@@ -269,11 +327,15 @@ def main(argv=None) -> int:
     sa, sn = summarise(model, Xa, Va, Ra, dt), summarise(model, Xn, Vn, Rn, dt)
     n_common = min(len(Xa), len(Xn))
     dev = np.abs(Xa[:n_common] - Xn[:n_common]).max(axis=(1, 2)) / np.linalg.norm(np.ptp(Xa[0], axis=0))
-    which = list(range(0, 300, 25)) + list(range(1000, min(len(Xa) - 1, 2120), 100)) + \
-        [k for k in (2050, 2080, 2090, 2095, 2100, 2105) if k < len(Xa) - 1]
+    which = (
+        list(range(0, 300, 25))
+        + list(range(1000, min(len(Xa) - 1, 2120), 100))
+        + [k for k in (2050, 2080, 2090, 2095, 2100, 2105) if k < len(Xa) - 1]
+    )
     report["local_step_agreement"] = local_steps(model, Xa, Va, dt, sorted(set(which)))
-    report["trajectory_deviation_rel"] = {str(k): float(dev[k]) for k in (10, 100, 300, 1000, 1500, 2000, 2050, 2100)
-                                          if k < n_common}
+    report["trajectory_deviation_rel"] = {
+        str(k): float(dev[k]) for k in (10, 100, 300, 1000, 1500, 2000, 2050, 2100) if k < n_common
+    }
     inv = np.flatnonzero(~(Ra[:, 4] > 0))
     if len(inv):
         start = max(int(Ra[inv[0], 0]) - 3, 0)
@@ -310,8 +372,13 @@ def _plot(path: Path, plots: dict, dev: np.ndarray, report: dict) -> None:
     ax[0].set_title("spinning-bar: energy", fontsize=9)
     ax[1].semilogy(np.arange(len(dev)), np.maximum(dev, 1e-16), "k", lw=1, label="trajectory: ADMM vs Newton")
     loc = report["local_step_agreement"]
-    ax[1].semilogy([r["step"] for r in loc], [max(r["max_dx_rel"], 1e-16) for r in loc], "o", ms=3,
-                   label="one step from ADMM's state")
+    ax[1].semilogy(
+        [r["step"] for r in loc],
+        [max(r["max_dx_rel"], 1e-16) for r in loc],
+        "o",
+        ms=3,
+        label="one step from ADMM's state",
+    )
     ax[1].set_xlabel("step")
     ax[1].set_ylabel("max |x_ADMM - x_Newton| / diagonal")
     ax[1].legend(fontsize=8)

@@ -89,15 +89,19 @@ def main() -> int:
             r = subprocess.run([sys.executable, str(script), arch], capture_output=True, text=True)
             line = r.stdout.strip().splitlines()[-1] if r.returncode == 0 and r.stdout.strip() else None
             rows[arch] = json.loads(line) if line else {"error": (r.stderr.strip().splitlines() or ["?"])[-1]}
-    print(f"{'arch':<8}{'1-D loop':>10}{'3-D cells':>11}{'after loop':>12}{'scan wrong':>12}{'local scan':>12}"
-          f"   (expected {rows['cpu'].get('expected_1d')}, {rows['cpu'].get('expected_3d')}, "
-          f"{rows['cpu'].get('expected_3d')}, 0 of 16, 0 of 16)")
+    print(
+        f"{'arch':<8}{'1-D loop':>10}{'3-D cells':>11}{'after loop':>12}{'scan wrong':>12}{'local scan':>12}"
+        f"   (expected {rows['cpu'].get('expected_1d')}, {rows['cpu'].get('expected_3d')}, "
+        f"{rows['cpu'].get('expected_3d')}, 0 of 16, 0 of 16)"
+    )
     for arch, r in rows.items():
         if "error" in r:
             print(f"{arch:<8}{r['error']}")
         else:
-            print(f"{arch:<8}{r['loop1d']:>10}{r['cells3d']:>11}{r['after_loop']:>12}"
-                  f"{r['scan_in_place_wrong']:>12}{r['scan_local_wrong']:>12}")
+            print(
+                f"{arch:<8}{r['loop1d']:>10}{r['cells3d']:>11}{r['after_loop']:>12}"
+                f"{r['scan_in_place_wrong']:>12}{r['scan_local_wrong']:>12}"
+            )
     return 0
 
 

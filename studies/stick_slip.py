@@ -107,9 +107,7 @@ def run_box(
     }
 
 
-def threshold(
-    angle, preconditioner, seconds, tol, friction_jacobian, extra, bracket=0.02, log=print
-):
+def threshold(angle, preconditioner, seconds, tol, friction_jacobian, extra, bracket=0.02, log=print):
     """Bisection for the smallest mu at which the box is at rest after ``seconds``."""
     mu_star = math.tan(math.radians(angle))
     lo, hi = mu_star - bracket, mu_star + bracket
@@ -143,9 +141,7 @@ def threshold(
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--angle", type=float, nargs="+", default=[10.0, 20.0])
-    ap.add_argument(
-        "--preconditioner", nargs="+", default=["delassus", "mass"], choices=["delassus", "mass"]
-    )
+    ap.add_argument("--preconditioner", nargs="+", default=["delassus", "mass"], choices=["delassus", "mass"])
     ap.add_argument("--friction-jacobian", default="full", choices=["full", "lagged"])
     ap.add_argument(
         "--newton-iterations",
@@ -160,13 +156,9 @@ def main(argv=None) -> int:
     )
     ap.add_argument("--seconds", type=float, default=2.0)
     ap.add_argument("--tol", type=float, default=2e-4, help="bisection bracket width on mu")
-    ap.add_argument(
-        "--bracket", type=float, default=0.02, help="initial half-width around tan(theta)"
-    )
+    ap.add_argument("--bracket", type=float, default=0.02, help="initial half-width around tan(theta)")
     ap.add_argument("--no-bisection", action="store_true", help="only the +-0.001 checks")
-    ap.add_argument(
-        "--set", action="append", default=[], help="extra scene override, e.g. solver.iterations=5"
-    )
+    ap.add_argument("--set", action="append", default=[], help="extra scene override, e.g. solver.iterations=5")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args(argv)
     if args.notes_settings:
@@ -198,9 +190,7 @@ def main(argv=None) -> int:
             print(f"angle {angle:g} deg (tan = {mu_star:.8f}), preconditioner {pre}:")
             checks = {}
             for dmu in (+0.001, -0.001):
-                r = run_box(
-                    angle, mu_star + dmu, pre, args.seconds, args.friction_jacobian, args.set
-                )
+                r = run_box(angle, mu_star + dmu, pre, args.seconds, args.friction_jacobian, args.set)
                 checks[f"{dmu:+.3f}"] = r
                 verdict = (
                     "stays"
@@ -222,9 +212,7 @@ def main(argv=None) -> int:
                 "friction_jacobian": args.friction_jacobian,
                 "newton_iterations": args.newton_iterations,
                 "checks": checks,
-                "correct_at_0_001": bool(
-                    checks["+0.001"]["stays"] and checks["-0.001"]["slides_accelerating"]
-                ),
+                "correct_at_0_001": bool(checks["+0.001"]["stays"] and checks["-0.001"]["slides_accelerating"]),
             }
             if not args.no_bisection:
                 mu_t, (lo, hi), runs = threshold(
@@ -247,9 +235,7 @@ def main(argv=None) -> int:
     for e in results:
         thr = f"{e['threshold']:.5f}" if "threshold" in e else "-"
         err = f"{e['error']:+.5f}" if "error" in e else "-"
-        print(
-            f"{e['angle_deg']:>6g} {e['preconditioner']:>9} {e['correct_at_0_001']!s:>10} {thr:>10} {err:>9}"
-        )
+        print(f"{e['angle_deg']:>6g} {e['preconditioner']:>9} {e['correct_at_0_001']!s:>10} {thr:>10} {err:>9}")
     if args.json:
         args.json.write_text(
             json.dumps(

@@ -42,10 +42,17 @@ def stick_slip(out: Path, workers: int, frames: int, count: int) -> dict:
     theta = math.radians(10.0)
     tan = math.tan(theta)
     vary = parse_vary(f"contact.mu=0.15:0.20:{count}")
-    res = sweep(DEMOS / "stick-slip.toml", [vary], out, frames=frames, workers=workers,
-                metrics=[Metric("final_displacement")], quiet_dask=True,
-                title=f"stick-slip: a box on a 10° incline for {frames * 0.01:g} s; it slides for mu < tan 10°",
-                vlines={"contact.mu": [(tan, " tan 10°")]})
+    res = sweep(
+        DEMOS / "stick-slip.toml",
+        [vary],
+        out,
+        frames=frames,
+        workers=workers,
+        metrics=[Metric("final_displacement")],
+        quiet_dask=True,
+        title=f"stick-slip: a box on a 10° incline for {frames * 0.01:g} s; it slides for mu < tan 10°",
+        vlines={"contact.mu": [(tan, " tan 10°")]},
+    )
     dt = 0.01  # demos/stick-slip.toml
     t = frames * dt
     table = []
@@ -53,8 +60,11 @@ def stick_slip(out: Path, workers: int, frames: int, count: int) -> dict:
     # the smallest analytic slide (the mu value just below tan(theta)); a box that sticks
     # still settles elastically and creeps for a few steps while the contact forces build up
     # (~30 micrometres here), far below it
-    smallest = min(0.5 * 9.81 * (math.sin(theta) - r["contact.mu"] * math.cos(theta)) * (frames * 0.01) ** 2
-                   for r in res.rows if r["contact.mu"] < tan)
+    smallest = min(
+        0.5 * 9.81 * (math.sin(theta) - r["contact.mu"] * math.cos(theta)) * (frames * 0.01) ** 2
+        for r in res.rows
+        if r["contact.mu"] < tan
+    )
     for r in res.rows:
         mu = r["contact.mu"]
         a = 9.81 * (math.sin(theta) - mu * math.cos(theta))
@@ -65,27 +75,64 @@ def stick_slip(out: Path, workers: int, frames: int, count: int) -> dict:
         else:
             good = r["ended"] == "completed" and d < 0.05 * smallest
         ok &= good
-        table.append({"mu": mu, "ended": r["ended"], "displacement_m": d, "analytic_slide_m": analytic,
-                      "check": "ok" if good else "FAILED"})
-    return {"scene": "demos/stick-slip.toml", "tan_theta": tan, "frames": frames, "seconds": t,
-            "runs": table, "all_checks_pass": bool(ok), "ran": res.ran, "skipped": res.skipped}
+        table.append(
+            {
+                "mu": mu,
+                "ended": r["ended"],
+                "displacement_m": d,
+                "analytic_slide_m": analytic,
+                "check": "ok" if good else "FAILED",
+            }
+        )
+    return {
+        "scene": "demos/stick-slip.toml",
+        "tan_theta": tan,
+        "frames": frames,
+        "seconds": t,
+        "runs": table,
+        "all_checks_pass": bool(ok),
+        "ran": res.ran,
+        "skipped": res.skipped,
+    }
 
 
 def spinning_bar(out: Path, workers: int, frames: int, moduli: str, resolution: str) -> dict:
     from tisim.sweep import Metric, parse_metric, parse_vary, sweep
 
-    varies = [parse_vary(f"objects.bar.youngs_modulus={moduli}"),
-              parse_vary("solver.integrator=midpoint,energy-momentum")]
-    res = sweep(DEMOS / "spinning-bar.toml", varies, out, frames=frames, workers=workers,
-                sets=[f"objects.bar.resolution={resolution}"],
-                metrics=[Metric("energy_drift"), Metric("frame_ms"), parse_metric("min_volume_ratio:min")],
-                quiet_dask=True,
-                title=f"spinning bar ({resolution} cells), {frames} frames of 2 x 0.005 s: ADMM integrators")
-    table = [{"youngs_modulus": r["objects.bar.youngs_modulus"], "integrator": r["solver.integrator"],
-              "ended": r["ended"], "energy_drift": r["energy_drift"], "frame_ms": r["frame_ms"],
-              "min_volume_ratio": r["min_volume_ratio:min"]} for r in res.rows]
-    return {"scene": "demos/spinning-bar.toml", "frames": frames, "resolution": resolution, "runs": table,
-            "ran": res.ran, "skipped": res.skipped}
+    varies = [
+        parse_vary(f"objects.bar.youngs_modulus={moduli}"),
+        parse_vary("solver.integrator=midpoint,energy-momentum"),
+    ]
+    res = sweep(
+        DEMOS / "spinning-bar.toml",
+        varies,
+        out,
+        frames=frames,
+        workers=workers,
+        sets=[f"objects.bar.resolution={resolution}"],
+        metrics=[Metric("energy_drift"), Metric("frame_ms"), parse_metric("min_volume_ratio:min")],
+        quiet_dask=True,
+        title=f"spinning bar ({resolution} cells), {frames} frames of 2 x 0.005 s: ADMM integrators",
+    )
+    table = [
+        {
+            "youngs_modulus": r["objects.bar.youngs_modulus"],
+            "integrator": r["solver.integrator"],
+            "ended": r["ended"],
+            "energy_drift": r["energy_drift"],
+            "frame_ms": r["frame_ms"],
+            "min_volume_ratio": r["min_volume_ratio:min"],
+        }
+        for r in res.rows
+    ]
+    return {
+        "scene": "demos/spinning-bar.toml",
+        "frames": frames,
+        "resolution": resolution,
+        "runs": table,
+        "ran": res.ran,
+        "skipped": res.skipped,
+    }
 
 
 def _small_png(src: Path, dst: Path) -> None:
@@ -97,8 +144,7 @@ def _small_png(src: Path, dst: Path) -> None:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("which", nargs="*", default=["stick-slip", "spinning-bar"],
-                    choices=["stick-slip", "spinning-bar"])
+    ap.add_argument("which", nargs="*", default=["stick-slip", "spinning-bar"], choices=["stick-slip", "spinning-bar"])
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--out", type=Path, default=ROOT / "out" / "sweeps")
     ap.add_argument("--frames", type=int, default=None, help="frames per run (default: 60 and 40)")
@@ -116,14 +162,18 @@ def main(argv=None) -> int:
         if name == "stick-slip":
             summary = stick_slip(out, a.workers, a.frames or 60, a.count)
             for r in summary["runs"]:
-                print(f"mu {r['mu']:.4f}  {r['ended']:10s} displacement {r['displacement_m']:.3e} m  "
-                      f"(analytic slide {r['analytic_slide_m']:.3e} m)  {r['check']}")
+                print(
+                    f"mu {r['mu']:.4f}  {r['ended']:10s} displacement {r['displacement_m']:.3e} m  "
+                    f"(analytic slide {r['analytic_slide_m']:.3e} m)  {r['check']}"
+                )
             status |= 0 if summary["all_checks_pass"] else 1
         else:
             summary = spinning_bar(out, a.workers, a.frames or 40, a.moduli, a.resolution)
             for r in summary["runs"]:
-                print(f"E {r['youngs_modulus']:9.3g} Pa  {r['integrator']:16s} {r['ended']:10s} energy drift "
-                      f"{r['energy_drift']:.2e}  {r['frame_ms']:8.1f} ms/frame  min det F {r['min_volume_ratio']:.3f}")
+                print(
+                    f"E {r['youngs_modulus']:9.3g} Pa  {r['integrator']:16s} {r['ended']:10s} energy drift "
+                    f"{r['energy_drift']:.2e}  {r['frame_ms']:8.1f} ms/frame  min det F {r['min_volume_ratio']:.3f}"
+                )
         summary.update(workers=a.workers, wall_s=time.perf_counter() - t0, machine=machine())
         print(f"{name}: {summary['ran']} runs, {summary['skipped']} reused, {summary['wall_s']:.0f} s; {out}/")
         if not a.no_docs:

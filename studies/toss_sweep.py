@@ -37,8 +37,14 @@ def direct_com(r, level: int, frames: int) -> np.ndarray:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--scene", default="toss")
-    ap.add_argument("--speeds", nargs=3, type=float, default=[0.7, 1.9, 12], metavar=("LO", "HI", "COUNT"),
-                    help="throw speeds along x, m/s: COUNT values from LO to HI")
+    ap.add_argument(
+        "--speeds",
+        nargs=3,
+        type=float,
+        default=[0.7, 1.9, 12],
+        metavar=("LO", "HI", "COUNT"),
+        help="throw speeds along x, m/s: COUNT values from LO to HI",
+    )
     ap.add_argument("--vy", type=float, default=None, help="vertical throw speed (default: the scene's)")
     ap.add_argument("--frames", type=int, default=None)
     ap.add_argument("--levels", type=int, default=None)
@@ -84,19 +90,31 @@ def main(argv=None) -> int:
 
         a.out.mkdir(parents=True, exist_ok=True)  # after every speed, so a cut-short sweep keeps its rows
         (a.out / "toss_sweep_rows.json").write_text(json.dumps(rows, indent=2))
-        print(f"{vx:8.3f} {word(hits['level_0']):>9} {word(hits[f'level_{r.L}']):>9}"
-              + (f" {word(row['direct_finest']):>9}" if a.direct else "") + f"  {'yes' if row['agree'] else 'NO'}",
-              flush=True)
+        print(
+            f"{vx:8.3f} {word(hits['level_0']):>9} {word(hits[f'level_{r.L}']):>9}"
+            + (f" {word(row['direct_finest']):>9}" if a.direct else "")
+            + f"  {'yes' if row['agree'] else 'NO'}",
+            flush=True,
+        )
     disagree = [r_["vx"] for r_ in rows if not r_["agree"]]
-    summary = {"scene": base.name, "hole": {"lo": hole.lo, "hi": hole.hi, "top": hole.top}, "frames": frames,
-               "speeds": len(rows), "hits_preview": sum(r_["level_0"] is not None for r_ in rows),
-               "disagreements": disagree, "rows": rows}
+    summary = {
+        "scene": base.name,
+        "hole": {"lo": hole.lo, "hi": hole.hi, "top": hole.top},
+        "frames": frames,
+        "speeds": len(rows),
+        "hits_preview": sum(r_["level_0"] is not None for r_ in rows),
+        "disagreements": disagree,
+        "rows": rows,
+    }
     if a.direct:
-        summary["direct_disagreements"] = [r_["vx"] for r_ in rows
-                                           if (r_["direct_finest"] is None) != (r_["level_0"] is None)]
-    print(f"{len(rows)} speeds, preview hits {summary['hits_preview']}, preview/refined disagree at "
-          f"{disagree or 'none'}" + (f"; direct fine vs preview disagree at {summary['direct_disagreements'] or 'none'}"
-                                     if a.direct else ""))
+        summary["direct_disagreements"] = [
+            r_["vx"] for r_ in rows if (r_["direct_finest"] is None) != (r_["level_0"] is None)
+        ]
+    print(
+        f"{len(rows)} speeds, preview hits {summary['hits_preview']}, preview/refined disagree at "
+        f"{disagree or 'none'}"
+        + (f"; direct fine vs preview disagree at {summary['direct_disagreements'] or 'none'}" if a.direct else "")
+    )
     a.out.mkdir(parents=True, exist_ok=True)
     (a.out / "toss_sweep.json").write_text(json.dumps(summary, indent=2))
     print(f"wrote {a.out / 'toss_sweep.json'}")

@@ -74,8 +74,7 @@ def demos() -> pd.DataFrame:
     return pd.DataFrame([{"name": n, "description": d, "look_for": w} for n, d, w in demo_texts()])
 
 
-def load(scene: str | Path, *, arch: str = "auto", precision: str | None = None,
-         **overrides: Any) -> Simulation:
+def load(scene: str | Path, *, arch: str = "auto", precision: str | None = None, **overrides: Any) -> Simulation:
     """Load a scene file or a demo, with overrides, as ``tisim run``/``tisim demo`` do.
 
     Args:
@@ -105,8 +104,9 @@ def _require_vulkan(what: str) -> None:
     from tisim.render import ViewerUnavailable, vulkan_available
 
     if not vulkan_available():
-        raise ViewerUnavailable(f"{what} needs Vulkan for off-screen rendering (install a Vulkan driver, "
-                                "e.g. mesa-vulkan-drivers)")
+        raise ViewerUnavailable(
+            f"{what} needs Vulkan for off-screen rendering (install a Vulkan driver, e.g. mesa-vulkan-drivers)"
+        )
 
 
 def _labelled(image: np.ndarray, lines: Sequence[str]) -> np.ndarray:
@@ -147,8 +147,10 @@ class Result:
     _video: Path | None = None
 
     def __repr__(self) -> str:
-        return (f"Result({self.simulation.name!r}, {self.ended}, {self.frames} frames, "
-                f"positions {self.positions.shape}, out_dir={str(self.out_dir)!r})")
+        return (
+            f"Result({self.simulation.name!r}, {self.ended}, {self.frames} frames, "
+            f"positions {self.positions.shape}, out_dir={str(self.out_dir)!r})"
+        )
 
     @property
     def frames(self) -> int:
@@ -187,8 +189,9 @@ class Result:
                 return Clip(path, width=width)
             return Clip(self._video, width=width)
         if len(self.positions) != len(self.stats):
-            raise ValueError("this run kept only its last positions (keep='last'): run it with keep='all' "
-                             "or render=True for a video")
+            raise ValueError(
+                "this run kept only its last positions (keep='last'): run it with keep='all' or render=True for a video"
+            )
         _require_vulkan("Result.video")
         from tisim.render.video import FrameWriter
 
@@ -205,8 +208,7 @@ class Result:
             writer.write(_labelled(sim.render_frame(x, time=float(t[i])), lines))
         made = writer.finish()
         if made is None:
-            raise RuntimeError("no video encoder (ffmpeg from imageio-ffmpeg): the frames are in "
-                               f"{writer.frames_dir}")
+            raise RuntimeError(f"no video encoder (ffmpeg from imageio-ffmpeg): the frames are in {writer.frames_dir}")
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.move(str(made), target)
         shutil.rmtree(folder, ignore_errors=True)
@@ -223,8 +225,9 @@ class Simulation:
         overrides: the ``--set`` texts applied.
     """
 
-    def __init__(self, scene: Scene, *, arch: str = "auto", precision: str | None = None,
-                 overrides: tuple[str, ...] = ()):
+    def __init__(
+        self, scene: Scene, *, arch: str = "auto", precision: str | None = None, overrides: tuple[str, ...] = ()
+    ):
         self.scene = scene
         self.arch = arch
         self.precision = precision
@@ -269,15 +272,22 @@ class Simulation:
         from tisim.scene import load_scene
 
         sets = (*self.overrides, *override_strings(overrides))
-        return Simulation(load_scene(self.scene.path, sets), arch=self.arch, precision=self.precision,
-                          overrides=sets)
+        return Simulation(load_scene(self.scene.path, sets), arch=self.arch, precision=self.precision, overrides=sets)
 
     def default_out_dir(self) -> Path:
         """``out/NAME``, as ``tisim run`` writes (relative to the working directory)."""
         return Path("out") / self.scene.name
 
-    def run(self, frames: int | None = None, *, out: str | Path | None = None, render: bool = False,
-            keep: str = "all", export_meshes: bool = False, progress: bool = False) -> Result:
+    def run(
+        self,
+        frames: int | None = None,
+        *,
+        out: str | Path | None = None,
+        render: bool = False,
+        keep: str = "all",
+        export_meshes: bool = False,
+        progress: bool = False,
+    ) -> Result:
         """Simulate, as ``tisim run --headless`` does.
 
         Args:
@@ -317,15 +327,32 @@ class Simulation:
                 else:
                     kept.append(state.positions.copy())
 
-        res = run_scene(self.scene, out_dir, frames=frames, viewer=viewer, export_meshes=export_meshes,
-                        progress=progress, arch=self.arch, precision=self.precision, on_frame=on_frame)
+        res = run_scene(
+            self.scene,
+            out_dir,
+            frames=frames,
+            viewer=viewer,
+            export_meshes=export_meshes,
+            progress=progress,
+            arch=self.arch,
+            precision=self.precision,
+            on_frame=on_frame,
+        )
         stats = pd.read_csv(out_dir / "stats.csv") if (out_dir / "stats.csv").exists() else pd.DataFrame()
-        return Result(stats=stats, positions=np.stack(kept) if kept else np.zeros((0, 0, 3)), out_dir=out_dir,
-                      ended=res.ended, message=res.message, info=res.info, simulation=self,
-                      _video=Path(res.video) if res.video else None)
+        return Result(
+            stats=stats,
+            positions=np.stack(kept) if kept else np.zeros((0, 0, 3)),
+            out_dir=out_dir,
+            ended=res.ended,
+            message=res.message,
+            info=res.info,
+            simulation=self,
+            _video=Path(res.video) if res.video else None,
+        )
 
-    def render_frame(self, positions: np.ndarray | None = None, *, time: float = 0.0,
-                     labels: Sequence[str] = ()) -> np.ndarray:
+    def render_frame(
+        self, positions: np.ndarray | None = None, *, time: float = 0.0, labels: Sequence[str] = ()
+    ) -> np.ndarray:
         """Render one frame off-screen with the scene's camera and image size.
 
         Args:
@@ -363,8 +390,7 @@ class Simulation:
         return _labelled(self._renderer.image(), labels)
 
 
-def recording_viewer(scene: Scene, out_dir: str | Path, video_name: str | None = None,
-                     frames: int | None = None):
+def recording_viewer(scene: Scene, out_dir: str | Path, video_name: str | None = None, frames: int | None = None):
     """See :func:`tisim.render.offscreen.recording_viewer`."""
     from tisim.render.offscreen import recording_viewer as recorder
 
@@ -374,24 +400,52 @@ def recording_viewer(scene: Scene, out_dir: str | Path, video_name: str | None =
 # --------------------------------------------------------------------------- compare and sweep
 
 
-def compare(scene: str | Path, integrators: Sequence[str] = ("admm", "implicit-euler", "xpbd"), *,
-            frames: int | None = None, out: str | Path | None = None, render: bool = True,
-            arch: str = "auto", precision: str | None = None, **overrides: Any) -> Comparison:
+def compare(
+    scene: str | Path,
+    integrators: Sequence[str] = ("admm", "implicit-euler", "xpbd"),
+    *,
+    frames: int | None = None,
+    out: str | Path | None = None,
+    render: bool = True,
+    arch: str = "auto",
+    precision: str | None = None,
+    **overrides: Any,
+) -> Comparison:
     """Run one scene with several integrators, as ``tisim compare`` does: see
     :func:`tisim.compare.run_comparison` (``tisim.compare(...)`` calls it too)."""
     from tisim.compare import run_comparison
 
-    return run_comparison(scene, integrators, frames=frames, out=out, render=render, arch=arch,
-                          precision=precision, **overrides)
+    return run_comparison(
+        scene, integrators, frames=frames, out=out, render=render, arch=arch, precision=precision, **overrides
+    )
 
 
-def sweep(scene: str | Path, vary: Mapping[str, Sequence[Any]], *, frames: int | None = None,
-          metrics: Sequence[str] = (), out: str | Path | None = None, workers: int | None = None,
-          arch: str = "cpu", precision: str | None = None, progress: bool = False,
-          **overrides: Any) -> pd.DataFrame:
+def sweep(
+    scene: str | Path,
+    vary: Mapping[str, Sequence[Any]],
+    *,
+    frames: int | None = None,
+    metrics: Sequence[str] = (),
+    out: str | Path | None = None,
+    workers: int | None = None,
+    arch: str = "cpu",
+    precision: str | None = None,
+    progress: bool = False,
+    **overrides: Any,
+) -> pd.DataFrame:
     """Run a scene over a grid of values on local worker processes, as ``tisim sweep``:
     see :func:`tisim.sweep.run_grid` (``tisim.sweep(...)`` calls it too)."""
     from tisim.sweep import run_grid
 
-    return run_grid(scene, vary, frames=frames, metrics=metrics, out=out, workers=workers, arch=arch,
-                    precision=precision, progress=progress, **overrides)
+    return run_grid(
+        scene,
+        vary,
+        frames=frames,
+        metrics=metrics,
+        out=out,
+        workers=workers,
+        arch=arch,
+        precision=precision,
+        progress=progress,
+        **overrides,
+    )

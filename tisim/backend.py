@@ -236,8 +236,15 @@ def _host_view(nd):
     if not isinstance(nd, Ndarray):  # a field: Taichi's own copy
         return None
 
-    dtype = {"f64": np.float64, "f32": np.float32, "i32": np.int32, "i64": np.int64,
-             "u8": np.uint8, "i8": np.int8, "u32": np.uint32}.get(str(nd.arr.element_data_type()))
+    dtype = {
+        "f64": np.float64,
+        "f32": np.float32,
+        "i32": np.int32,
+        "i64": np.int64,
+        "u8": np.uint8,
+        "i8": np.int8,
+        "u32": np.uint32,
+    }.get(str(nd.arr.element_data_type()))
     if dtype is None:
         return None
     shape = tuple(nd.arr.total_shape())

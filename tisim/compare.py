@@ -79,13 +79,20 @@ def check_comparable(scene, integrators) -> None:
     ok = comparable_integrators()
     cloths = [k for k, o in scene.objects.items() if getattr(o, "kind", "solid") == "cloth"]
     if cloths:
-        raise ConfigError("", f"tisim compare compares the solid integrators ({', '.join(ok)}) on scenes "
-                              f"without cloth; objects.{cloths[0]} is a cloth (kind = 'cloth'), which only the "
-                              "cloth solver runs: nothing to compare (run the scene with tisim run)", scene.path)
+        raise ConfigError(
+            "",
+            f"tisim compare compares the solid integrators ({', '.join(ok)}) on scenes "
+            f"without cloth; objects.{cloths[0]} is a cloth (kind = 'cloth'), which only the "
+            "cloth solver runs: nothing to compare (run the scene with tisim run)",
+            scene.path,
+        )
     for name in integrators:
         if name not in ok:
-            what = (f"{name!r} is the cloth solver, which runs only cloth scenes" if name == "cloth"
-                    else f"unknown integrator {name!r}")
+            what = (
+                f"{name!r} is the cloth solver, which runs only cloth scenes"
+                if name == "cloth"
+                else f"unknown integrator {name!r}"
+            )
             raise ConfigError("--integrators", f"{what}: expected some of {', '.join(ok)}")
 
 
@@ -190,8 +197,9 @@ def summarize(stats: dict[str, np.ndarray], total_mass: float | None = None) -> 
     return out
 
 
-def _plot(curves: dict[str, tuple[np.ndarray, np.ndarray]], ylabel: str, title: str, path: Path,
-          logy: bool = False) -> None:
+def _plot(
+    curves: dict[str, tuple[np.ndarray, np.ndarray]], ylabel: str, title: str, path: Path, logy: bool = False
+) -> None:
     # a Figure of its own, not pyplot: matplotlib.use("Agg") here switched a Jupyter
     # kernel's backend for good, and the notebook's own plots stopped showing
     from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -276,8 +284,15 @@ def compare(
             continue
         if callable(progress):
             progress(name, i, len(integrators))
-        stats, stopped = _run_one(scenes[name], name, run_dir, summary, frames=frames, render=render,
-                                  progress=bool(progress) and not callable(progress))
+        stats, stopped = _run_one(
+            scenes[name],
+            name,
+            run_dir,
+            summary,
+            frames=frames,
+            render=render,
+            progress=bool(progress) and not callable(progress),
+        )
         if stats and len(stats.get("frame", [])) > 1:
             summary.update(summarize(stats, total_mass))
             curves[name] = stats
@@ -302,8 +317,9 @@ def _shared_energy(scenes: dict, mixed_energies: bool) -> tuple[dict, bool]:
 
     energies = {name: integrated_energies(sc) for name, sc in scenes.items()}
     distinct = {tuple(sorted(e.items())) for e in energies.values()}
-    same = len(distinct) == 1 and not any("stand-in" in v or v == "unknown" for e in energies.values()
-                                          for v in e.values())
+    same = len(distinct) == 1 and not any(
+        "stand-in" in v or v == "unknown" for e in energies.values() for v in e.values()
+    )
     if not same:
         text = "; ".join(f"{n}: " + ", ".join(f"{m} -> {e}" for m, e in en.items()) for n, en in energies.items())
         if not mixed_energies:
@@ -316,8 +332,9 @@ def _shared_energy(scenes: dict, mixed_energies: bool) -> tuple[dict, bool]:
     return energies, same
 
 
-def _run_one(sc, name: str, run_dir: Path, summary: dict, *, frames, render: bool,
-             progress: bool) -> tuple[dict | None, bool]:
+def _run_one(
+    sc, name: str, run_dir: Path, summary: dict, *, frames, render: bool, progress: bool
+) -> tuple[dict | None, bool]:
     """Run one integrator's scene into ``run_dir``, recording how it ended in ``summary``.
 
     Returns (its stats columns or None, whether a Ctrl-C stops the comparison). A failure
@@ -344,8 +361,9 @@ def _run_one(sc, name: str, run_dir: Path, summary: dict, *, frames, render: boo
         return None, True
     except Exception as e:  # one integrator's failure; the others still run
         log.debug("compare: %s failed", name, exc_info=True)
-        summary.update(ended="failed", message=f"{type(e).__name__}: {' '.join(str(e).split())}",
-                       error=type(e).__name__)
+        summary.update(
+            ended="failed", message=f"{type(e).__name__}: {' '.join(str(e).split())}", error=type(e).__name__
+        )
         _drop_stale(run_dir, started)
         return None, False
     summary.update(ended=res.ended, message=res.message)
@@ -356,14 +374,31 @@ def _plot_drifts(curves: dict[str, dict[str, np.ndarray]], scene_name: str, out:
     """energy.png, linear_momentum.png and angular_momentum.png of every run that stepped."""
     t = {k: v["time"] for k, v in curves.items()}
     paths = (out / "energy.png", out / "linear_momentum.png", out / "angular_momentum.png")
-    _plot({k: (t[k], v["total_energy"]) for k, v in curves.items()}, "total energy (J)",
-          f"{scene_name}: total energy", paths[0])
-    _plot({k: (t[k], np.linalg.norm(np.stack([v["px"] - v["px"][0], v["py"] - v["py"][0],
-                                                v["pz"] - v["pz"][0]], 1), axis=1))
-           for k, v in curves.items()}, "|p(t) - p(0)| (kg m/s)", f"{scene_name}: linear momentum change",
-          paths[1], logy=True)
-    _plot({k: (t[k], np.linalg.norm(np.stack([v["lx"], v["ly"], v["lz"]], 1), axis=1))
-           for k, v in curves.items()}, "|L(t)| (kg m^2/s)", f"{scene_name}: angular momentum", paths[2])
+    _plot(
+        {k: (t[k], v["total_energy"]) for k, v in curves.items()},
+        "total energy (J)",
+        f"{scene_name}: total energy",
+        paths[0],
+    )
+    _plot(
+        {
+            k: (
+                t[k],
+                np.linalg.norm(np.stack([v["px"] - v["px"][0], v["py"] - v["py"][0], v["pz"] - v["pz"][0]], 1), axis=1),
+            )
+            for k, v in curves.items()
+        },
+        "|p(t) - p(0)| (kg m/s)",
+        f"{scene_name}: linear momentum change",
+        paths[1],
+        logy=True,
+    )
+    _plot(
+        {k: (t[k], np.linalg.norm(np.stack([v["lx"], v["ly"], v["lz"]], 1), axis=1)) for k, v in curves.items()},
+        "|L(t)| (kg m^2/s)",
+        f"{scene_name}: angular momentum",
+        paths[2],
+    )
     return [str(p) for p in paths]
 
 
@@ -394,8 +429,11 @@ def side_by_side(scene, out: Path, names: list[str]) -> Path | None:
         stats = read_stats(out / name / "stats.csv")
         if not frames or not stats:
             continue
-        ended = (json.loads((out / name / "run.json").read_text()).get("ended", "completed")
-                 if (out / name / "run.json").exists() else "completed")
+        ended = (
+            json.loads((out / name / "run.json").read_text()).get("ended", "completed")
+            if (out / name / "run.json").exists()
+            else "completed"
+        )
         panels.append(frames[: len(stats["time"])])
         labels.append(panel_labels(name, stats, ended))
     fps = scene.render.fps or 1.0 / (scene.sim.dt * scene.sim.substeps)
@@ -458,9 +496,17 @@ class Comparison:
         return ax
 
 
-def run_comparison(scene: str | Path, integrators: Sequence[str] = ("admm", "implicit-euler", "xpbd"), *,
-            frames: int | None = None, out: str | Path | None = None, render: bool = True,
-            arch: str = "auto", precision: str | None = None, **overrides: Any) -> Comparison:
+def run_comparison(
+    scene: str | Path,
+    integrators: Sequence[str] = ("admm", "implicit-euler", "xpbd"),
+    *,
+    frames: int | None = None,
+    out: str | Path | None = None,
+    render: bool = True,
+    arch: str = "auto",
+    precision: str | None = None,
+    **overrides: Any,
+) -> Comparison:
     """Run one scene with several integrators, as ``tisim compare`` does.
 
     Args:
@@ -492,8 +538,7 @@ def run_comparison(scene: str | Path, integrators: Sequence[str] = ("admm", "imp
         f = Path(v["out_dir"]) / "stats.csv"
         if f.exists():
             stats[name] = pd.read_csv(f)
-    return Comparison(table=pd.DataFrame(rows).set_index("integrator"), stats=stats, summary=summary,
-                      out_dir=out_dir)
+    return Comparison(table=pd.DataFrame(rows).set_index("integrator"), stats=stats, summary=summary, out_dir=out_dir)
 
 
 # tisim.compare(...) is run_comparison, the Python API's compare (tisim.api.compare)

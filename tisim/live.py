@@ -97,7 +97,9 @@ class LiveControl:
         its own (the loop then steps with the panel's dt) and the grab stiffness."""
         names = {t.name for t in solver_tunables}
         self.owns_dt = "dt" not in names
-        extra = [Tunable("dt", self.dt, max(1e-5, self.dt / 20), min(0.05, 5 * self.dt), log=True)] if self.owns_dt else []
+        extra = (
+            [Tunable("dt", self.dt, max(1e-5, self.dt / 20), min(0.05, 5 * self.dt), log=True)] if self.owns_dt else []
+        )
         return [*extra, self.tunable()]
 
     # events -------------------------------------------------------------------------------
@@ -165,8 +167,7 @@ class LiveControl:
         pause = False
         if grabbing:
             self.grab.stiffness = 0.5 * float(self.grab.stiffness)
-            msg = (f"the grab was too strong: stepped back, grab stiffness halved "
-                   f"(now {self.grab.stiffness:.3g} N/m)")
+            msg = f"the grab was too strong: stepped back, grab stiffness halved (now {self.grab.stiffness:.3g} N/m)"
         elif self.recent_changes & set(MODEL_TUNABLES):
             pause = True
             msg = "dt too large for this stiffness: stepped back and paused (lower dt or stiffness, or r to reset)"
@@ -189,9 +190,14 @@ class LiveControl:
 def _cause(exc: BaseException) -> str:
     """A short name of what went wrong, from the exception's message."""
     text = str(exc)
-    for key, name in (("inverted", "inverted elements"), ("NaN", "non-finite values"),
-                      ("infinite", "infinite energy"), ("did not converge", "no convergence"),
-                      ("stalled", "stalled"), ("Inf", "non-finite values")):
+    for key, name in (
+        ("inverted", "inverted elements"),
+        ("NaN", "non-finite values"),
+        ("infinite", "infinite energy"),
+        ("did not converge", "no convergence"),
+        ("stalled", "stalled"),
+        ("Inf", "non-finite values"),
+    ):
         if key in text:
             return name
     return type(exc).__name__ if not text else text.split(":")[-1].strip()[:80]

@@ -182,10 +182,19 @@ class Model:
             "vertices": self.vertex_count,
             "tets": self.element_count,
             "surface_triangles": int(len(self.surface)),
-            **({"cloth_vertices": self.cloth.vertex_count, "cloth_faces": int(len(self.cloth.faces)),
-                "cloth_hinges": int(len(self.cloth.hinges))} if self.cloth is not None else {}),
-            "objects": {n: {"vertices": s.stop - s.start, "tets": t.stop - t.start}
-                        for n, s, t in zip(self.object_names, self.object_vertex_slices, self.object_tet_slices)},
+            **(
+                {
+                    "cloth_vertices": self.cloth.vertex_count,
+                    "cloth_faces": int(len(self.cloth.faces)),
+                    "cloth_hinges": int(len(self.cloth.hinges)),
+                }
+                if self.cloth is not None
+                else {}
+            ),
+            "objects": {
+                n: {"vertices": s.stop - s.start, "tets": t.stop - t.start}
+                for n, s, t in zip(self.object_names, self.object_vertex_slices, self.object_tet_slices)
+            },
         }
 
     @classmethod
@@ -251,8 +260,9 @@ class Model:
         if cloth is not None:
             surface = np.concatenate([surface, cloth.faces + cloth.offset]).astype(surface.dtype)
         src = Path(scene.path).parent if scene.path else None
-        colliders = tuple(Collider.from_config(k, _resolved_collider(scene, k, c), src)
-                          for k, c in scene.colliders.items())
+        colliders = tuple(
+            Collider.from_config(k, _resolved_collider(scene, k, c), src) for k, c in scene.colliders.items()
+        )
         return cls(
             scene=scene,
             mesh=all_mesh,
@@ -295,8 +305,11 @@ def _object_mesh(scene: Scene, name: str, oc: ObjectConfig) -> TetMesh:
     from tisim.geometry.tetrahedralize import warn_slivers
 
     mv = None if oc.tet_max_volume is None else oc.tet_max_volume / oc.scale**3  # the file's units
-    mesh = load_tet_mesh(str(scene.mesh_file(oc.mesh, f"objects.{name}.mesh")), max_volume=mv,
-                         quality={"minratio": oc.tet_radius_edge_ratio, "mindihedral": oc.tet_min_dihedral})
+    mesh = load_tet_mesh(
+        str(scene.mesh_file(oc.mesh, f"objects.{name}.mesh")),
+        max_volume=mv,
+        quality={"minratio": oc.tet_radius_edge_ratio, "mindihedral": oc.tet_min_dihedral},
+    )
     warn_slivers(mesh, f"objects.{name}.mesh")
     return mesh
 
@@ -427,12 +440,25 @@ def cloth_handles(name: str, oc: ObjectConfig, x: np.ndarray, mesh, offset: int)
         border = b.size
         if oc.pin != "corners" and idx.size == border and border > 4:
             axis = {"top-edge": "y", "x-min": "x", "x-max": "x", "z-min": "z", "z-max": "z"}[oc.pin]
-            raise ConfigError(f"{key}.pin", f"{oc.pin!r} selects the whole border ({border} vertices): the cloth "
-                                            f"lies flat across {axis}; expected 'corners' or a side along an axis "
-                                            "the cloth spans (x-min, x-max, z-min, z-max; top-edge for a hanging one)")
-        out.append(Handle(name=f"{name}.pin", vertices=(idx + offset).astype(np.int32),
-                          rest=x[idx].copy(), velocity=np.zeros(3), angular_velocity=np.zeros(3),
-                          center=x[idx].mean(axis=0), start=0.0, stop=0.0, release=math.inf))
+            raise ConfigError(
+                f"{key}.pin",
+                f"{oc.pin!r} selects the whole border ({border} vertices): the cloth "
+                f"lies flat across {axis}; expected 'corners' or a side along an axis "
+                "the cloth spans (x-min, x-max, z-min, z-max; top-edge for a hanging one)",
+            )
+        out.append(
+            Handle(
+                name=f"{name}.pin",
+                vertices=(idx + offset).astype(np.int32),
+                rest=x[idx].copy(),
+                velocity=np.zeros(3),
+                angular_velocity=np.zeros(3),
+                center=x[idx].mean(axis=0),
+                start=0.0,
+                stop=0.0,
+                release=math.inf,
+            )
+        )
     return out
 
 
@@ -461,8 +487,9 @@ def _cloth_part(scene: Scene, cloths: dict, offset: int, first_object: int):
         hk.append(np.full(len(h), oc.plate_bending_stiffness))
         vmu.append(np.full(n, np.nan if oc.friction is None else oc.friction))
         fobj.append(np.full(m, first_object + k))
-        masses.append(np.bincount(mesh.faces.ravel(), weights=np.repeat(oc.density * oc.thickness * area / 3, 3),
-                                  minlength=n))
+        masses.append(
+            np.bincount(mesh.faces.ravel(), weights=np.repeat(oc.density * oc.thickness * area / 3, 3), minlength=n)
+        )
         metas.append((name, slice(base, base + n), mesh))
         handles += cloth_handles(name, oc, x, mesh, offset + base)
         base += n

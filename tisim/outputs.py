@@ -22,9 +22,30 @@ import numpy as np
 log = logging.getLogger(__name__)
 
 STATS_COLUMNS = [
-    "frame", "time", "wall_ms", "iterations", "residual", "kinetic", "potential", "total_energy",
-    "px", "py", "pz", "lx", "ly", "lz", "com_x", "com_y", "com_z", "vcom_x", "vcom_y", "vcom_z",
-    "min_volume_ratio", "n_contacts", "max_penetration", "converged",
+    "frame",
+    "time",
+    "wall_ms",
+    "iterations",
+    "residual",
+    "kinetic",
+    "potential",
+    "total_energy",
+    "px",
+    "py",
+    "pz",
+    "lx",
+    "ly",
+    "lz",
+    "com_x",
+    "com_y",
+    "com_z",
+    "vcom_x",
+    "vcom_y",
+    "vcom_z",
+    "min_volume_ratio",
+    "n_contacts",
+    "max_penetration",
+    "converged",
 ]
 
 # Exit codes of a run (the CLI returns them).
@@ -120,9 +141,14 @@ def machine() -> dict:
         load = list(os.getloadavg())
     except OSError:
         load = None
-    return {"cpu": cpu, "cores": os.cpu_count(), "system": platform.platform(),
-            "python": platform.python_version(), "load_average": load,
-            "date": time.strftime("%Y-%m-%d %H:%M:%S")}
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "system": platform.platform(),
+        "python": platform.python_version(),
+        "load_average": load,
+        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+    }
 
 
 _EARLIER = re.compile(r"^(frames/frame_(\d{5})\.png|meshes/([\w.-]+)_(\d{5})\.(obj|ply))$")
@@ -223,8 +249,13 @@ class ProgressBar:
     def __init__(self, total, name):
         from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
-        self.p = Progress(TextColumn(f"[bold]{name}"), BarColumn(), TextColumn("{task.completed}/{task.total} frames"),
-                          TimeRemainingColumn(), transient=False)
+        self.p = Progress(
+            TextColumn(f"[bold]{name}"),
+            BarColumn(),
+            TextColumn("{task.completed}/{task.total} frames"),
+            TimeRemainingColumn(),
+            transient=False,
+        )
         self.task = self.p.add_task(name, total=total)
         self.p.start()
 

@@ -82,10 +82,15 @@ def current_values(scene) -> dict[str, float]:
     name = cloth_object(scene)
     oc = scene.objects[name]
     mu = oc.friction if oc.friction is not None else scene.contact.mu
-    return {"contact.mu": float(mu), "youngs_modulus": float(oc.youngs_modulus),
-            "wind_x": float(scene.wind.velocity[0]), "wind_z": float(scene.wind.velocity[2]),
-            "velocity_x": float(oc.velocity[0]), "velocity_y": float(oc.velocity[1]),
-            "velocity_z": float(oc.velocity[2])}
+    return {
+        "contact.mu": float(mu),
+        "youngs_modulus": float(oc.youngs_modulus),
+        "wind_x": float(scene.wind.velocity[0]),
+        "wind_z": float(scene.wind.velocity[2]),
+        "velocity_x": float(oc.velocity[0]),
+        "velocity_y": float(oc.velocity[1]),
+        "velocity_z": float(oc.velocity[2]),
+    }
 
 
 def overrides(scene, values: dict[str, float]) -> list[str]:
@@ -93,8 +98,9 @@ def overrides(scene, values: dict[str, float]) -> list[str]:
     given; unknown names raise ConfigError)."""
     unknown = sorted(set(values) - {p.name for p in PARAMS})
     if unknown:
-        raise ConfigError("preview", f"unknown panel parameter {unknown[0]!r}: expected one of "
-                          f"{', '.join(p.name for p in PARAMS)}")
+        raise ConfigError(
+            "preview", f"unknown panel parameter {unknown[0]!r}: expected one of {', '.join(p.name for p in PARAMS)}"
+        )
     name = cloth_object(scene)
     oc = scene.objects[name]
     now = current_values(scene)
@@ -102,8 +108,11 @@ def overrides(scene, values: dict[str, float]) -> list[str]:
     out = []
     if "contact.mu" in values:
         # the object's own friction wins over contact.mu: set whichever the scene uses
-        out.append(f"objects.{name}.friction={v['contact.mu']!r}" if oc.friction is not None
-                   else f"contact.mu={v['contact.mu']!r}")
+        out.append(
+            f"objects.{name}.friction={v['contact.mu']!r}"
+            if oc.friction is not None
+            else f"contact.mu={v['contact.mu']!r}"
+        )
     if "youngs_modulus" in values:
         out.append(f"objects.{name}.youngs_modulus={v['youngs_modulus']!r}")
     if {"wind_x", "wind_z"} & set(values):
@@ -127,8 +136,13 @@ def launch_refine(scene_path: Path, sets: list[str], out_dir: Path) -> subproces
     out_dir.mkdir(parents=True, exist_ok=True)
     logf = open(out_dir / "refine.log", "w")  # the child owns it from here
     try:
-        return subprocess.Popen(refine_command(scene_path, sets, out_dir), stdout=logf, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
+        return subprocess.Popen(
+            refine_command(scene_path, sets, out_dir),
+            stdout=logf,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
     finally:
         logf.close()
 
@@ -137,8 +151,15 @@ class PreviewSession:
     """The preview's simulation: level 0 of the refiner for the scene file with the
     command line's ``sets`` and the panel's values."""
 
-    def __init__(self, scene_path: Path, sets: list[str] = (), *, arch: str = "auto",
-                 precision: str | None = None, work_dir: Path | None = None):
+    def __init__(
+        self,
+        scene_path: Path,
+        sets: list[str] = (),
+        *,
+        arch: str = "auto",
+        precision: str | None = None,
+        work_dir: Path | None = None,
+    ):
         from tisim.scene import load_scene
 
         self.path = Path(scene_path)
@@ -162,8 +183,9 @@ class PreviewSession:
         from tisim.scene import load_scene
 
         self.scene = load_scene(self.path, self.scene_sets())
-        self.refiner = ProgressiveRefiner(self.scene, self.work_dir, arch=self.arch, precision=self.precision,
-                                          progress=False, export_meshes=False)
+        self.refiner = ProgressiveRefiner(
+            self.scene, self.work_dir, arch=self.arch, precision=self.precision, progress=False, export_meshes=False
+        )
         self.solver = self.refiner.solver(0)
         self.handles = self.refiner.handles(0)
         self.restart()
@@ -194,8 +216,9 @@ class PreviewSession:
         try:
             for _ in range(r.substeps):
                 st = self.state
-                self.state, _ = r.step_level(0, st, st.x + r.h * st.v, r.tolerance(0), solver=self.solver,
-                                             handles=self.handles)
+                self.state, _ = r.step_level(
+                    0, st, st.x + r.h * st.v, r.tolerance(0), solver=self.solver, handles=self.handles
+                )
             ok = bool(np.all(np.isfinite(self.state.x)))
             why = "non-finite positions"
         except Exception as exc:  # a live preview survives whatever a step did
@@ -263,9 +286,18 @@ def make_preview_viewer(window=None):
     return PreviewViewer(window=window)
 
 
-def run_preview(scene_path: Path, sets: list[str] = (), *, viewer, out_root: Path, arch: str = "auto",
-                precision: str | None = None, max_frames: int | None = None, launch=launch_refine,
-                echo=print) -> list[tuple[Path, object]]:
+def run_preview(
+    scene_path: Path,
+    sets: list[str] = (),
+    *,
+    viewer,
+    out_root: Path,
+    arch: str = "auto",
+    precision: str | None = None,
+    max_frames: int | None = None,
+    launch=launch_refine,
+    echo=print,
+) -> list[tuple[Path, object]]:
     """The preview loop: poll, apply the panel, step, draw; ``f`` launches a refine.
     Returns the (output folder, process) of every refine launched. ``max_frames``
     stops after that many drawn frames (tests)."""
@@ -274,10 +306,16 @@ def run_preview(scene_path: Path, sets: list[str] = (), *, viewer, out_root: Pat
     session = PreviewSession(scene_path, sets, arch=arch, precision=precision)
     sc = session.scene
     lv = session.refiner.hierarchy.levels[0]
-    info = ViewInfo(faces=session.faces, vertex_count=len(session.state.x),
-                    colliders=[c for c in session.refiner.model.colliders if c.visible], camera=sc.camera,
-                    render=sc.render, title=f"tisim preview: {sc.name}", tunables=tunables(session.values),
-                    face_colors=checker_colors(lv.faces, lv.uv, lv.face_uv, sc.render.color))
+    info = ViewInfo(
+        faces=session.faces,
+        vertex_count=len(session.state.x),
+        colliders=[c for c in session.refiner.model.colliders if c.visible],
+        camera=sc.camera,
+        render=sc.render,
+        title=f"tisim preview: {sc.name}",
+        tunables=tunables(session.values),
+        face_colors=checker_colors(lv.faces, lv.uv, lv.face_uv, sc.render.color),
+    )
     from tisim.render.base import drawn_ground
 
     info.ground = drawn_ground(session.state.x, info.colliders, session.refiner.model.gravity)
@@ -303,8 +341,10 @@ def run_preview(scene_path: Path, sets: list[str] = (), *, viewer, out_root: Pat
                 proc = launch(session.path, session.scene_sets(), out)
                 launched.append((out, proc))
                 viewer.refine_status = f"refining -> {out}"
-                echo(f"refine started (pid {getattr(proc, 'pid', '?')}): writing {out}/ "
-                     f"(log: {out / 'refine.log'}); settings: {' '.join(session.scene_sets()) or 'the scene file'}")
+                echo(
+                    f"refine started (pid {getattr(proc, 'pid', '?')}): writing {out}/ "
+                    f"(log: {out / 'refine.log'}); settings: {' '.join(session.scene_sets()) or 'the scene file'}"
+                )
             if not ev.paused or ev.step_once:
                 failed = session.step()
                 if failed and notify is not None:

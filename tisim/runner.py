@@ -58,8 +58,9 @@ class RunResult:
 
     @property
     def exit_code(self) -> int:
-        return {"diverged": EXIT_DIVERGED, "stalled": EXIT_STALLED,
-                "interrupted": EXIT_INTERRUPTED}.get(self.ended, EXIT_OK)
+        return {"diverged": EXIT_DIVERGED, "stalled": EXIT_STALLED, "interrupted": EXIT_INTERRUPTED}.get(
+            self.ended, EXIT_OK
+        )
 
 
 def volume_ratios(model, positions: np.ndarray) -> np.ndarray:
@@ -86,10 +87,18 @@ def frame_quantities(model, positions: np.ndarray, velocities: np.ndarray) -> di
     J = volume_ratios(model, positions)
     return {
         "kinetic": _kinetic(m, velocities),
-        "px": p[0], "py": p[1], "pz": p[2],
-        "lx": L[0], "ly": L[1], "lz": L[2],
-        "com_x": com[0], "com_y": com[1], "com_z": com[2],
-        "vcom_x": p[0] / M, "vcom_y": p[1] / M, "vcom_z": p[2] / M,
+        "px": p[0],
+        "py": p[1],
+        "pz": p[2],
+        "lx": L[0],
+        "ly": L[1],
+        "lz": L[2],
+        "com_x": com[0],
+        "com_y": com[1],
+        "com_z": com[2],
+        "vcom_x": p[0] / M,
+        "vcom_y": p[1] / M,
+        "vcom_z": p[2] / M,
         "min_volume_ratio": float(J.min()) if len(J) else math.nan,
     }
 
@@ -114,9 +123,7 @@ def precision_notes(scene: Scene, precision: str) -> list[str]:
 
 def needs_f64(scene: Scene) -> bool:
     """Whether the scene runs the cloth solver (cloth objects, or solver.type "cloth")."""
-    return scene.solver.type == "cloth" or any(
-        o.kind == "cloth" for o in scene.objects.values()
-    )
+    return scene.solver.type == "cloth" or any(o.kind == "cloth" for o in scene.objects.values())
 
 
 def scene_precision(scene: Scene, precision: str | None) -> str | None:
@@ -144,8 +151,11 @@ def scene_precision(scene: Scene, precision: str | None) -> str | None:
     if precision == "f32":
         from tisim.config import ConfigError
 
-        raise ConfigError("--precision", "the cloth solver (IPC contact) runs in f64 only, got f32: "
-                          "leave --precision unset or use f64", scene.path)
+        raise ConfigError(
+            "--precision",
+            "the cloth solver (IPC contact) runs in f64 only, got f32: leave --precision unset or use f64",
+            scene.path,
+        )
     return "f64"
 
 
@@ -161,8 +171,9 @@ def build(scene: Scene, arch: str = "auto", precision: str | None = None):
     if model.cloth is not None and scene.solver.type != "cloth":
         from tisim.config import ConfigError
 
-        raise ConfigError("solver.type", f"cloth objects need solver.type = 'cloth', got {scene.solver.type!r}",
-                          scene.path)
+        raise ConfigError(
+            "solver.type", f"cloth objects need solver.type = 'cloth', got {scene.solver.type!r}", scene.path
+        )
     solver = solver_class(scene.solver.type)(model, scene.solver)
     return info, model, solver
 
@@ -192,13 +203,32 @@ def run_scene(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     model, solver, n_frames, run_info = _start_run(scene, out, frames, viewer, export_meshes, arch, precision, live)
-    loop = _FrameLoop(scene, out, model, solver, n_frames, run_info, viewer=viewer, export_meshes=export_meshes,
-                      progress=progress, live=live, on_frame=on_frame)
+    loop = _FrameLoop(
+        scene,
+        out,
+        model,
+        solver,
+        n_frames,
+        run_info,
+        viewer=viewer,
+        export_meshes=export_meshes,
+        progress=progress,
+        live=live,
+        on_frame=on_frame,
+    )
     return loop.run()
 
 
-def _start_run(scene: Scene, out: Path, frames: int | None, viewer, export_meshes: bool, arch: str,
-               precision: str | None, live: bool):
+def _start_run(
+    scene: Scene,
+    out: Path,
+    frames: int | None,
+    viewer,
+    export_meshes: bool,
+    arch: str,
+    precision: str | None,
+    live: bool,
+):
     """Build the model and solver, clear an earlier run's outputs and write the
     first run.json. Returns (model, solver, frame count or None, run_info)."""
     t_build = time.perf_counter()
@@ -239,9 +269,21 @@ class _FrameLoop:
     guards, a live window's events (pause, step, reset, rollback of a failed
     step), and the closing run.json whatever ends the run."""
 
-    def __init__(self, scene: Scene, out: Path, model, solver, n_frames: int | None, run_info: dict, *,
-                 viewer, export_meshes: bool, progress: bool, live: bool,
-                 on_frame: Callable[[int, object], None] | None):
+    def __init__(
+        self,
+        scene: Scene,
+        out: Path,
+        model,
+        solver,
+        n_frames: int | None,
+        run_info: dict,
+        *,
+        viewer,
+        export_meshes: bool,
+        progress: bool,
+        live: bool,
+        on_frame: Callable[[int, object], None] | None,
+    ):
         self.scene, self.out, self.model, self.solver = scene, out, model, solver
         self.n_frames, self.run_info = n_frames, run_info
         self.viewer, self.export_meshes, self.on_frame = viewer, export_meshes, on_frame
@@ -256,9 +298,12 @@ class _FrameLoop:
         self.done = 0
         self.video = None
         self.bar = _progress(progress and not live, n_frames, scene.name)
-        self.guards = DivergenceGuards(model, scene.sim.on_divergence,
-                                       max_capped_steps=getattr(solver, "max_capped_steps", MAX_CAPPED_STEPS),
-                                       inversion=solver.inversion_is_divergence())
+        self.guards = DivergenceGuards(
+            model,
+            scene.sim.on_divergence,
+            max_capped_steps=getattr(solver, "max_capped_steps", MAX_CAPPED_STEPS),
+            inversion=solver.inversion_is_divergence(),
+        )
         self.control = None
         if live and viewer is not None:
             from tisim.live import LiveControl
@@ -361,8 +406,10 @@ class _FrameLoop:
         try:
             st = self.solver.step(self.state, self.spare, h)
         except StepDiverged as e:
-            raise Diverged(f"the simulation diverged at frame {frame + 1} (t = {self.state.time:.4g} s): "
-                           f"{e}; the {frame} frames before are kept") from None
+            raise Diverged(
+                f"the simulation diverged at frame {frame + 1} (t = {self.state.time:.4g} s): "
+                f"{e}; the {frame} frames before are kept"
+            ) from None
         self.state, self.spare = self.spare, self.state
         _accumulate(agg, st)
         if not self.state.is_finite():
@@ -379,10 +426,13 @@ class _FrameLoop:
         q = frame_quantities(self.model, state.positions, state.velocities)
         pot = st.potential if st is not None else solver.potential_energy(state.positions)
         row = {
-            "frame": frame, "time": state.time, "wall_ms": wall_ms,
+            "frame": frame,
+            "time": state.time,
+            "wall_ms": wall_ms,
             "iterations": st.iterations if st else 0,
             "residual": st.residual if st else math.nan,
-            "potential": pot, "total_energy": q["kinetic"] + pot,
+            "potential": pot,
+            "total_energy": q["kinetic"] + pot,
             "n_contacts": st.n_contacts if st else 0,
             "max_penetration": st.max_penetration if st else math.nan,
             "converged": st.converged if st else True,
@@ -417,8 +467,10 @@ class _FrameLoop:
             message=self.message,
             frames_done=self.done,
             timings_ms={
-                "mean": float(np.mean(ms)), "median": float(np.median(ms)),
-                "p95": float(np.percentile(ms, 95)), "max": float(np.max(ms)),
+                "mean": float(np.mean(ms)),
+                "median": float(np.median(ms)),
+                "p95": float(np.percentile(ms, 95)),
+                "max": float(np.max(ms)),
             },
             solver_info=self.solver.info() if hasattr(self.solver, "info") else {},
             video=str(self.video) if self.video else None,
@@ -447,7 +499,7 @@ def export_frame_meshes(model, mesh_dir: Path, frame: int, positions: np.ndarray
         from tisim.geometry.cloth import save_cloth_obj
 
         for name, sl, mesh in cloth.meshes:
-            x = positions[cloth.offset + sl.start: cloth.offset + sl.stop]
+            x = positions[cloth.offset + sl.start : cloth.offset + sl.stop]
             save_cloth_obj(mesh_dir / f"{name}_{frame:05d}.obj", x, mesh)
 
 
@@ -473,8 +525,9 @@ class DivergenceGuards:
     "continue" logs each cause once and records its first occurrence (``info()``, in run.json).
     """
 
-    def __init__(self, model, on_divergence: str = "stop", max_capped_steps: int = MAX_CAPPED_STEPS,
-                 inversion: bool = True):
+    def __init__(
+        self, model, on_divergence: str = "stop", max_capped_steps: int = MAX_CAPPED_STEPS, inversion: bool = True
+    ):
         self.model = model
         self.inversion = bool(inversion)
         self.inverted_steps = 0  # steps that ended with an inverted tet (inversion = False)
@@ -501,11 +554,12 @@ class DivergenceGuards:
             self.stalls["failed"] += int(failed)
         if not failed:
             return
-        msg = (f"the solver stalled at frame {frame} (t = {state.time:.4g} s): the step did not converge "
-               f"after {retries} retries (residual {st.residual:.3g}, {st.iterations} iterations)")
+        msg = (
+            f"the solver stalled at frame {frame} (t = {state.time:.4g} s): the step did not converge "
+            f"after {retries} retries (residual {st.residual:.3g}, {st.iterations} iterations)"
+        )
         if self.stop:
-            raise Stalled(f"{msg}; the {frame - 1} frames before are kept "
-                          f"(sim.on_divergence = \"continue\" runs on)")
+            raise Stalled(f"{msg}; the {frame - 1} frames before are kept (sim.on_divergence = \"continue\" runs on)")
         if "stalled" not in self._seen:
             self._seen.add("stalled")
             self.events.append({"frame": frame, "time": float(state.time), "cause": "stalled", "message": msg})
@@ -519,8 +573,7 @@ class DivergenceGuards:
         if math.isfinite(pot):
             self._reports_potential = True
         elif math.isinf(pot) or self._reports_potential:
-            causes.append(("energy", f"the energy is {'infinite' if math.isinf(pot) else 'NaN'} "
-                                     f"(potential = {pot} J)"))
+            causes.append(("energy", f"the energy is {'infinite' if math.isinf(pot) else 'NaN'} (potential = {pot} J)"))
         m = self.model.element_count
         if m > 0:
             J = volume_ratios(self.model, state.positions)
@@ -533,8 +586,13 @@ class DivergenceGuards:
                     self.inverted_steps += 1
                     if "inverted" not in self._seen:
                         self._seen.add("inverted")
-                        log.info("frame %d (t = %.4g s): %s; the solver's projections recover inverted tets, "
-                                 "so the run goes on", frame, state.time, text)
+                        log.info(
+                            "frame %d (t = %.4g s): %s; the solver's projections recover inverted tets, "
+                            "so the run goes on",
+                            frame,
+                            state.time,
+                            text,
+                        )
         if st.converged:
             self.capped_run = 0
         else:
@@ -543,13 +601,19 @@ class DivergenceGuards:
                 self._capped_since = float(state.time)
             self.capped_run += 1
             if self.capped_run >= self.max_capped_steps:
-                causes.append(("capped", f"{self.capped_run} consecutive solver steps did not converge "
-                                         f"(since t = {self._capped_since:.4g} s)"))
+                causes.append(
+                    (
+                        "capped",
+                        f"{self.capped_run} consecutive solver steps did not converge "
+                        f"(since t = {self._capped_since:.4g} s)",
+                    )
+                )
         for kind, text in causes:
             msg = f"the simulation diverged at frame {frame} (t = {state.time:.4g} s): {text}"
             if self.stop:
-                raise Diverged(f"{msg}; the {frame - 1} frames before are kept "
-                               f"(sim.on_divergence = \"continue\" runs on)")
+                raise Diverged(
+                    f"{msg}; the {frame - 1} frames before are kept (sim.on_divergence = \"continue\" runs on)"
+                )
             if kind not in self._seen:
                 self._seen.add(kind)
                 self.events.append({"frame": frame, "time": float(state.time), "cause": kind, "message": msg})
@@ -557,9 +621,14 @@ class DivergenceGuards:
 
     def info(self) -> dict:
         """For run.json: the policy, the capped-step limit and count, first events per cause."""
-        return {"on_divergence": "stop" if self.stop else "continue", "max_capped_steps": self.max_capped_steps,
-                "capped_steps": self.capped_steps, "events": self.events,
-                "inversion_is_divergence": self.inversion, "inverted_steps": self.inverted_steps}
+        return {
+            "on_divergence": "stop" if self.stop else "continue",
+            "max_capped_steps": self.max_capped_steps,
+            "capped_steps": self.capped_steps,
+            "events": self.events,
+            "inversion_is_divergence": self.inversion,
+            "inverted_steps": self.inverted_steps,
+        }
 
 
 def _accumulate(agg: StepStats, st: StepStats) -> None:

@@ -44,10 +44,12 @@ class SceneInfo:
         # the name makes file and folder names (out/NAME/, NAME.mp4): a path in it wrote
         # outside the output folder ('../x') or broke the video's path ('a/b')
         n = self.name
-        if n and (any(c in n for c in "/\\") or n.strip(".") == "" or n != n.strip()
-                  or any(ord(c) < 32 for c in n)):
-            raise ConfigError("name", "expected a name without '/', '\\', control characters or "
-                                      f"leading/trailing spaces, and not '.' or '..', got {n!r}")
+        if n and (any(c in n for c in "/\\") or n.strip(".") == "" or n != n.strip() or any(ord(c) < 32 for c in n)):
+            raise ConfigError(
+                "name",
+                "expected a name without '/', '\\', control characters or "
+                f"leading/trailing spaces, and not '.' or '..', got {n!r}",
+            )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -148,8 +150,9 @@ class ObjectConfig:
         if (self.mesh is None) == (self.generator is None):
             raise ConfigError("", "an object needs exactly one of 'mesh' (a file) or 'generator'")
         if self.kind == "cloth" and self.generator not in (None, "cloth", "sphere"):
-            raise ConfigError("generator", f"a cloth object takes generator = 'cloth', 'sphere' or a mesh, "
-                              f"got {self.generator!r}")
+            raise ConfigError(
+                "generator", f"a cloth object takes generator = 'cloth', 'sphere' or a mesh, got {self.generator!r}"
+            )
         if self.kind == "solid" and self.generator == "sphere":
             raise ConfigError("kind", "generator = 'sphere' (a closed shell) needs kind = 'cloth'")
         if self.kind == "solid" and self.generator == "cloth":
@@ -167,8 +170,11 @@ class ObjectConfig:
                 raise ConfigError("remesh", "remeshing applies to cloth objects (kind = 'cloth') only")
             by_index = [k for k, hc in self.handles.items() if hc.vertices]
             if by_index:
-                raise ConfigError("remesh", f"handles.{by_index[0]} picks vertices by index, which a remesh "
-                                            "renumbers: select them with region_min/region_max, or set remesh = false")
+                raise ConfigError(
+                    "remesh",
+                    f"handles.{by_index[0]} picks vertices by index, which a remesh "
+                    "renumbers: select them with region_min/region_max, or set remesh = false",
+                )
         if any(r < 1 for r in self.resolution):
             raise ConfigError("resolution", f"expected three integers >= 1, got {list(self.resolution)}")
         if any(s <= 0 for s in self.size):
@@ -235,13 +241,18 @@ class ColliderConfig:
     def __post_init__(self):
         if self.friction is not None and self.friction < 0:
             raise ConfigError("friction", f"expected a number >= 0, got {self.friction}")
-        for k, replaces in (("position_keys", ("position", "velocity")),
-                            ("rotation_keys", ("rotation", "angular_velocity"))):
+        for k, replaces in (
+            ("position_keys", ("position", "velocity")),
+            ("rotation_keys", ("rotation", "angular_velocity")),
+        ):
             rows = getattr(self, k)
             for i in range(1, len(rows)):
                 if not rows[i][0] > rows[i - 1][0]:
-                    raise ConfigError(f"{k}[{i}]", f"expected a time > {rows[i - 1][0]} (rows are [t, x, y, z] "
-                                      f"with strictly increasing t), got {rows[i][0]}")
+                    raise ConfigError(
+                        f"{k}[{i}]",
+                        f"expected a time > {rows[i - 1][0]} (rows are [t, x, y, z] "
+                        f"with strictly increasing t), got {rows[i][0]}",
+                    )
             if rows and any(any(getattr(self, r)) for r in replaces):
                 raise ConfigError(k, f"keyframes replace {' and '.join(replaces)}: leave those out")
         for k in ("normal", "axis"):
@@ -277,19 +288,25 @@ class ContactConfig:
     thickness: float = num(1e-3, ge=0, doc="contact offset xi: no two primitives come closer, m")
     eps_v: float = num(1e-3, gt=0, doc="friction smoothing velocity: slower counts as sticking, m/s")
     friction_iterations: int = num(
-        3, ge=0, doc="friction lagging passes per step at most (0: frictionless); the cloth solver "
-                     "lags again only while the normal forces move by more than friction_lag_tolerance"
+        3,
+        ge=0,
+        doc="friction lagging passes per step at most (0: frictionless); the cloth solver "
+        "lags again only while the normal forces move by more than friction_lag_tolerance",
     )
     friction_lag_tolerance: float = num(
-        0.1, ge=0, doc="cloth: another friction lagging pass when the total friction bound sum mu lambda "
-                       "changed by more than this fraction in the last one (0: always friction_iterations "
-                       "passes)"
+        0.1,
+        ge=0,
+        doc="cloth: another friction lagging pass when the total friction bound sum mu lambda "
+        "changed by more than this fraction in the last one (0: always friction_iterations "
+        "passes)",
     )
     kappa: float = num(0.0, ge=0, doc="barrier stiffness; 0 chooses and adapts it automatically")
     kappa_max_ratio: float = num(
-        1e4, ge=100, doc="cap of the barrier stiffness's doubling, a multiple of IPC's minimum "
-                         "(the start stays within IPC's [1, 100]; IPC caps at 100, which light cloth "
-                         "reaches at impact, leaving sub-micrometre gaps that cut Newton's steps)"
+        1e4,
+        ge=100,
+        doc="cap of the barrier stiffness's doubling, a multiple of IPC's minimum "
+        "(the start stays within IPC's [1, 100]; IPC caps at 100, which light cloth "
+        "reaches at impact, leaving sub-micrometre gaps that cut Newton's steps)",
     )
 
 
@@ -351,11 +368,16 @@ class CameraConfig:
         if dd == 0:
             raise ConfigError("lookat", f"expected a point other than camera.position, got {list(self.lookat)}")
         uu = sum(c * c for c in self.up)
-        cross = (d[1] * self.up[2] - d[2] * self.up[1], d[2] * self.up[0] - d[0] * self.up[2],
-                 d[0] * self.up[1] - d[1] * self.up[0])
+        cross = (
+            d[1] * self.up[2] - d[2] * self.up[1],
+            d[2] * self.up[0] - d[0] * self.up[2],
+            d[0] * self.up[1] - d[1] * self.up[0],
+        )
         if uu == 0 or sum(c * c for c in cross) <= 1e-12 * dd * uu:
-            raise ConfigError("up", f"expected a non-zero vector not along the view direction (lookat - "
-                                    f"position), got {list(self.up)}")
+            raise ConfigError(
+                "up",
+                f"expected a non-zero vector not along the view direction (lookat - position), got {list(self.up)}",
+            )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -411,9 +433,15 @@ class Scene:
         there."""
         path = self.resolve_path(p)
         if not path.exists():
-            where = "" if Path(p).expanduser().is_absolute() else (
-                f" (a relative path is read from the scene's folder {Path(self.path).parent} or the current one)"
-                if self.path is not None else " (a relative path is read from the current folder)")
+            where = (
+                ""
+                if Path(p).expanduser().is_absolute()
+                else (
+                    f" (a relative path is read from the scene's folder {Path(self.path).parent} or the current one)"
+                    if self.path is not None
+                    else " (a relative path is read from the current folder)"
+                )
+            )
             raise ConfigError(key, f"no such file {p!r}{where}", self.path)
         return path
 
@@ -536,7 +564,9 @@ def scene_from_dict(data: dict, path: str | None = None) -> Scene:
         for name, obj in scene.objects.items():
             if obj.frame is not None and obj.frame not in scene.colliders:
                 known = ", ".join(sorted(scene.colliders)) or "none"
-                raise ConfigError(f"objects.{name}.frame", f"expected the name of a collider (colliders: {known}), got {obj.frame!r}")
+                raise ConfigError(
+                    f"objects.{name}.frame", f"expected the name of a collider (colliders: {known}), got {obj.frame!r}"
+                )
         return scene
     except ConfigError as e:
         raise e.with_source(path) if path else e from None
@@ -565,8 +595,12 @@ def load_scene(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) ->
             needs = ("mesh", "generator") if section == "objects" else ("type",)
             if name not in names and isinstance(table, dict) and not any(k in table for k in needs):
                 known = ", ".join(sorted(names)) or "none"
-                raise ConfigError(f"{section}.{name}", f"no such entry in the scene file ({section}: {known}); "
-                                  f"a --set that adds one must give it {' or '.join(needs)} (in --set)", str(p))
+                raise ConfigError(
+                    f"{section}.{name}",
+                    f"no such entry in the scene file ({section}: {known}); "
+                    f"a --set that adds one must give it {' or '.join(needs)} (in --set)",
+                    str(p),
+                )
     return scene_from_dict(data, str(p))
 
 
@@ -628,12 +662,16 @@ def override_strings(overrides: Mapping[str, Any]) -> list[str]:
     out = []
     for key, value in overrides.items():
         if "." not in key:
-            raise ConfigError(key, "expected a dotted scene key such as 'contact.mu' or 'sim.dt' "
-                                   "(pass overrides as **{'contact.mu': 0.2})")
+            raise ConfigError(
+                key,
+                "expected a dotted scene key such as 'contact.mu' or 'sim.dt' "
+                "(pass overrides as **{'contact.mu': 0.2})",
+            )
         try:
             text = toml_value(value)
         except ConfigError:
-            raise ConfigError(key, f"cannot write {value!r} as a scene value "
-                                   "(expected a number, bool, string or list)") from None
+            raise ConfigError(
+                key, f"cannot write {value!r} as a scene value (expected a number, bool, string or list)"
+            ) from None
         out.append(f"{key}={text}")
     return out

@@ -72,8 +72,11 @@ def check_initial_overlaps(model):
         size = float(ext.min()) if float(ext.min()) > 0 else float(ext.max())
         tol = TOUCH_TOLERANCE * float(np.linalg.norm(ext)) + 1e-12
         lo, hi = xi.min(axis=0) - tol, xi.max(axis=0) + tol
-        fixed = [_Body.of(model, x, j, model.object_names[j]) for j in solids[:k]
-                 if _boxes_meet(x[model.object_vertex_slices[j]], lo, hi)]
+        fixed = [
+            _Body.of(model, x, j, model.object_names[j])
+            for j in solids[:k]
+            if _boxes_meet(x[model.object_vertex_slices[j]], lo, hi)
+        ]
         cells = _local_cells(model, i)
         found = _overlaps(xi, cells, colliders, fixed, tol)
         if not found:
@@ -86,19 +89,22 @@ def check_initial_overlaps(model):
             x[sl] = xi + shift
             shifts[i] = shift
             changed = True
-            log.warning(f"objects.{name} starts {where}: pushed out by {_vec(shift)} m "
-                        f"(shallow: under {SHALLOW_FRACTION:.0%} of its size)")
+            log.warning(
+                f"objects.{name} starts {where}: pushed out by {_vec(shift)} m "
+                f"(shallow: under {SHALLOW_FRACTION:.0%} of its size)"
+            )
             continue
         if not deep and not any(o.other.startswith("object") for o in found):
             pressed = _project_out(xi, colliders, tol)
             if _volumes_positive(pressed, cells[0]):
                 x[sl] = pressed
                 changed = True
-                log.warning(f"objects.{name} starts {where}, squeezed from opposite sides (no translation "
-                            "clears it): its vertices inside are moved onto the colliders' surfaces")
+                log.warning(
+                    f"objects.{name} starts {where}, squeezed from opposite sides (no translation "
+                    "clears it): its vertices inside are moved onto the colliders' surfaces"
+                )
                 continue
-        raise ConfigError(f"objects.{name}", _deep_message(model, name, where, worst, size, shift),
-                          model.scene.path)
+        raise ConfigError(f"objects.{name}", _deep_message(model, name, where, worst, size, shift), model.scene.path)
     if not changed:
         return model
     return _with_positions(model, x, shifts)
@@ -148,8 +154,7 @@ def _boxes_meet(y: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> bool:
 def _local_cells(model, i: int) -> tuple[np.ndarray, np.ndarray]:
     """Object i's tets and surface triangles, indexing its own vertices."""
     start = model.object_vertex_slices[i].start
-    return (model.mesh.tets[model.object_tet_slices[i]] - start,
-            model.surface[model.surface_object == i] - start)
+    return (model.mesh.tets[model.object_tet_slices[i]] - start, model.surface[model.surface_object == i] - start)
 
 
 def _overlaps(xi: np.ndarray, cells, colliders, fixed: list[_Body], tol: float) -> list[Overlap]:
@@ -215,8 +220,9 @@ def _volumes_positive(xi: np.ndarray, tets: np.ndarray) -> bool:
 
 
 # --------------------------------------------------------------------------- geometry
-def points_in_tets(p: np.ndarray, x: np.ndarray, tets: np.ndarray, tree=None, k: int = 16,
-                   eps: float = 1e-9) -> np.ndarray:
+def points_in_tets(
+    p: np.ndarray, x: np.ndarray, tets: np.ndarray, tree=None, k: int = 16, eps: float = 1e-9
+) -> np.ndarray:
     """(k,) bool: whether each point p (k, 3) lies inside the tet mesh (x (n, 3), tets (m, 4)).
 
     Barycentric coordinates in the ``k`` tets with the nearest centroids: exact for
@@ -309,16 +315,19 @@ def _deep_message(model, name: str, where: str, worst: Overlap, size: float, shi
     oc = model.scene.objects[name]
     head = f"starts {where} ({worst.depth / size:.0%} of its smallest side, {size:.3g} m)"
     if shift is None:
-        return (head + ": no translation clears it (squeezed between opposite sides); "
-                f"move the colliders apart or make it smaller (objects.{name}.scale)")
+        return (
+            head + ": no translation clears it (squeezed between opposite sides); "
+            f"move the colliders apart or make it smaller (objects.{name}.scale)"
+        )
     local = np.asarray(shift)
     if oc.frame is not None:  # translation is in the collider's frame
         from tisim.geometry.transforms import euler_xyz_deg
 
         local = euler_xyz_deg(model.scene.colliders[oc.frame].rotation).T @ local
     new = np.asarray(oc.translation) + local
-    return (head + f": translate it by {_vec(shift)} m, e.g. "
-            f"--set objects.{name}.translation={_vec(new).replace(' ', '')}")
+    return (
+        head + f": translate it by {_vec(shift)} m, e.g. --set objects.{name}.translation={_vec(new).replace(' ', '')}"
+    )
 
 
 # --------------------------------------------------------------------------- the new model

@@ -175,8 +175,7 @@ def parse_vary(text: str) -> Vary:
     if ":" in raw and not quoted:
         bits = raw.split(":")
         if len(bits) != 3:
-            raise ConfigError("--vary", f"{key}: malformed range {raw!r}: expected START:STOP:COUNT, "
-                                        "e.g. 0.15:0.20:11")
+            raise ConfigError("--vary", f"{key}: malformed range {raw!r}: expected START:STOP:COUNT, e.g. 0.15:0.20:11")
         a, b, n = (s.strip() for s in bits)
         if not (_NUMBER.match(a) and _NUMBER.match(b)):
             raise ConfigError("--vary", f"{key}: malformed range {raw!r}: START and STOP must be numbers")
@@ -210,19 +209,26 @@ def parse_metric(text: str) -> Metric:
     if ":" in text:
         col, red = (s.strip() for s in text.rsplit(":", 1))
         if red not in REDUCTIONS:
-            raise ConfigError("--metric", f"{text!r}: expected a reduction {', '.join(REDUCTIONS)} after ':', "
-                                          f"got {red!r}")
+            raise ConfigError(
+                "--metric", f"{text!r}: expected a reduction {', '.join(REDUCTIONS)} after ':', got {red!r}"
+            )
         if not col:
             raise ConfigError("--metric", f"{text!r}: expected a stats.csv column before ':'")
         from tisim.outputs import STATS_COLUMNS
 
         if col not in STATS_COLUMNS:
-            log.warning("--metric %s: %r is not one of the runner's stats.csv columns; it is empty unless "
-                        "the solver writes it", text, col)
+            log.warning(
+                "--metric %s: %r is not one of the runner's stats.csv columns; it is empty unless the solver writes it",
+                text,
+                col,
+            )
         return Metric(f"{col}:{red}", col, red)
-    raise ConfigError("--metric", f"unknown metric {text!r}: expected one of {', '.join(BUILTIN_METRICS)} "
-                                  f"or COLUMN:REDUCTION with REDUCTION one of {', '.join(REDUCTIONS)} "
-                                  "(e.g. max_penetration:max)")
+    raise ConfigError(
+        "--metric",
+        f"unknown metric {text!r}: expected one of {', '.join(BUILTIN_METRICS)} "
+        f"or COLUMN:REDUCTION with REDUCTION one of {', '.join(REDUCTIONS)} "
+        "(e.g. max_penetration:max)",
+    )
 
 
 # ---------------------------------------------------------------- planning
@@ -247,8 +253,15 @@ def _slug(params: dict[str, Any]) -> str:
 _NOT_PHYSICS = ("scene", "camera", "render")
 
 
-def plan(scene_path: Path | str, varies: list[Vary], *, sets: list[str] | tuple[str, ...] = (),
-         frames: int | None = None, arch: str = "cpu", precision: str | None = None) -> list[SweepRun]:
+def plan(
+    scene_path: Path | str,
+    varies: list[Vary],
+    *,
+    sets: list[str] | tuple[str, ...] = (),
+    frames: int | None = None,
+    arch: str = "cpu",
+    precision: str | None = None,
+) -> list[SweepRun]:
     """Every run of the grid, each scene validated (no Taichi): an unknown key, a value of
     the wrong type or out of range raises :class:`ConfigError` naming ``--vary`` and the
     run's values, before anything is launched."""
@@ -281,8 +294,9 @@ def plan(scene_path: Path | str, varies: list[Vary], *, sets: list[str] | tuple[
         # what the run computes from: not the camera, the render settings or the description,
         # so touching those does not rerun a sweep
         physics = {k: v for k, v in data.items() if k not in _NOT_PHYSICS}
-        sig_src = json.dumps({"scene": physics, "frames": frames, "arch": arch, "precision": precision},
-                             sort_keys=True, default=str)
+        sig_src = json.dumps(
+            {"scene": physics, "frames": frames, "arch": arch, "precision": precision}, sort_keys=True, default=str
+        )
         sig = hashlib.sha1(sig_src.encode()).hexdigest()[:10]
         runs.append(SweepRun(params, overrides, f"{_slug(params)}-{sig[:6]}", sig, data))
     return runs
@@ -294,15 +308,19 @@ def is_finished(folder: Path, signature: str) -> bool:
         info = json.loads((folder / "run.json").read_text())
     except (OSError, ValueError):
         return False
-    return (info.get("sweep", {}).get("signature") == signature and info.get("ended") in FINISHED
-            and (folder / "stats.csv").exists())
+    return (
+        info.get("sweep", {}).get("signature") == signature
+        and info.get("ended") in FINISHED
+        and (folder / "stats.csv").exists()
+    )
 
 
 # ---------------------------------------------------------------- the worker side
 
 
-def run_task(data: dict, scene_path: str, frames: int | None, arch: str, precision: str | None,
-             threads: int = 1) -> dict:
+def run_task(
+    data: dict, scene_path: str, frames: int | None, arch: str, precision: str | None, threads: int = 1
+) -> dict:
     """Run one scene (a raw scene table) in a temporary folder on a Dask worker and return
     what the client needs: ``ended``, ``message``, ``stats_csv`` and ``run_json`` (text),
     ``worker`` (host:pid) and ``seconds``. Never raises for a failed run: the exception
@@ -336,8 +354,7 @@ def run_task(data: dict, scene_path: str, frames: int | None, arch: str, precisi
         from tisim.runner import run_scene
 
         with tempfile.TemporaryDirectory(prefix="tisim-sweep-") as tmp:
-            res = run_scene(scene, tmp, frames=frames, viewer=None, progress=False, arch=arch,
-                            precision=precision)
+            res = run_scene(scene, tmp, frames=frames, viewer=None, progress=False, arch=arch, precision=precision)
             t = Path(tmp)
             if (t / "stats.csv").exists():
                 out["stats_csv"] = (t / "stats.csv").read_text()
@@ -345,8 +362,9 @@ def run_task(data: dict, scene_path: str, frames: int | None, arch: str, precisi
         out.update(ended=res.ended, message=res.message)
     except Exception as e:  # a run's failure is a row, never a lost sweep
         msg = str(e) if isinstance(e, ConfigError) else f"{type(e).__name__}: {e}"
-        out.update(ended="failed", message=" ".join(msg.split()), traceback=traceback.format_exc(),
-                   error=type(e).__name__)
+        out.update(
+            ended="failed", message=" ".join(msg.split()), traceback=traceback.format_exc(), error=type(e).__name__
+        )
     out["seconds"] = time.perf_counter() - t0
     return out
 
@@ -370,9 +388,14 @@ def store(folder: Path, run: SweepRun, res: dict) -> None:
         info = {}
     info["ended"] = res.get("ended", "failed")
     info["message"] = res.get("message", "")
-    info["sweep"] = {"params": run.params, "overrides": list(run.overrides), "signature": run.signature,
-                     "worker": res.get("worker"), "cpu_threads": res.get("cpu_threads"),
-                     "seconds": res.get("seconds")}
+    info["sweep"] = {
+        "params": run.params,
+        "overrides": list(run.overrides),
+        "signature": run.signature,
+        "worker": res.get("worker"),
+        "cpu_threads": res.get("cpu_threads"),
+        "seconds": res.get("seconds"),
+    }
     if res.get("traceback"):
         info["traceback"] = res["traceback"]
     if res.get("error"):
@@ -417,15 +440,18 @@ def run_metrics(folder: Path, metrics: list[Metric]) -> dict[str, float]:
 
 def _row(out: Path, run: SweepRun, metrics: list[Metric]) -> dict:
     folder = out / "runs" / run.folder
-    row: dict[str, Any] = {"run": run.folder, **run.params, "ended": "not run", "frames_done": "",
-                           "message": ""}
+    row: dict[str, Any] = {"run": run.folder, **run.params, "ended": "not run", "frames_done": "", "message": ""}
     try:
         info = json.loads((folder / "run.json").read_text())
     except (OSError, ValueError):
         info = None
     if info is not None and info.get("sweep", {}).get("signature") == run.signature:
-        row.update(ended=info.get("ended", "failed"), frames_done=info.get("frames_done", ""),
-                   message=info.get("message", ""), error=info.get("error"))
+        row.update(
+            ended=info.get("ended", "failed"),
+            frames_done=info.get("frames_done", ""),
+            message=info.get("message", ""),
+            error=info.get("error"),
+        )
         row.update(run_metrics(folder, metrics))
     else:
         row.update({m.name: math.nan for m in metrics})
@@ -456,8 +482,15 @@ def _metric_label(m: Metric) -> str:
     return m.name
 
 
-def plot(path: Path, rows: list[dict], varies: list[Vary], metrics: list[Metric], *,
-         title: str = "", vlines: dict[str, list[tuple[float, str]]] | None = None) -> Path:
+def plot(
+    path: Path,
+    rows: list[dict],
+    varies: list[Vary],
+    metrics: list[Metric],
+    *,
+    title: str = "",
+    vlines: dict[str, list[tuple[float, str]]] | None = None,
+) -> Path:
     """Each metric (rows of panels) against each varied parameter (columns): one line per
     combination of the other varied values. Runs that did not complete are red x marks
     (a diverged run's metrics cover the frames before it stopped); a metric spanning more
@@ -496,15 +529,31 @@ def plot(path: Path, rows: list[dict], varies: list[Vary], metrics: list[Metric]
             if bad_x:
                 finite = list(ys_all) or [0.0]
                 lo = min(finite)
-                ax.plot(bad_x, [yy if np.isfinite(yy) else lo for yy in bad_y], "x", color="red", ms=7,
-                        mew=2, label="did not complete")
+                ax.plot(
+                    bad_x,
+                    [yy if np.isfinite(yy) else lo for yy in bad_y],
+                    "x",
+                    color="red",
+                    ms=7,
+                    mew=2,
+                    label="did not complete",
+                )
             pos = [v for v in ys_all if v > 0]
             if pos and len(pos) == len(ys_all) and max(pos) / min(pos) > 100:
                 ax.set_yscale("log")
             for xv, lab in (vlines or {}).get(vary.key, []):
                 ax.axvline(xv, color="0.4", ls="--", lw=1)
-                ax.annotate(lab, (xv, 0.97), xycoords=("data", "axes fraction"), ha="left", va="top",
-                            fontsize=8, color="0.3", xytext=(3, 0), textcoords="offset points")
+                ax.annotate(
+                    lab,
+                    (xv, 0.97),
+                    xycoords=("data", "axes fraction"),
+                    ha="left",
+                    va="top",
+                    fontsize=8,
+                    color="0.3",
+                    xytext=(3, 0),
+                    textcoords="offset points",
+                )
             if not numeric:
                 ax.set_xticks(range(len(vary.values)))
                 ax.set_xticklabels([_fmt(v) for v in vary.values], fontsize=8)
@@ -532,9 +581,15 @@ class _Progress:
             return
         from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-        self.p = Progress(TextColumn(f"[bold]sweep {name}"), BarColumn(),
-                          TextColumn("{task.completed}/{task.total} runs"), TextColumn("{task.fields[note]}"),
-                          TimeElapsedColumn(), TimeRemainingColumn(), transient=False)
+        self.p = Progress(
+            TextColumn(f"[bold]sweep {name}"),
+            BarColumn(),
+            TextColumn("{task.completed}/{task.total} runs"),
+            TextColumn("{task.fields[note]}"),
+            TimeElapsedColumn(),
+            TimeRemainingColumn(),
+            transient=False,
+        )
         self.task = self.p.add_task(name, total=total, completed=done, note="")
         self.p.start()
 
@@ -568,12 +623,18 @@ def check_scheduler_address(address: str) -> None:
         if scheme in ("tcp", "tls", "ws", "wss"):
             parse_host_port(loc)
     except (ValueError, TypeError) as e:
-        raise ConfigError("--scheduler", f"expected an address like tcp://host:8786, got {address!r} "
-                                         f"({' '.join(str(e).split())})") from None
+        raise ConfigError(
+            "--scheduler", f"expected an address like tcp://host:8786, got {address!r} ({' '.join(str(e).split())})"
+        ) from None
 
 
-def connect(scheduler: str | None, workers: int | None, timeout: float = DEFAULT_CONNECT_TIMEOUT_S,
-            threads: int = 1, quiet: bool = False):
+def connect(
+    scheduler: str | None,
+    workers: int | None,
+    timeout: float = DEFAULT_CONNECT_TIMEOUT_S,
+    threads: int = 1,
+    quiet: bool = False,
+):
     """A Dask client: to ``scheduler`` (raises :class:`ConfigError` if it cannot be reached
     within ``timeout`` seconds), or to a new LocalCluster of ``workers`` processes (default:
     one per core) with one thread each. ``quiet``: see :func:`quiet_dask_logs`.
@@ -590,19 +651,31 @@ def connect(scheduler: str | None, workers: int | None, timeout: float = DEFAULT
             reason = " ".join(str(e).split()) or type(e).__name__
             if len(reason) > 160:
                 reason = reason[:157] + "..."
-            raise ConfigError("--scheduler", f"cannot reach the Dask scheduler at {scheduler} within "
-                                             f"{timeout:g} s ({reason})") from None
+            raise ConfigError(
+                "--scheduler", f"cannot reach the Dask scheduler at {scheduler} within {timeout:g} s ({reason})"
+            ) from None
     n = workers or os.cpu_count() or 1
-    env = {"TI_CPU_MAX_NUM_THREADS": str(threads), "OMP_NUM_THREADS": str(threads),
-           "OPENBLAS_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads), "MPLBACKEND": "Agg"}
+    env = {
+        "TI_CPU_MAX_NUM_THREADS": str(threads),
+        "OMP_NUM_THREADS": str(threads),
+        "OPENBLAS_NUM_THREADS": str(threads),
+        "MKL_NUM_THREADS": str(threads),
+        "MPLBACKEND": "Agg",
+    }
     import dask
 
     # No heartbeat time-out: Taichi compiles a solver's kernels holding the GIL, which on a
     # busy machine can silence a worker's heartbeat for longer than the default 5 minutes;
     # the scheduler would then restart the worker and lose its run (seen with ADMM at load 18).
     with dask.config.set({"distributed.scheduler.worker-ttl": None}):
-        cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=":0",
-                               silence_logs=logging.ERROR, env=env)
+        cluster = LocalCluster(
+            n_workers=n,
+            threads_per_worker=1,
+            processes=True,
+            dashboard_address=":0",
+            silence_logs=logging.ERROR,
+            env=env,
+        )
     client = Client(cluster, set_as_default=False)
     started = len(client.scheduler_info().get("workers", {}))
     if started < n:  # seen on a heavily loaded machine: a worker that does not start in time is dropped
@@ -644,8 +717,11 @@ def _collect(client, futures: dict, out: Path, bar: _Progress, on_result) -> Non
                 for f in pending:
                     f.cancel()
                     _finish(out, futures[f], {"ended": "failed", "message": msg}, bar, on_result)
-                log.error("the Dask cluster has had no worker for %g s: %d runs marked failed",
-                          NO_WORKERS_TIMEOUT_S, len(pending))
+                log.error(
+                    "the Dask cluster has had no worker for %g s: %d runs marked failed",
+                    NO_WORKERS_TIMEOUT_S,
+                    len(pending),
+                )
                 return
             continue
         pending = set(not_done)
@@ -705,8 +781,17 @@ def sweep(
         futures = {}
         try:
             for r in todo:
-                f = client.submit(run_task, r.data, str(Path(scene_path).resolve()), frames, arch, precision,
-                                  key=f"tisim-sweep-{r.folder}-{r.signature}", pure=False, retries=0)
+                f = client.submit(
+                    run_task,
+                    r.data,
+                    str(Path(scene_path).resolve()),
+                    frames,
+                    arch,
+                    precision,
+                    key=f"tisim-sweep-{r.folder}-{r.signature}",
+                    pure=False,
+                    retries=0,
+                )
                 futures[f] = r
             _collect(client, futures, out, bar, on_result)
         except KeyboardInterrupt:
@@ -720,28 +805,50 @@ def sweep(
                 cluster.close()
     rows = [_row(out, r, all_metrics) for r in runs]
     write_csv(out / "sweep.csv", rows, varies, all_metrics)
-    png = plot(out / "sweep.png", rows, varies, chosen, title=title or f"sweep of {Path(scene_path).name}",
-               vlines=vlines)
-    result = SweepResult(out, rows, all_metrics, ran=len(todo), skipped=skipped, interrupted=interrupted,
-                         plot=png)
+    png = plot(
+        out / "sweep.png", rows, varies, chosen, title=title or f"sweep of {Path(scene_path).name}", vlines=vlines
+    )
+    result = SweepResult(out, rows, all_metrics, ran=len(todo), skipped=skipped, interrupted=interrupted, plot=png)
     from tisim.outputs import machine
     from tisim.outputs import write_json as _write_json
 
-    _write_json(out / "sweep.json", {
-        "scene_file": str(scene_path), "sets": list(sets), "varies": {v.key: list(v.values) for v in varies},
-        "frames": frames, "arch": arch, "precision": precision, "metrics": [m.name for m in all_metrics],
-        "scheduler": scheduler or f"LocalCluster({workers or os.cpu_count()} workers, 1 thread each)",
-        "runs": len(runs), "ran": len(todo), "skipped": skipped, "counts": result.counts(),
-        "not_completed": [r["run"] for r in rows if r["ended"] != "completed"],
-        "interrupted": interrupted, "seconds": time.perf_counter() - t0, "machine": machine(),
-    })
+    _write_json(
+        out / "sweep.json",
+        {
+            "scene_file": str(scene_path),
+            "sets": list(sets),
+            "varies": {v.key: list(v.values) for v in varies},
+            "frames": frames,
+            "arch": arch,
+            "precision": precision,
+            "metrics": [m.name for m in all_metrics],
+            "scheduler": scheduler or f"LocalCluster({workers or os.cpu_count()} workers, 1 thread each)",
+            "runs": len(runs),
+            "ran": len(todo),
+            "skipped": skipped,
+            "counts": result.counts(),
+            "not_completed": [r["run"] for r in rows if r["ended"] != "completed"],
+            "interrupted": interrupted,
+            "seconds": time.perf_counter() - t0,
+            "machine": machine(),
+        },
+    )
     return result
 
 
-def run_grid(scene: str | Path, vary: Mapping[str, Sequence[Any]], *, frames: int | None = None,
-          metrics: Sequence[str] = (), out: str | Path | None = None, workers: int | None = None,
-          arch: str = "cpu", precision: str | None = None, progress: bool = False,
-          **overrides: Any) -> pd.DataFrame:
+def run_grid(
+    scene: str | Path,
+    vary: Mapping[str, Sequence[Any]],
+    *,
+    frames: int | None = None,
+    metrics: Sequence[str] = (),
+    out: str | Path | None = None,
+    workers: int | None = None,
+    arch: str = "cpu",
+    precision: str | None = None,
+    progress: bool = False,
+    **overrides: Any,
+) -> pd.DataFrame:
     """Run a scene over a grid of values on local worker processes, as ``tisim sweep``.
 
     Args:
@@ -771,9 +878,19 @@ def run_grid(scene: str | Path, vary: Mapping[str, Sequence[Any]], *, frames: in
         override_strings({key: list(values)})  # the same checks as an override
         varies.append(Vary(key, tuple(values)))
     out_dir = Path(out) if out is not None else Path("out") / f"{path.stem}-sweep"
-    res = run_sweep(path, varies, out_dir, sets=override_strings(overrides),
-                    metrics=[parse_metric(m) for m in metrics] or None, frames=frames, workers=workers,
-                    arch=arch, precision=precision, progress=progress, quiet_dask=True)
+    res = run_sweep(
+        path,
+        varies,
+        out_dir,
+        sets=override_strings(overrides),
+        metrics=[parse_metric(m) for m in metrics] or None,
+        frames=frames,
+        workers=workers,
+        arch=arch,
+        precision=precision,
+        progress=progress,
+        quiet_dask=True,
+    )
     return pd.read_csv(res.out_dir / "sweep.csv")
 
 

@@ -105,9 +105,7 @@ def _finish(
     an_max = float(np.max(np.abs(analytic), initial=0.0))
     if not np.all(np.isfinite(analytic)):
         msg = f"analytic {kind} has non-finite entries"
-        return _result(
-            np.inf, np.inf, atol, rtol, fd_max, an_max, directions, full, msg, raise_on_failure
-        )
+        return _result(np.inf, np.inf, atol, rtol, fd_max, an_max, directions, full, msg, raise_on_failure)
     scale = fd_max
     bound = atol + rtol * scale
     max_abs = 0.0
@@ -144,9 +142,7 @@ def _finish(
             f"{kind} is not zero, or pass require_nonzero=False for a known critical point",
         )
     msg = "; ".join(failures)
-    return _result(
-        max_abs, rel, atol, rtol, fd_max, an_max, directions, full, msg, raise_on_failure
-    )
+    return _result(max_abs, rel, atol, rtol, fd_max, an_max, directions, full, msg, raise_on_failure)
 
 
 def _result(max_abs, rel, atol, rtol, fd_max, an_max, directions, full, msg, raise_on_failure):
@@ -232,9 +228,7 @@ def check_gradient(
     # Round-off of the differences: of the values themselves (machine_eps * |f|)
     # and of the perturbed points (machine_eps * |x| times the slope, estimated
     # from the spread of the values), both divided by the step.
-    slope = (
-        float(np.max(np.abs(fin - fvals[0]), initial=0.0)) / eps if np.isfinite(fvals[0]) else 0.0
-    )
+    slope = float(np.max(np.abs(fin - fvals[0]), initial=0.0)) / eps if np.isfinite(fvals[0]) else 0.0
     xscale = float(np.max(np.abs(x0), initial=0.0))
     noise = 16.0 * np.finfo(np.float64).eps * (max(fscale, value_scale) + xscale * slope) / eps
     atol_eff = noise if atol is None else float(atol)
@@ -314,12 +308,7 @@ def check_hessian(
         pairs.append(("Hessian", H, cols))
     xscale = float(np.max(np.abs(x0), initial=0.0))
     # as in check_gradient: round-off of the values and of the perturbed points
-    noise = (
-        16.0
-        * np.finfo(np.float64).eps
-        * (max(max(gscale), value_scale) + xscale * max(gspread) / eps)
-        / eps
-    )
+    noise = 16.0 * np.finfo(np.float64).eps * (max(max(gscale), value_scale) + xscale * max(gspread) / eps) / eps
     atol_eff = noise if atol is None else float(atol)
     res = _finish(
         "Hessian",
@@ -375,8 +364,17 @@ class IPCReport:
     plane_distance: float
 
 
-def ipc_report(vertices, faces, previous=None, *, probe: float = 1e-2, planes=(),
-               plane_rows: int | None = None, edges=None, colliders=()) -> IPCReport:
+def ipc_report(
+    vertices,
+    faces,
+    previous=None,
+    *,
+    probe: float = 1e-2,
+    planes=(),
+    plane_rows: int | None = None,
+    edges=None,
+    colliders=(),
+) -> IPCReport:
     """Check a surface state with ipctk: vertices (n, 3) m, faces (m, 3) (cloth and
     obstacle triangles together), previous (n, 3) the state one step earlier, planes
     [(point, unit normal), ...] checked analytically for the first ``plane_rows``

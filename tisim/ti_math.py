@@ -176,4 +176,3 @@ def cos(x):
     else:
         r = ti.cos(x)
     return r
-

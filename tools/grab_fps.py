@@ -53,8 +53,11 @@ def main(argv=None) -> int:
     for demo in a.demos:
         free, _ = run(demo, a.frames, False, a.set)
         held, grabs = run(demo, a.frames, True, a.set)
-        print(f"{demo}: untouched {free:.1f} ms/frame, grabbing {held:.1f} ms/frame "
-              f"({grabs} polls with the grab held): {100 * (held / free - 1):+.1f}%", flush=True)
+        print(
+            f"{demo}: untouched {free:.1f} ms/frame, grabbing {held:.1f} ms/frame "
+            f"({grabs} polls with the grab held): {100 * (held / free - 1):+.1f}%",
+            flush=True,
+        )
     return 0
 
 

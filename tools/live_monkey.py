@@ -106,8 +106,10 @@ def main(argv=None) -> int:
         bad = [line for line in text.splitlines() if BAD.search(line)]
         ok = alive and not bad
         rollbacks = text.count("rolled back")
-        print(f"{'OK' if ok else 'FAIL'}: {n} actions in {a.seconds:g} s; alive={alive}; "
-              f"title {title0!r} -> {title!r}; {len(bad)} error lines; {rollbacks} rollbacks; log {log.name}")
+        print(
+            f"{'OK' if ok else 'FAIL'}: {n} actions in {a.seconds:g} s; alive={alive}; "
+            f"title {title0!r} -> {title!r}; {len(bad)} error lines; {rollbacks} rollbacks; log {log.name}"
+        )
         for line in bad[:5]:
             print("   ", line)
         return 0 if ok else 1

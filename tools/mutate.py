@@ -102,25 +102,39 @@ def make_copy(dest: Path, tests_from: str | None) -> None:
             shutil.copy2(src, dest / name)
     if tests_from:
         shutil.rmtree(dest / "tests")
-        archive = subprocess.run(["git", "-C", str(ROOT), "archive", tests_from, "tests"],
-                                 check=True, capture_output=True).stdout
+        archive = subprocess.run(
+            ["git", "-C", str(ROOT), "archive", tests_from, "tests"], check=True, capture_output=True
+        ).stdout
         subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
 
 
-def run_tests(copy: Path, tests: list[str], timeout: float, deselect: list[str], verbose: bool,
-              args: list[str] = ()):
+def run_tests(copy: Path, tests: list[str], timeout: float, deselect: list[str], verbose: bool, args: list[str] = ()):
     """(status, seconds, tail): status 'passed', 'failed', 'timeout' or 'error' (pytest rc 2-5)."""
     present = [t for t in tests if (copy / t.split("::")[0]).exists() and t.split("::")[0] not in deselect]
     if not present:
         return "error", 0.0, "no test file of this group exists in the copy"
-    cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
-           "-W", "ignore::DeprecationWarning", *args, *present]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-x",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "-p",
+        "no:randomly",
+        "-W",
+        "ignore::DeprecationWarning",
+        *args,
+        *present,
+    ]
     for d in deselect:
         cmd += ["--deselect", d] if "::" in d else ["--ignore", d]
     env = dict(os.environ, PYTHONPATH=str(copy), PYTHONDONTWRITEBYTECODE="1")
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, cwd=copy, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        cmd, cwd=copy, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
     try:
         out, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -141,28 +155,36 @@ def run_tests(copy: Path, tests: list[str], timeout: float, deselect: list[str],
 def table(results: list[dict]) -> str:
     groups: dict[str, dict[str, int]] = {}
     for r in results:
-        g = groups.setdefault(r["group"], {"killed": 0, "survived": 0, "timeout": 0, "error": 0,
-                                           "equivalent": 0, "skipped": 0})
+        g = groups.setdefault(
+            r["group"], {"killed": 0, "survived": 0, "timeout": 0, "error": 0, "equivalent": 0, "skipped": 0}
+        )
         key = "equivalent" if r.get("equivalent") and r["status"] == "survived" else r["status"]
         g[key] = g.get(key, 0) + 1
-    lines = ["| group | mutants | killed | survived | timeout | equivalent (survived) | score |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [
+        "| group | mutants | killed | survived | timeout | equivalent (survived) | score |",
+        "|---|---|---|---|---|---|---|",
+    ]
     tot = {"n": 0, "k": 0, "s": 0, "t": 0, "e": 0}
     for name, g in groups.items():
         n = sum(g.values()) - g["skipped"]
         k = g["killed"] + g["timeout"] + g["error"]
         counted = n - g["equivalent"]
         score = f"{k / counted:.0%}" if counted else "-"
-        lines.append(f"| {name} | {n} | {g['killed']} | {g['survived']} | {g['timeout']} | "
-                     f"{g['equivalent']} | {score} |")
+        lines.append(
+            f"| {name} | {n} | {g['killed']} | {g['survived']} | {g['timeout']} | {g['equivalent']} | {score} |"
+        )
         tot["n"] += n
         tot["k"] += k
         tot["s"] += g["survived"]
         tot["t"] += g["timeout"]
         tot["e"] += g["equivalent"]
     counted = tot["n"] - tot["e"]
-    lines.append(f"| all | {tot['n']} | {tot['k'] - tot['t']} | {tot['s']} | {tot['t']} | {tot['e']} | "
-                 f"{tot['k'] / counted:.0%} |" if counted else "| all | 0 | | | | | |")
+    lines.append(
+        f"| all | {tot['n']} | {tot['k'] - tot['t']} | {tot['s']} | {tot['t']} | {tot['e']} | "
+        f"{tot['k'] / counted:.0%} |"
+        if counted
+        else "| all | 0 | | | | | |"
+    )
     return "\n".join(lines)
 
 
@@ -222,8 +244,16 @@ def main(argv=None) -> int:
                 print(f"[baseline] {m.group}: {st} in {dt:.0f} s", flush=True)
                 if st != "passed":
                     print(tail, flush=True)
-            row = {"id": m.id, "group": m.group, "file": m.file, "line": lines[m.id], "find": m.find,
-                   "replace": m.replace, "note": m.note, "equivalent": m.equivalent}
+            row = {
+                "id": m.id,
+                "group": m.group,
+                "file": m.file,
+                "line": lines[m.id],
+                "find": m.find,
+                "replace": m.replace,
+                "note": m.note,
+                "equivalent": m.equivalent,
+            }
             if baseline.get(key, "passed") != "passed":
                 row.update(status="skipped", seconds=0.0, tail="baseline failed")
                 results.append(row)
@@ -246,8 +276,12 @@ def main(argv=None) -> int:
 
     if a.json:
         a.json.parent.mkdir(parents=True, exist_ok=True)
-        meta = {"tests_from": a.tests_from, "deselect": a.deselect, "data": str(a.data),
-                "time": time.strftime("%Y-%m-%d %H:%M:%S")}
+        meta = {
+            "tests_from": a.tests_from,
+            "deselect": a.deselect,
+            "data": str(a.data),
+            "time": time.strftime("%Y-%m-%d %H:%M:%S"),
+        }
         a.json.write_text(json.dumps({"meta": meta, "mutants": results}, indent=1))
     print()
     print(table(results))

@@ -74,8 +74,14 @@ def main(argv=None) -> int:
     path = Path(a.scene) if Path(a.scene).exists() else demos_dir() / f"{a.scene}.toml"
     w, h = (int(v) for v in a.size.lower().split("x"))
     sets = [f"render.width={w}", f"render.height={h}"]
-    out = {"scene": path.stem, "frames": a.frames, "warmup": a.warmup, "size": [w, h],
-           "cores": os.cpu_count(), "load_average_start": os.getloadavg()}
+    out = {
+        "scene": path.stem,
+        "frames": a.frames,
+        "warmup": a.warmup,
+        "size": [w, h],
+        "cores": os.cpu_count(),
+        "load_average_start": os.getloadavg(),
+    }
 
     # the simulation alone: what `tisim preview` steps between two drawn frames
     s = PreviewSession(path, sets, arch="cpu")
@@ -86,7 +92,9 @@ def main(argv=None) -> int:
     for _ in range(a.frames):
         s.step()
     out["headless_fps"] = a.frames / (time.perf_counter() - t0)
-    print(f"{path.stem} preview ({out['vertices']} vertices): simulation {out['headless_fps']:.1f} frames/s", flush=True)
+    print(
+        f"{path.stem} preview ({out['vertices']} vertices): simulation {out['headless_fps']:.1f} frames/s", flush=True
+    )
 
     if not a.no_render:
         from tisim.render import vulkan_available
@@ -114,10 +122,15 @@ def _rendered(path, sets, s, a, w, h) -> dict:
     # the drawer's host work per frame (new positions, shadows on the floor), the
     # frames of a recorded take replayed
     lv = s.refiner.hierarchy.levels[0]
-    info = ViewInfo(faces=s.faces, vertex_count=len(s.state.x),
-                    colliders=[c for c in s.refiner.model.colliders if c.visible], camera=s.scene.camera,
-                    render=s.scene.render, title="fps", face_colors=checker_colors(lv.faces, lv.uv, lv.face_uv,
-                                                                                   s.scene.render.color))
+    info = ViewInfo(
+        faces=s.faces,
+        vertex_count=len(s.state.x),
+        colliders=[c for c in s.refiner.model.colliders if c.visible],
+        camera=s.scene.camera,
+        render=s.scene.render,
+        title="fps",
+        face_colors=checker_colors(lv.faces, lv.uv, lv.face_uv, s.scene.render.color),
+    )
     info.ground = drawn_ground(s.state.x, info.colliders, s.refiner.model.gravity)
     win = acquire_window(w, h, show=False)
     drawer = SceneDrawer(info)
@@ -141,8 +154,11 @@ def _rendered(path, sets, s, a, w, h) -> dict:
             ms[how].append(1e3 * (time.perf_counter() - t0))
     out["drawer_update_ms"] = float(np.median(ms["cached"] if cached else ms["uncached"]))
     out["drawer_update_uncached_ms"] = float(np.median(ms["uncached"]))
-    print(f"  scene drawer, host work: {out['drawer_update_ms']:.2f} ms/frame median "
-          f"(every shadow projected every frame: {out['drawer_update_uncached_ms']:.2f})", flush=True)
+    print(
+        f"  scene drawer, host work: {out['drawer_update_ms']:.2f} ms/frame median "
+        f"(every shadow projected every frame: {out['drawer_update_uncached_ms']:.2f})",
+        flush=True,
+    )
 
     # the live loop: poll, step, draw, render (off-screen), as `tisim preview` runs it;
     # the frames after the warm-up, timed by when each one is shown. Where the drawer
@@ -167,15 +183,25 @@ def _rendered(path, sets, s, a, w, h) -> dict:
         shown.clear()
         SceneDrawer._update_shadows = uncached_update if (how == "uncached" and cached) else real_update
         try:
-            run_preview(path, sets, viewer=make_preview_viewer(window=window), out_root=Path("/tmp"), arch="cpu",
-                        max_frames=a.warmup + a.frames, launch=lambda *x: SimpleNamespace(pid=0),
-                        echo=lambda *x: None)
+            run_preview(
+                path,
+                sets,
+                viewer=make_preview_viewer(window=window),
+                out_root=Path("/tmp"),
+                arch="cpu",
+                max_frames=a.warmup + a.frames,
+                launch=lambda *x: SimpleNamespace(pid=0),
+                echo=lambda *x: None,
+            )
         finally:
             SceneDrawer._update_shadows = real_update
         out[f"live_fps_{how}"] = a.frames / max(shown[-1] - shown[a.warmup - 1], 1e-9)
     out["live_fps"] = out["live_fps_cached" if cached else "live_fps_uncached"]
-    print(f"  live loop, off-screen ({w}x{h}): {out['live_fps']:.1f} frames/s"
-          + (f" (every shadow projected every frame: {out['live_fps_uncached']:.1f})" if cached else ""), flush=True)
+    print(
+        f"  live loop, off-screen ({w}x{h}): {out['live_fps']:.1f} frames/s"
+        + (f" (every shadow projected every frame: {out['live_fps_uncached']:.1f})" if cached else ""),
+        flush=True,
+    )
     release_window()
     return out
 

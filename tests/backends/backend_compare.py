@@ -104,9 +104,10 @@ def check_scene(arch: str, precision: str, name: str, reference: dict) -> dict:
     assert dx.max() < POSITION_TOL[precision], dx
     assert np.abs(got["det_f"] - reference["det_f"]).max() < DET_F_TOL
     assert got["penetration"].max() < PENETRATION_MAX
-    assert np.abs(got["contacts"] - reference["contacts"]).max() <= (
-        0 if precision == "f64" else 2
-    ), (got["contacts"], reference["contacts"])
+    assert np.abs(got["contacts"] - reference["contacts"]).max() <= (0 if precision == "f64" else 2), (
+        got["contacts"],
+        reference["contacts"],
+    )
     return got
 
 

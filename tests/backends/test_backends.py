@@ -60,8 +60,9 @@ def test_scene_matches_cpu(arch, reference, name, precision, request):
         # The cause (CUDA's approximate f32 square root in a cancelling derivative) is fixed
         # since, checked by emulation on the CPU only. Strict: when a GPU run passes this,
         # it fails as XPASS: then drop this mark and let "auto" choose "device" on CUDA f32.
-        request.applymarker(pytest.mark.xfail(
-            strict=True, reason="the device contact update was wrong on CUDA in f32; fix unconfirmed"))
+        request.applymarker(
+            pytest.mark.xfail(strict=True, reason="the device contact update was wrong on CUDA in f32; fix unconfirmed")
+        )
     compare.check_scene(arch, precision, name, reference(name))
 
 
@@ -171,7 +172,14 @@ def test_f32_uploads_of_f64_arrays_compile_without_warning(arch, tmp_path):
     compiled for f64 and warned "Assign may lose precision: f32 <- f64" on every fresh
     machine's first cloth run (kernel cache empty, as here)."""
     env = dict(os.environ, TI_OFFLINE_CACHE_FILE_PATH=str(tmp_path))
-    r = subprocess.run([sys.executable, "-c", _UPLOAD_F32, arch], capture_output=True, text=True, env=env,
-                       check=False, cwd=tmp_path, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-c", _UPLOAD_F32, arch],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+        cwd=tmp_path,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     assert "TaichiWarning" not in r.stderr + r.stdout, r.stderr[-3000:]

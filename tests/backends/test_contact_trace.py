@@ -29,8 +29,14 @@ def _trace(rng, labels, k=5):
     return [(lab, {"lam": rng.standard_normal((k, 3)), "s": rng.standard_normal(3 * k)}) for lab in labels]
 
 
-LABELS = ["update 0 load", "update 0 newton_begin 0", "update 0 cr_iteration 0", "update 0 cr_last 0",
-          "update 0 commit 0", "update 0 forces"]
+LABELS = [
+    "update 0 load",
+    "update 0 newton_begin 0",
+    "update 0 cr_iteration 0",
+    "update 0 cr_last 0",
+    "update 0 commit 0",
+    "update 0 forces",
+]
 
 
 def test_identical_traces_have_no_difference(ct, rng):
@@ -55,10 +61,24 @@ def test_later_newton_steps_are_judged_on_forces_at_the_late_tolerance(ct, rng):
     """After an update's first Newton step the backends start from their own previous
     step: there the directions are shown, not judged, and the forces at late_tol; a labels'
     parting there skips to the next update, which starts from the same inputs again."""
-    labels = ["update 5 load", "update 5 newton_begin 0", "update 5 cr_last 0", "update 5 commit 0",
-              "update 5 newton_begin 1", "update 5 cr_last 1", "update 5 commit 1", "update 5 forces",
-              "update 6 newton_begin 0", "update 6 newton_begin 1", "update 6 cr_last 1", "update 6 commit 1",
-              "update 7 newton_begin 0", "update 7 newton_begin 1", "update 7 cr_last 1", "update 7 commit 1"]
+    labels = [
+        "update 5 load",
+        "update 5 newton_begin 0",
+        "update 5 cr_last 0",
+        "update 5 commit 0",
+        "update 5 newton_begin 1",
+        "update 5 cr_last 1",
+        "update 5 commit 1",
+        "update 5 forces",
+        "update 6 newton_begin 0",
+        "update 6 newton_begin 1",
+        "update 6 cr_last 1",
+        "update 6 commit 1",
+        "update 7 newton_begin 0",
+        "update 7 newton_begin 1",
+        "update 7 cr_last 1",
+        "update 7 commit 1",
+    ]
     a = [(lab, {"lam": rng.standard_normal((5, 3)), "dlam": rng.standard_normal((5, 3))}) for lab in labels]
     b = [(lab, {n: v.copy() for n, v in d.items()}) for lab, d in a]
     b[5][1]["dlam"] *= 2  # a later step's direction: shown only
@@ -95,9 +115,29 @@ def cpu_trace(tmp_path_factory):
     in f32 and the first update already took Newton steps.)"""
     out = tmp_path_factory.mktemp("contact_trace")
     r = subprocess.run(
-        [sys.executable, str(TOOL), "--archs", "cpu", "cpu", "--precision", "f32", "--frames", "13",
-         "--updates", "6", "--tol", "0", "--late-tol", "0", "--out", str(out)],
-        capture_output=True, text=True, timeout=600, check=False,
+        [
+            sys.executable,
+            str(TOOL),
+            "--archs",
+            "cpu",
+            "cpu",
+            "--precision",
+            "f32",
+            "--frames",
+            "13",
+            "--updates",
+            "6",
+            "--tol",
+            "0",
+            "--late-tol",
+            "0",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
     )
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert "first difference: none" in r.stdout
@@ -189,8 +229,13 @@ def test_the_emulated_cuda_fault_is_flagged_and_the_fix_is_not(cpu_trace, ct, tm
     got = {}
     for variant in ("new", "old"):
         out = tmp_path / f"replay_{variant}.npz"
-        r = subprocess.run([sys.executable, str(script), str(TOOL.parent), str(cpu_trace / "calls.pkl"), str(out),
-                            "4", variant], capture_output=True, text=True, timeout=600, check=False)
+        r = subprocess.run(
+            [sys.executable, str(script), str(TOOL.parent), str(cpu_trace / "calls.pkl"), str(out), "4", variant],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+        )
         assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
         got[variant] = ct.compare(ref, ct.load_trace(out), 1e-1, 1e-1)
     assert got["new"]["first"] is None, got["new"]["first"]

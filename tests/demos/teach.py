@@ -29,7 +29,9 @@ from pathlib import Path
 DOC = Path(__file__).resolve().parents[2] / "docs" / "teaching.md"
 _FENCE = re.compile(r"^```([^\n]*)\n(.*?)^```[ \t]*$", re.MULTILINE | re.DOTALL)
 _HEAD = re.compile(r"^## Exercise (\d+):", re.MULTILINE)
-_EXPECT = re.compile(r"^(?P<expr>.+?)\s*(?P<op>==|=|<|>)\s*(?P<value>[^±]+?)(?:\s*±\s*(?P<tol>[\d.eE+-]+)(?P<pct>%)?)?$")
+_EXPECT = re.compile(
+    r"^(?P<expr>.+?)\s*(?P<op>==|=|<|>)\s*(?P<value>[^±]+?)(?:\s*±\s*(?P<tol>[\d.eE+-]+)(?P<pct>%)?)?$"
+)
 
 
 @dataclass
@@ -45,7 +47,7 @@ def exercises(doc: Path = DOC) -> list[Exercise]:
     heads = list(_HEAD.finditer(text))
     out = []
     for i, h in enumerate(heads):
-        body = text[h.start(): heads[i + 1].start() if i + 1 < len(heads) else len(text)]
+        body = text[h.start() : heads[i + 1].start() if i + 1 < len(heads) else len(text)]
         ex = Exercise(int(h.group(1)), body.splitlines()[0][3:].strip())
         for m in _FENCE.finditer(body):
             # "python {.teach}": the class form that the docs' Markdown (SuperFences) renders
@@ -112,8 +114,11 @@ def check(line: str, ns: dict) -> str | None:
     if tol is None:
         raise ValueError(f"{line!r}: '=' needs a tolerance (± TOL or ± TOL%)")
     allowed = tol / 100 * abs(want) if pct else tol
-    return None if abs(got - want) <= allowed else (
-        f"{expr} is {got:.4g}, the guide says {want:g} ± {tol:g}{'%' if pct else ''}")
+    return (
+        None
+        if abs(got - want) <= allowed
+        else (f"{expr} is {got:.4g}, the guide says {want:g} ± {tol:g}{'%' if pct else ''}")
+    )
 
 
 def main(argv: list[str]) -> int:

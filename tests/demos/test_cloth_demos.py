@@ -28,8 +28,9 @@ def _run_checked(name, frames, overrides=()):
         assert st.is_finite(), (name, k)
         V, F, planes = solver.collision_state(st)
         P, _, _ = solver.collision_state(prev)
-        r = ipc_report(V, F, P, planes=planes, plane_rows=solver.nc, edges=solver.edges_all,
-                       colliders=solver.analytic_colliders)
+        r = ipc_report(
+            V, F, P, planes=planes, plane_rows=solver.nc, edges=solver.edges_all, colliders=solver.analytic_colliders
+        )
         assert not r.intersecting, (name, k)
         assert r.step_free, (name, k)
         assert r.min_distance > xi and r.plane_distance > xi, (name, k, r)
@@ -58,9 +59,15 @@ def test_cloth_twist_converges_through_self_contact():
     """cloth-twist, coarser (20 x 10 cells) and turned four times faster so that the sheet
     reaches self-contact within 60 frames: every step converges with the grips exactly on
     their paths, the strain below its limit, and ipctk finds no intersection (_run_checked)."""
-    sc, _model, _st, stats = _run_checked("cloth-twist", 60, ["objects.sheet.cloth_resolution=[20,10]",
-                                                            "objects.sheet.handles.turn.angular_velocity=[12.566,0,0]",
-                                                            "objects.sheet.handles.turn.velocity=[-0.4,0,0]"])
+    sc, _model, _st, stats = _run_checked(
+        "cloth-twist",
+        60,
+        [
+            "objects.sheet.cloth_resolution=[20,10]",
+            "objects.sheet.handles.turn.angular_velocity=[12.566,0,0]",
+            "objects.sheet.handles.turn.velocity=[-0.4,0,0]",
+        ],
+    )
     assert all(s.converged for s in stats)
     assert max(s.extra["newton_iterations"] for s in stats) <= 20
     assert max(s.extra["kinematic_lag"] for s in stats) == 0.0

@@ -25,8 +25,12 @@ def virtual_display():
     if not vulkan_available():
         pytest.skip("no Vulkan driver: GGUI cannot open a window")
     r, w = os.pipe()
-    xvfb = subprocess.Popen(["Xvfb", "-displayfd", str(w), "-screen", "0", "1280x1024x24", "-nolisten", "tcp"],
-                            pass_fds=(w,), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    xvfb = subprocess.Popen(
+        ["Xvfb", "-displayfd", str(w), "-screen", "0", "1280x1024x24", "-nolisten", "tcp"],
+        pass_fds=(w,),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     os.close(w)
     with os.fdopen(r) as f:
         number = f.readline().strip()
@@ -40,8 +44,23 @@ def virtual_display():
 @pytest.mark.slow
 def test_random_input_never_closes_the_live_window(virtual_display, tmp_path):
     env = {**os.environ, "DISPLAY": virtual_display, "PYTHONPATH": str(ROOT)}
-    cmd = [sys.executable, str(ROOT / "tools" / "live_monkey.py"), "--seconds", "20", "--seed", "3", "--",
-           sys.executable, "-m", "tisim", "demo", "squeeze-ball", "--set", "objects.ball.ball_resolution=8",
-           "--out", str(tmp_path / "out")]
+    cmd = [
+        sys.executable,
+        str(ROOT / "tools" / "live_monkey.py"),
+        "--seconds",
+        "20",
+        "--seed",
+        "3",
+        "--",
+        sys.executable,
+        "-m",
+        "tisim",
+        "demo",
+        "squeeze-ball",
+        "--set",
+        "objects.ball.ball_resolution=8",
+        "--out",
+        str(tmp_path / "out"),
+    ]
     r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=420, cwd=tmp_path, check=False)
     assert r.returncode == 0 and r.stdout.startswith("OK"), r.stdout + r.stderr

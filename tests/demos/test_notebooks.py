@@ -35,12 +35,16 @@ def test_notebook_runs(path, tmp_path, monkeypatch):
     ksm = KernelSpecManager()
     # the "python3" kernel is this interpreter (ipykernel's native spec), not some other Python
     spec = ksm.get_kernel_spec("python3")
-    assert spec.argv[0] in (sys.executable, "python", "python3") or Path(spec.argv[0]).resolve() == Path(
-        sys.executable).resolve(), spec.argv
-    client = nbclient.NotebookClient(nb, timeout=600, kernel_name="python3",
-                                     resources={"metadata": {"path": str(tmp_path)}})
+    assert (
+        spec.argv[0] in (sys.executable, "python", "python3")
+        or Path(spec.argv[0]).resolve() == Path(sys.executable).resolve()
+    ), spec.argv
+    client = nbclient.NotebookClient(
+        nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
+    )
     client.execute()
-    errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
-              if o.get("output_type") == "error"]
+    errors = [
+        o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.get("output_type") == "error"
+    ]
     assert not errors, errors
     assert (tmp_path / "out").is_dir()  # it ran where it was told to

@@ -65,15 +65,26 @@ def test_wheel_runs_a_demo_from_a_fresh_venv_outside_the_tree(tmp_path, repo_roo
 
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    r = _run([py, "-c", "import tisim, tisim.resources as r; print(tisim.__file__); print(r.demos_dir())"],
-             elsewhere)
+    r = _run([py, "-c", "import tisim, tisim.resources as r; print(tisim.__file__); print(r.demos_dir())"], elsewhere)
     where, demos_dir = (Path(s) for s in r.stdout.split())
     assert venv in where.parents and venv in demos_dir.parents, r.stdout  # not the source tree
     r = _run([py, "-m", "tisim", "demo", "--list"], elsewhere)
     assert "twisting-bar" in r.stdout and "squeeze-ball" in r.stdout
     # a coarser bar: this checks the package, not the solver (the full bar spends ~25 s on its set-up)
-    r = _run([venv / "bin" / "tisim", "demo", "twisting-bar", "--headless", "-n", "3", "-q",
-              "--set", "objects.bar.resolution=[16,3,3]"], elsewhere)
+    r = _run(
+        [
+            venv / "bin" / "tisim",
+            "demo",
+            "twisting-bar",
+            "--headless",
+            "-n",
+            "3",
+            "-q",
+            "--set",
+            "objects.bar.resolution=[16,3,3]",
+        ],
+        elsewhere,
+    )
     assert "completed: 3 frames" in r.stdout, r.stdout
     with open(elsewhere / "out" / "twisting-bar" / "stats.csv") as f:
         assert len(list(csv.DictReader(f))) == 4

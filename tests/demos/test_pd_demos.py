@@ -26,11 +26,7 @@ def read_rows(path):
 def test_demo_header_and_solver(name):
     path = demos_dir() / f"{name}.toml"
     lines = path.read_text().splitlines()
-    assert (
-        lines[0] == "[scene]"
-        and lines[1] == f'name = "{name}"'
-        and lines[2].startswith("description = ")
-    )
+    assert lines[0] == "[scene]" and lines[1] == f'name = "{name}"' and lines[2].startswith("description = ")
     scene = load_scene(path)
     assert scene.solver.type == "pd" and scene.scene.description
 

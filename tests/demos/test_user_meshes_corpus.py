@@ -45,8 +45,21 @@ def _write(tmp_path: Path, name: str) -> Path:
 def _refine_and_run(tmp_path: Path, name: str):
     mesh = _write(tmp_path, name)
     out = tmp_path / "refine"
-    r = CliRunner().invoke(app, ["refine", str(mesh), "--drape-on", "sphere", "--frames", str(FRAMES),
-                                 "--no-render", "--quiet", "--out", str(out)])
+    r = CliRunner().invoke(
+        app,
+        [
+            "refine",
+            str(mesh),
+            "--drape-on",
+            "sphere",
+            "--frames",
+            str(FRAMES),
+            "--no-render",
+            "--quiet",
+            "--out",
+            str(out),
+        ],
+    )
     assert r.exit_code == 0, r.output
     levels = sorted(out.glob("level_*"))
     assert len(levels) == 3, levels
@@ -59,8 +72,20 @@ def _refine_and_run(tmp_path: Path, name: str):
     # the scene refine wrote, run directly (the finest mesh, the plain cloth solver)
     scene = out / f"{name}.toml"
     run_out = tmp_path / "run"
-    r = CliRunner().invoke(app, ["run", str(scene), "--frames", str(FRAMES), "--no-render", "--export-meshes",
-                                 "--quiet", "--out", str(run_out)])
+    r = CliRunner().invoke(
+        app,
+        [
+            "run",
+            str(scene),
+            "--frames",
+            str(FRAMES),
+            "--no-render",
+            "--export-meshes",
+            "--quiet",
+            "--out",
+            str(run_out),
+        ],
+    )
     assert r.exit_code == 0, r.output
     _assert_frames_intersection_free(run_out)
     return scene
@@ -108,8 +133,20 @@ def test_tetrahedralized_torus_squeezed_runs_to_the_end(tmp_path):
     completes and no tet is inverted at the end."""
     torus = _torus_stl(tmp_path / "torus.stl")
     out = tmp_path / "o"
-    r = CliRunner().invoke(app, ["demo", "squeeze-ball", "--set", f"objects.ball.mesh={torus}", "--headless",
-                                 "--no-render", "--quiet", "--out", str(out)])
+    r = CliRunner().invoke(
+        app,
+        [
+            "demo",
+            "squeeze-ball",
+            "--set",
+            f"objects.ball.mesh={torus}",
+            "--headless",
+            "--no-render",
+            "--quiet",
+            "--out",
+            str(out),
+        ],
+    )
     assert r.exit_code == 0, r.output
     with open(out / "stats.csv") as fh:
         rows = list(csv.DictReader(fh))

@@ -111,8 +111,14 @@ def _scipy_prox(name, s, w, mu, lam, rho, starts, lower):
     g = lambda x: w * gradient_sigma(name, x, mu, lam) + rho * (x - s)
     best = None
     for x0 in starts:
-        r = minimize(f, np.maximum(x0, lower + 1e-6), jac=g, method="L-BFGS-B", bounds=[(lower, None)] * 3,
-                     options={"ftol": 1e-15, "gtol": 1e-13, "maxiter": 5000})
+        r = minimize(
+            f,
+            np.maximum(x0, lower + 1e-6),
+            jac=g,
+            method="L-BFGS-B",
+            bounds=[(lower, None)] * 3,
+            options={"ftol": 1e-15, "gtol": 1e-13, "maxiter": 5000},
+        )
         if best is None or r.fun < best.fun:
             best = r
     return best, f
@@ -138,8 +144,9 @@ def test_prox_matches_generic_minimiser(material, rng):
         assert np.all(out > 0)
     assert np.all(out >= 0)
     for i in range(k):
-        best, f = _scipy_prox(name, s[i], w[i], mu[i], lam[i], rho[i],
-                              [out[i] + 1e-3, np.maximum(s[i], 0.3), np.ones(3)], lower)
+        best, f = _scipy_prox(
+            name, s[i], w[i], mu[i], lam[i], rho[i], [out[i] + 1e-3, np.maximum(s[i], 0.3), np.ones(3)], lower
+        )
         fo = f(out[i])
         assert fo <= best.fun + 1e-12 * max(1.0, abs(best.fun)), (i, out[i], best.x)
         assert np.abs(out[i] - best.x).max() < 1e-6 * max(1.0, np.abs(best.x).max()), (i, out[i], best.x)

@@ -78,8 +78,7 @@ def test_sphere_and_cylinder_distances_against_closed_forms():
         rad = np.hypot(loc[:, 0], loc[:, 1]) - c.r
         ax = np.abs(loc[:, 2]) - c.half
         if math.isfinite(c.half):
-            ref = np.where((rad > 0) | (ax > 0), np.hypot(np.maximum(rad, 0), np.maximum(ax, 0)),
-                           np.maximum(rad, ax))
+            ref = np.where((rad > 0) | (ax > 0), np.hypot(np.maximum(rad, 0), np.maximum(ax, 0)), np.maximum(rad, ax))
         else:
             ref = rad
         np.testing.assert_allclose(c.distance(x), ref, rtol=0, atol=1e-12)
@@ -94,13 +93,20 @@ def test_distances_agree_with_the_collider_queries():
 
     rng = np.random.default_rng(3)
     x = rng.uniform(-2, 2, (300, 3))
-    for cfg in (ColliderConfig(type="sphere", position=(0.1, 0.2, 0.3), radius=0.8),
-                ColliderConfig(type="box", position=(0.0, 0.3, 0.0), half_extents=(0.5, 0.2, 0.7),
-                               rotation=(10.0, 20.0, 30.0)),
-                ColliderConfig(type="cylinder", position=(0.0, 0.0, 0.2), axis=(1.0, 1.0, 0.0), radius=0.4,
-                               length=1.2, rotation=(0.0, 30.0, 0.0)),
-                ColliderConfig(type="cylinder", radius=0.4),
-                ColliderConfig(type="plane", normal=(0.0, 1.0, 1.0), rotation=(5.0, 0.0, 0.0))):
+    for cfg in (
+        ColliderConfig(type="sphere", position=(0.1, 0.2, 0.3), radius=0.8),
+        ColliderConfig(type="box", position=(0.0, 0.3, 0.0), half_extents=(0.5, 0.2, 0.7), rotation=(10.0, 20.0, 30.0)),
+        ColliderConfig(
+            type="cylinder",
+            position=(0.0, 0.0, 0.2),
+            axis=(1.0, 1.0, 0.0),
+            radius=0.4,
+            length=1.2,
+            rotation=(0.0, 30.0, 0.0),
+        ),
+        ColliderConfig(type="cylinder", radius=0.4),
+        ColliderConfig(type="plane", normal=(0.0, 1.0, 1.0), rotation=(5.0, 0.0, 0.0)),
+    ):
         c = Collider.from_config("c", cfg)
         np.testing.assert_allclose(shape_of(c).distance(x), c.distance(x), rtol=0, atol=1e-12)
 
@@ -140,7 +146,7 @@ def test_barrier_gradient_and_hessian_match_finite_differences(key):
         _, (rows, B) = ac.gradient_hessian(y.reshape(-1, 3), DHAT, XI, kappa, project=project)
         H = np.zeros((3 * nv, 3 * nv))
         for r, b in zip(rows, B):
-            H[3 * r:3 * r + 3, 3 * r:3 * r + 3] += b
+            H[3 * r : 3 * r + 3, 3 * r : 3 * r + 3] += b
         return H
 
     eps = 1e-8  # well inside the band's width of 1e-4..1e-3 m
@@ -178,7 +184,7 @@ def test_friction_gradient_and_hessian_match_finite_differences(key):
         _, (rows, B) = ac.friction_gradient_hessian(y.reshape(-1, 3), eps_v, h)
         H = np.zeros((15, 15))
         for r, b in zip(rows, B):
-            H[3 * r:3 * r + 3, 3 * r:3 * r + 3] += b
+            H[3 * r : 3 * r + 3, 3 * r : 3 * r + 3] += b
         return H
 
     check_gradient(f, g, x.ravel(), eps=1e-9, rtol=1e-5)
@@ -191,10 +197,15 @@ def test_friction_gradient_and_hessian_match_finite_differences(key):
         def gi(y, i=i):
             z = x.copy()
             z[i] = y
-            return g(z.ravel())[3 * i:3 * i + 3]
+            return g(z.ravel())[3 * i : 3 * i + 3]
 
-        check_hessian(gi, lambda y, i=i, sl=sl: hess(np.concatenate([x[:i], y[None], x[i + 1:]]).ravel())[sl, sl],
-                      x[i], eps=1e-10, rtol=1e-4)
+        check_hessian(
+            gi,
+            lambda y, i=i, sl=sl: hess(np.concatenate([x[:i], y[None], x[i + 1 :]]).ravel())[sl, sl],
+            x[i],
+            eps=1e-10,
+            rtol=1e-4,
+        )
     assert np.linalg.eigvalsh(H).min() >= -1e-9 * np.abs(H).max()
     # the friction force lies in the tangent plane of the lag's normal
     _, n, _ = shape.closest(x0, jacobian=False)

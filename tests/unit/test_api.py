@@ -20,8 +20,10 @@ SMALL = {"objects.box.resolution": [2, 2, 2], "render.width": 160, "render.heigh
 
 
 def test_import_tisim_imports_neither_taichi_nor_pandas():
-    code = ("import sys, tisim; assert callable(tisim.load); "
-            "print(sorted(m for m in ('taichi', 'pandas', 'tisim.api') if m in sys.modules))")
+    code = (
+        "import sys, tisim; assert callable(tisim.load); "
+        "print(sorted(m for m in ('taichi', 'pandas', 'tisim.api') if m in sys.modules))"
+    )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     # tisim.load is looked up lazily: the API module, but neither heavy package
@@ -61,11 +63,14 @@ def test_load_applies_overrides_as_the_cli_set_does():
     assert again.scene.contact.mu == 0.3 and sim.scene.contact.mu == 0.18
 
 
-@pytest.mark.parametrize("overrides, fragment", [
-    ({"contact.mu": -1.0}, "contact.mu"),
-    ({"mu": 0.2}, "mu: expected a dotted scene key"),
-    ({"contact.nu": 0.2}, "contact.nu"),
-])
+@pytest.mark.parametrize(
+    "overrides, fragment",
+    [
+        ({"contact.mu": -1.0}, "contact.mu"),
+        ({"mu": 0.2}, "mu: expected a dotted scene key"),
+        ({"contact.nu": 0.2}, "contact.nu"),
+    ],
+)
 def test_bad_overrides_name_the_key(overrides, fragment):
     with pytest.raises(ConfigError, match=fragment.replace(".", r"\.")):
         tisim.load("stick-slip", **overrides)
@@ -145,8 +150,14 @@ def test_compare_returns_a_table_and_each_integrators_stats(tmp_path):
     before = matplotlib.get_backend()
     matplotlib.use("svg")  # the user's backend (a notebook's inline one)
     try:
-        cmp = tisim.compare("spinning-bar", ["admm", "implicit-euler"], frames=2, out=tmp_path / "c",
-                            render=False, **{"objects.bar.resolution": [4, 1, 1]})
+        cmp = tisim.compare(
+            "spinning-bar",
+            ["admm", "implicit-euler"],
+            frames=2,
+            out=tmp_path / "c",
+            render=False,
+            **{"objects.bar.resolution": [4, 1, 1]},
+        )
         # the plots are drawn without switching it: matplotlib.use("Agg") did, and a
         # notebook's own plots stopped showing after its first compare
         assert matplotlib.get_backend() == "svg"

@@ -28,8 +28,14 @@ print(json.dumps({{"before": before, "after": openblas()}}))
 def _probe(env_extra: dict[str, str], extra: str = "") -> dict:
     env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
     env.update(env_extra)
-    out = subprocess.run([sys.executable, "-c", _PROBE.format(extra=extra)], env=env,
-                         capture_output=True, text=True, timeout=300, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", _PROBE.format(extra=extra)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -131,7 +137,9 @@ def _loops(tmp_path: Path, threads: str) -> dict:
     script.write_text(_LOOPS)
     env = {k: v for k, v in os.environ.items() if k != "TISIM_SERIAL_LOOPS"}
     env.update(TI_CPU_MAX_NUM_THREADS=threads, TI_KERNEL_PROFILER="1")
-    out = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300, check=False)
+    out = subprocess.run(
+        [sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300, check=False
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -162,8 +170,10 @@ def test_cuda_asked_for_without_a_device_runs_on_the_cpu_in_f64():
 
     if cuda_available():
         pytest.skip("this machine has a CUDA device")
-    code = ("import json\nfrom tisim import backend\nb = backend.init('cuda')\nc = backend.init('cuda')\n"
-            "print(json.dumps([b.arch, b.precision, c.arch]))")
+    code = (
+        "import json\nfrom tisim import backend\nb = backend.init('cuda')\nc = backend.init('cuda')\n"
+        "print(json.dumps([b.arch, b.precision, c.arch]))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False)
     assert out.returncode == 0, out.stderr[-2000:]
     assert json.loads(out.stdout.strip().splitlines()[-1]) == ["cpu", "f64", "cpu"]

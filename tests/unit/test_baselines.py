@@ -13,14 +13,32 @@ from tisim.solvers.baselines.implicit_euler import SolverImplicitEuler
 from tisim.testing import check_gradient, check_hessian
 
 
-def _scene(material="neo-hookean", solver="implicit-euler", gravity=(0.0, -9.81, 0.0), velocity=(0.0, 0.0, 0.0),
-           omega=(0.0, 0.0, 0.0), colliders=None, resolution=(3, 1, 1), solver_options=None):
+def _scene(
+    material="neo-hookean",
+    solver="implicit-euler",
+    gravity=(0.0, -9.81, 0.0),
+    velocity=(0.0, 0.0, 0.0),
+    omega=(0.0, 0.0, 0.0),
+    colliders=None,
+    resolution=(3, 1, 1),
+    solver_options=None,
+):
     data = {
         "sim": {"dt": 0.01, "gravity": list(gravity)},
         "solver": {"type": solver, **(solver_options or {})},
-        "objects": {"bar": {"generator": "box", "size": [0.6, 0.2, 0.2], "resolution": list(resolution),
-                            "material": material, "youngs_modulus": 1e4, "poisson_ratio": 0.3, "density": 1000.0,
-                            "velocity": list(velocity), "angular_velocity": list(omega)}},
+        "objects": {
+            "bar": {
+                "generator": "box",
+                "size": [0.6, 0.2, 0.2],
+                "resolution": list(resolution),
+                "material": material,
+                "youngs_modulus": 1e4,
+                "poisson_ratio": 0.3,
+                "density": 1000.0,
+                "velocity": list(velocity),
+                "angular_velocity": list(omega),
+            }
+        },
     }
     if colliders:
         data["colliders"] = colliders
@@ -50,8 +68,15 @@ def test_model_energy_derivatives(material, rng):
         return E.elastic_gradient(x) - model.mass[:, None] * model.gravity + E.penalty_gradient_hessian(x, 0.0)[0]
 
     check_gradient(f, g, x0, eps=1e-6, rtol=1e-5)
-    check_hessian(E.elastic_gradient, lambda x: E.elastic_hessian(x, project=False).toarray(), x0,
-                  eps=1e-6, rtol=1e-5, full_max=0, directions=12)
+    check_hessian(
+        E.elastic_gradient,
+        lambda x: E.elastic_hessian(x, project=False).toarray(),
+        x0,
+        eps=1e-6,
+        rtol=1e-5,
+        full_max=0,
+        directions=12,
+    )
 
 
 def test_projected_hessian_is_psd(rng):
@@ -82,8 +107,9 @@ def test_implicit_euler_free_fall_is_exact():
 
 
 def test_implicit_euler_dissipates_and_keeps_linear_momentum():
-    sc = _scene(gravity=(0.0, 0.0, 0.0), velocity=(0.3, 0.0, 0.0), omega=(0.0, 0.0, 8.0),
-                solver_options={"tolerance": 1e-9})
+    sc = _scene(
+        gravity=(0.0, 0.0, 0.0), velocity=(0.3, 0.0, 0.0), omega=(0.0, 0.0, 8.0), solver_options={"tolerance": 1e-9}
+    )
     model = Model.from_scene(sc)
     solver = SolverImplicitEuler(model, sc.solver)
     a, b = model.initial_state(), model.initial_state()
@@ -118,7 +144,7 @@ def test_tet_colouring_is_valid():
     order, starts = color_tets(mesh.tets, mesh.vertex_count)
     assert sorted(order.tolist()) == list(range(mesh.element_count))
     for c in range(len(starts) - 1):
-        verts = mesh.tets[order[starts[c]:starts[c + 1]]].ravel()
+        verts = mesh.tets[order[starts[c] : starts[c + 1]]].ravel()
         assert len(np.unique(verts)) == len(verts)  # no shared vertex within a colour
     assert len(starts) - 1 < 40
 
@@ -159,8 +185,12 @@ def test_xpbd_rest_state_is_an_equilibrium(material):
 def test_xpbd_restores_a_stretched_bar_and_projects_out_of_the_ground():
     from tisim.solvers.baselines.xpbd import SolverXPBD
 
-    sc = _scene("neo-hookean", solver="xpbd", gravity=(0.0, 0.0, 0.0),
-                colliders={"ground": {"type": "plane", "position": [0.0, -0.1, 0.0]}})
+    sc = _scene(
+        "neo-hookean",
+        solver="xpbd",
+        gravity=(0.0, 0.0, 0.0),
+        colliders={"ground": {"type": "plane", "position": [0.0, -0.1, 0.0]}},
+    )
     model = Model.from_scene(sc)
     solver = SolverXPBD(model, sc.solver)
     a, b = model.initial_state(), model.initial_state()
@@ -187,8 +217,13 @@ def test_xpbd_integrates_the_monitored_energy(material, rng):
     misses by O(1), which integrated_energy() reports."""
     from tisim.solvers.baselines.xpbd import SolverXPBD, integrated_energy
 
-    sc = _scene(material, solver="xpbd", gravity=(0.0, 0.0, 0.0), resolution=(2, 1, 1),
-                solver_options={"substeps": 1, "iterations": 1})
+    sc = _scene(
+        material,
+        solver="xpbd",
+        gravity=(0.0, 0.0, 0.0),
+        resolution=(2, 1, 1),
+        solver_options={"substeps": 1, "iterations": 1},
+    )
     model = Model.from_scene(sc)
     solver = SolverXPBD(model, sc.solver)
     a = model.initial_state()
@@ -226,8 +261,7 @@ def test_compare_names_the_energies_and_refuses_mixed_ones(tmp_path):
     with pytest.raises(ConfigError, match=mixed):
         compare(nh, ["admm", "pd"], tmp_path / "a", frames=1, progress=False)
     with pytest.raises(ConfigError, match="stand-in"):
-        compare(_scene("symmetric-dirichlet"), ["implicit-euler", "xpbd"], tmp_path / "b", frames=1,
-                progress=False)
+        compare(_scene("symmetric-dirichlet"), ["implicit-euler", "xpbd"], tmp_path / "b", frames=1, progress=False)
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()  # nothing ran
 
 

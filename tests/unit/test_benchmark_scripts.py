@@ -15,7 +15,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 # spirv_loop_atomics takes no options: it runs its probes at once (seconds of Taichi compile)
 SCRIPTS = sorted(
-    p for p in [*ROOT.glob("benchmarks/*.py"), *ROOT.glob("studies/*.py")]
+    p
+    for p in [*ROOT.glob("benchmarks/*.py"), *ROOT.glob("studies/*.py")]
     if p.name not in ("common.py", "spirv_loop_atomics.py")
 )
 
@@ -38,8 +39,15 @@ def test_the_scripts_are_where_the_docs_say():
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_script_starts(script):
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    r = subprocess.run([sys.executable, str(script), "--help"], cwd=ROOT, env=env,
-                       capture_output=True, text=True, timeout=120, check=False)
+    r = subprocess.run(
+        [sys.executable, str(script), "--help"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     assert "usage" in r.stdout.lower()
 

@@ -35,8 +35,14 @@ def _row(A: ti.template(), k, i):
 
 
 @ti.kernel
-def _batch(X: ti.types.ndarray(), D: ti.types.ndarray(), kind: ti.types.ndarray(), thickness: float,
-           t_max: ti.types.ndarray(), out: ti.types.ndarray()):
+def _batch(
+    X: ti.types.ndarray(),
+    D: ti.types.ndarray(),
+    kind: ti.types.ndarray(),
+    thickness: float,
+    t_max: ti.types.ndarray(),
+    out: ti.types.ndarray(),
+):
     for k in range(out.shape[0]):
         a, b, c, d = _row(X, k, 0), _row(X, k, 1), _row(X, k, 2), _row(X, k, 3)
         da, db, dc, dd = _row(D, k, 0), _row(D, k, 1), _row(D, k, 2), _row(D, k, 3)
@@ -76,7 +82,8 @@ def _check(queries, thickness):
         worst = min(worst, ratio)
         assert ratio >= (1 - S) * (1 - 1e-9), (
             f"query {k} ({'PT' if kinds[k] == PT else 'EE'}): d(toi) - xi = {ratio:.4f} (d0 - xi) "
-            f"at toi {toi:.6g} (t_max {T[k]:.6g}); the guarantee is >= {1 - S:.1f}")
+            f"at toi {toi:.6g} (t_max {T[k]:.6g}); the guarantee is >= {1 - S:.1f}"
+        )
     return worst
 
 
@@ -161,8 +168,7 @@ def test_random_queries_in_the_rescaling_window(rng):
         thickness = float(rng.choice([0.0, 1e-3]))
         if _dist(kind, X) <= 2 * thickness + 1e-3:
             continue
-        queries.append(_in_window(kind, X, D, thickness, rng.uniform(S + 1e-3, 1.0),
-                                  float(rng.choice([1.0, 0.5]))))
+        queries.append(_in_window(kind, X, D, thickness, rng.uniform(S + 1e-3, 1.0), float(rng.choice([1.0, 0.5]))))
         queries[-1] = queries[-1] + (thickness,)
     for thickness in (0.0, 1e-3):
         sel = [q[:4] for q in queries if q[4] == thickness]

@@ -11,8 +11,9 @@ import pytest
 
 
 def tisim(*args, cwd=None, timeout=120):
-    return subprocess.run([sys.executable, "-m", "tisim.cli.app", *args], capture_output=True,
-                          text=True, cwd=cwd, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "tisim.cli.app", *args], capture_output=True, text=True, cwd=cwd, timeout=timeout
+    )
 
 
 def assert_one_line_error(r, *fragments):
@@ -50,14 +51,19 @@ def test_help_does_not_import_taichi():
     assert r.returncode == 0, r.stderr
 
 
-@pytest.mark.parametrize("args, fragments", [
-    (("refine", "x.obj", "--levels", "0"), ("tisim refine: ", "'--levels'", "greater than or equal to 1",
-                                            "see tisim refine --help")),
-    (("demo", "cloth-drape", "--frames", "abc"), ("tisim demo: ", "'--frames'", "integer")),
-    (("run",), ("tisim run: ", "Missing argument 'scene'")),
-    (("run", "a.toml", "--bogus"), ("tisim run: ", "--bogus")),
-    (("frobnicate",), ("tisim: ", "No such command 'frobnicate'")),
-])
+@pytest.mark.parametrize(
+    "args, fragments",
+    [
+        (
+            ("refine", "x.obj", "--levels", "0"),
+            ("tisim refine: ", "'--levels'", "greater than or equal to 1", "see tisim refine --help"),
+        ),
+        (("demo", "cloth-drape", "--frames", "abc"), ("tisim demo: ", "'--frames'", "integer")),
+        (("run",), ("tisim run: ", "Missing argument 'scene'")),
+        (("run", "a.toml", "--bogus"), ("tisim run: ", "--bogus")),
+        (("frobnicate",), ("tisim: ", "No such command 'frobnicate'")),
+    ],
+)
 def test_usage_errors_are_one_line(args, fragments):
     """A bad option value, a missing argument, an unknown option or command: one line
     naming the command and what was wrong, exit code 2 (click printed its 4-line usage
@@ -147,8 +153,9 @@ def _torus_stl(path, R=0.3, r=0.1, nu=32, nv=12):
 
     u = np.linspace(0, 2 * np.pi, nu, endpoint=False)[:, None]
     v = np.linspace(0, 2 * np.pi, nv, endpoint=False)[None, :]
-    x = np.stack(np.broadcast_arrays((R + r * np.cos(v)) * np.cos(u), r * np.sin(v),
-                                     (R + r * np.cos(v)) * np.sin(u)), -1).reshape(-1, 3)
+    x = np.stack(
+        np.broadcast_arrays((R + r * np.cos(v)) * np.cos(u), r * np.sin(v), (R + r * np.cos(v)) * np.sin(u)), -1
+    ).reshape(-1, 3)
     i, j = np.meshgrid(np.arange(nu), np.arange(nv), indexing="ij")
     a, b = i * nv + j, (i + 1) % nu * nv + j
     c, d = (i + 1) % nu * nv + (j + 1) % nv, i * nv + (j + 1) % nv
@@ -160,22 +167,38 @@ def _torus_stl(path, R=0.3, r=0.1, nu=32, nv=12):
 def test_object_starting_inside_colliders_is_one_line_and_exit_2(tmp_path, repo_root):
     # the issue's example: an STL torus 0.8 m across in place of squeeze-ball's 0.2 m ball
     _torus_stl(tmp_path / "torus.stl")
-    r = tisim("run", str(repo_root / "demos" / "squeeze-ball.toml"), "--set", "objects.ball.mesh=torus.stl",
-              "--no-render", "-n", "1", "-q", cwd=tmp_path)
+    r = tisim(
+        "run",
+        str(repo_root / "demos" / "squeeze-ball.toml"),
+        "--set",
+        "objects.ball.mesh=torus.stl",
+        "--no-render",
+        "-n",
+        "1",
+        "-q",
+        cwd=tmp_path,
+    )
     assert r.returncode == 2, (r.stdout, r.stderr)
     errors = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
     assert len(errors) == 1 and "Traceback" not in r.stderr and "diverged" not in r.stderr + r.stdout, r.stderr
-    for frag in ("objects.ball", "inside collider 'left_roller'", "inside collider 'right_roller'",
-                 "translate it by", "--set objects.ball.translation="):
+    for frag in (
+        "objects.ball",
+        "inside collider 'left_roller'",
+        "inside collider 'right_roller'",
+        "translate it by",
+        "--set objects.ball.translation=",
+    ):
         assert frag in errors[0], errors[0]
     # every other stderr line is a one-line note (the --set note, the TetGen note)
-    assert all(ln.startswith(("INFO:", "WARNING:", "[Taichi]")) for ln in r.stderr.splitlines()
-               if ln.strip() and not ln.startswith("error:")), r.stderr
+    assert all(
+        ln.startswith(("INFO:", "WARNING:", "[Taichi]"))
+        for ln in r.stderr.splitlines()
+        if ln.strip() and not ln.startswith("error:")
+    ), r.stderr
 
 
 def test_python_m_tisim_is_the_command_line():
-    r = subprocess.run([sys.executable, "-m", "tisim", "demo", "--list"], capture_output=True, text=True,
-                       timeout=120)
+    r = subprocess.run([sys.executable, "-m", "tisim", "demo", "--list"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert "squeeze-ball" in r.stdout
 
@@ -185,9 +208,11 @@ def test_top_edge_pin_of_a_flat_lying_cloth_is_refused(tmp_path):
     is the whole border (and, before it kept to the border, every vertex: the sheet hung
     frozen in the air for the whole run). One line names the file, the key and the way out."""
     p = tmp_path / "flat.toml"
-    p.write_text('[sim]\ndt = 0.01\n[solver]\ntype = "cloth"\n[objects.sheet]\nkind = "cloth"\n'
-                 'generator = "cloth"\ncloth_size = [0.4, 0.4]\ncloth_resolution = [6, 6]\n'
-                 'translation = [0.0, 0.5, 0.0]\npin = "top-edge"\n')
+    p.write_text(
+        '[sim]\ndt = 0.01\n[solver]\ntype = "cloth"\n[objects.sheet]\nkind = "cloth"\n'
+        'generator = "cloth"\ncloth_size = [0.4, 0.4]\ncloth_resolution = [6, 6]\n'
+        'translation = [0.0, 0.5, 0.0]\npin = "top-edge"\n'
+    )
     r = tisim("run", str(p), "-n", "1", "--no-render", "--out", str(tmp_path / "o"))
     assert_one_line_error(r, "flat.toml", "objects.sheet.pin", "whole border", "x-min")
     p.write_text(p.read_text().replace('"top-edge"', '"x-min"'))
@@ -238,26 +263,37 @@ def test_a_shorter_rerun_leaves_no_frames_of_the_earlier_run(tmp_path, demos_dir
     """A rerun into the same --out removes the numbered meshes (and frame images) of the
     run before, which a shorter rerun left mixed with its own; a file of the user's stays."""
     out = tmp_path / "o"
-    args = ("run", str(demos_dir / "cloth-drape.toml"), "--headless", "--no-render", "--export-meshes", "-q",
-            "--set", "objects.cloth.cloth_resolution=[4,4]", "--out", str(out))
+    args = (
+        "run",
+        str(demos_dir / "cloth-drape.toml"),
+        "--headless",
+        "--no-render",
+        "--export-meshes",
+        "-q",
+        "--set",
+        "objects.cloth.cloth_resolution=[4,4]",
+        "--out",
+        str(out),
+    )
     r = tisim(*args, "-n", "3")
     assert r.returncode == 0, r.stderr
     assert sorted(p.name for p in (out / "meshes").iterdir()) == [f"cloth_{i:05d}.obj" for i in range(4)]
     (out / "meshes" / "my notes.txt").write_text("mine")
     r = tisim(*args, "-n", "1")
     assert r.returncode == 0, r.stderr
-    assert sorted(p.name for p in (out / "meshes").iterdir()) == ["cloth_00000.obj", "cloth_00001.obj",
-                                                                  "my notes.txt"]
+    assert sorted(p.name for p in (out / "meshes").iterdir()) == ["cloth_00000.obj", "cloth_00001.obj", "my notes.txt"]
 
 
 def test_a_cloth_starting_through_a_collider_names_it(tmp_path):
     """The start-up check names the collider the cloth crosses (it said "an obstacle
     (collider or soft body)"), in one line with the scene file."""
     p = tmp_path / "through.toml"
-    p.write_text('[solver]\ntype = "cloth"\n[objects.sheet]\nkind = "cloth"\ngenerator = "cloth"\n'
-                 'cloth_size = [0.4, 0.4]\ncloth_resolution = [8, 8]\ntranslation = [0.0, 0.3, 0.0]\n'
-                 '[colliders.ground]\ntype = "plane"\n[colliders.rock]\ntype = "sphere"\n'
-                 'position = [0.0, 0.3, 0.0]\nradius = 0.1\n')
+    p.write_text(
+        '[solver]\ntype = "cloth"\n[objects.sheet]\nkind = "cloth"\ngenerator = "cloth"\n'
+        'cloth_size = [0.4, 0.4]\ncloth_resolution = [8, 8]\ntranslation = [0.0, 0.3, 0.0]\n'
+        '[colliders.ground]\ntype = "plane"\n[colliders.rock]\ntype = "sphere"\n'
+        'position = [0.0, 0.3, 0.0]\nradius = 0.1\n'
+    )
     r = tisim("run", str(p), "--no-render", "-n", "1")
     assert_one_line_error(r, "through.toml", "the cloth intersects collider 'rock'")
 
@@ -281,16 +317,33 @@ def test_compare_with_a_diverged_run_writes_everything_and_exits_as_run_does(tmp
     from tisim.runner import EXIT_DIVERGED
 
     out = tmp_path / "c"
-    r = tisim("compare", "spinning-bar", "-i", "implicit-euler,xpbd", "-n", "12", "--out", str(out),
-              "--set", "solver.type=implicit-euler", "--set", "solver.max_iterations=1",
-              "--set", "solver.tolerance=1e-300", "--set", "objects.bar.resolution=[2,1,1]")
+    r = tisim(
+        "compare",
+        "spinning-bar",
+        "-i",
+        "implicit-euler,xpbd",
+        "-n",
+        "12",
+        "--out",
+        str(out),
+        "--set",
+        "solver.type=implicit-euler",
+        "--set",
+        "solver.max_iterations=1",
+        "--set",
+        "solver.tolerance=1e-300",
+        "--set",
+        "objects.bar.resolution=[2,1,1]",
+    )
     assert r.returncode == EXIT_DIVERGED == 3, (r.returncode, r.stdout, r.stderr)
     errors = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
     assert len(errors) == 1 and "Traceback" not in r.stderr, r.stderr
     assert errors[0].startswith("error: implicit-euler diverged: ") and "frame 10" in errors[0], errors[0]
     summary = json.loads((out / "compare.json").read_text())
-    assert {k: v["ended"] for k, v in summary["integrators"].items()} == {"implicit-euler": "diverged",
-                                                                          "xpbd": "completed"}
+    assert {k: v["ended"] for k, v in summary["integrators"].items()} == {
+        "implicit-euler": "diverged",
+        "xpbd": "completed",
+    }
     rows = {k: (out / k / "stats.csv").read_text().splitlines() for k in ("implicit-euler", "xpbd")}
     assert len(rows["implicit-euler"]) == 1 + 10  # header, frame 0 and the 9 frames before the divergence
     assert len(rows["xpbd"]) == 1 + 13
@@ -327,12 +380,26 @@ def test_compare_with_a_failed_run_runs_the_others_and_exits_1(tmp_path, monkeyp
     for f in ("stats.csv", "run.json"):
         (stale / f).write_text("frame\n0\n1\n" if f == "stats.csv" else "{}")
         os.utime(stale / f, (1e9, 1e9))
-    r = CliRunner().invoke(app, ["compare", "spinning-bar", "-i", "implicit-euler,xpbd", "-n", "2", "--out", str(out),
-                                 "--set", "objects.bar.resolution=[2,1,1]"])
+    r = CliRunner().invoke(
+        app,
+        [
+            "compare",
+            "spinning-bar",
+            "-i",
+            "implicit-euler,xpbd",
+            "-n",
+            "2",
+            "--out",
+            str(out),
+            "--set",
+            "objects.bar.resolution=[2,1,1]",
+        ],
+    )
     assert r.exit_code == 1, r.output
     assert not (stale / "run.json").exists()
     assert [ln for ln in r.stderr.splitlines() if ln.startswith("error:")] == [
-        "error: implicit-euler failed: RuntimeError: a made-up failure over two lines"], r.stderr
+        "error: implicit-euler failed: RuntimeError: a made-up failure over two lines"
+    ], r.stderr
     summary = json.loads((out / "compare.json").read_text())
     assert summary["integrators"]["implicit-euler"]["ended"] == "failed"
     assert summary["integrators"]["xpbd"]["ended"] == "completed"
@@ -340,8 +407,10 @@ def test_compare_with_a_failed_run_runs_the_others_and_exits_1(tmp_path, monkeyp
     assert not (out / "implicit-euler" / "stats.csv").exists() and (out / "energy.png").exists()
 
 
-QUIET_SCENE = ('[sim]\ndt = 0.01\nframes = 1\n[solver]\ntype = "implicit-euler"\nmax_iterations = 1\n'
-               'tolerance = 1e-300\n[objects.a]\nmesh = "gone.msh"\n')
+QUIET_SCENE = (
+    '[sim]\ndt = 0.01\nframes = 1\n[solver]\ntype = "implicit-euler"\nmax_iterations = 1\n'
+    'tolerance = 1e-300\n[objects.a]\nmesh = "gone.msh"\n'
+)
 
 
 def _quiet_cases(tmp_path, demos_dir):
@@ -352,15 +421,58 @@ def _quiet_cases(tmp_path, demos_dir):
     tiny = tmp_path / "tiny.toml"
     tiny.write_text('[objects.box]\ngenerator = "box"\nresolution = [1, 1, 1]\n')
     return {
-        "run": ["run", str(scene), "-n", "1", "--no-render", "--set", "objects.a.generator=box",
-                "--set", "objects.a.resolution=[1,1,1]", "--out", str(tmp_path / "r")],
-        "demo": ["demo", "spinning-bar", "-n", "1", "--no-render", "--set", "objects.bar.generator=ball",
-                 "--set", "objects.bar.ball_resolution=2", "--out", str(tmp_path / "d")],
+        "run": [
+            "run",
+            str(scene),
+            "-n",
+            "1",
+            "--no-render",
+            "--set",
+            "objects.a.generator=box",
+            "--set",
+            "objects.a.resolution=[1,1,1]",
+            "--out",
+            str(tmp_path / "r"),
+        ],
+        "demo": [
+            "demo",
+            "spinning-bar",
+            "-n",
+            "1",
+            "--no-render",
+            "--set",
+            "objects.bar.generator=ball",
+            "--set",
+            "objects.bar.ball_resolution=2",
+            "--out",
+            str(tmp_path / "d"),
+        ],
         # the note comes while the runs are planned; the unreachable scheduler ends it there
-        "sweep": ["sweep", str(tiny), "--vary", "contact.mu=0.1,0.2", "--set", "objects.box.generator=ball",
-                  "--scheduler", "tcp://127.0.0.1:9", "--timeout", "1", "--out", str(tmp_path / "s")],
-        "refine": ["refine", str(demos_dir / "refine-drape.toml"), "-n", "1", "--levels", "2", "--no-render",
-                   "--out", str(tmp_path / "f")],
+        "sweep": [
+            "sweep",
+            str(tiny),
+            "--vary",
+            "contact.mu=0.1,0.2",
+            "--set",
+            "objects.box.generator=ball",
+            "--scheduler",
+            "tcp://127.0.0.1:9",
+            "--timeout",
+            "1",
+            "--out",
+            str(tmp_path / "s"),
+        ],
+        "refine": [
+            "refine",
+            str(demos_dir / "refine-drape.toml"),
+            "-n",
+            "1",
+            "--levels",
+            "2",
+            "--no-render",
+            "--out",
+            str(tmp_path / "f"),
+        ],
     }
 
 
@@ -377,7 +489,9 @@ def test_quiet_shows_only_warnings_errors_and_the_result(tmp_path, demos_dir, co
     assert "INFO:" not in quiet.stderr and "[Taichi]" not in quiet.stdout + quiet.stderr, quiet.stdout + quiet.stderr
     # what is left: warnings, errors and the command's own result lines, the same as without --quiet
     assert [ln for ln in quiet.stderr.splitlines() if ln.strip()] == [
-        ln for ln in loud.stderr.splitlines() if ln.startswith(("WARNING:", "error:"))]
+        ln for ln in loud.stderr.splitlines() if ln.startswith(("WARNING:", "error:"))
+    ]
+
     def lines(text):  # without the timings, which differ from run to run
         return [re.sub(r"[0-9.]+ (ms|s)\b", "T", ln) for ln in text.splitlines() if ln.strip()]
 
@@ -416,13 +530,21 @@ def test_compare_on_a_cloth_scene_says_what_compare_runs(tmp_path, demos_dir):
     out = tmp_path / "c"
     for args in ([str(demos_dir / "cloth-drape.toml")], ["cloth-on-ball", "-i", "cloth"]):
         r = tisim("compare", *args, "-n", "1", "--out", str(out))
-        assert_one_line_error(r, ".toml: tisim compare compares the solid integrators (admm, implicit-euler, pd, xpbd)",
-                              "objects.cloth is a cloth", "tisim run")
+        assert_one_line_error(
+            r,
+            ".toml: tisim compare compares the solid integrators (admm, implicit-euler, pd, xpbd)",
+            "objects.cloth is a cloth",
+            "tisim run",
+        )
         assert "solver.type" not in r.stderr
     assert not out.exists()
     r = tisim("compare", "spinning-bar", "-i", "admm,cloth", "-n", "1", "--out", str(out))
-    assert_one_line_error(r, "--integrators", "'cloth' is the cloth solver, which runs only cloth scenes",
-                          "admm, implicit-euler, pd, xpbd")
+    assert_one_line_error(
+        r,
+        "--integrators",
+        "'cloth' is the cloth solver, which runs only cloth scenes",
+        "admm, implicit-euler, pd, xpbd",
+    )
     assert not out.exists()
 
 
@@ -445,6 +567,8 @@ def test_compare_stops_at_a_ctrl_c_and_still_writes_its_summary(tmp_path, monkey
     r = CliRunner().invoke(app, ["compare", "spinning-bar", "-i", "implicit-euler,xpbd", "-n", "1", "--out", str(out)])
     assert r.exit_code == 130, r.output
     assert [ln for ln in r.stderr.splitlines() if ln.startswith("error:")] == [
-        "error: implicit-euler interrupted: interrupted before its first frame", "error: not run: xpbd"], r.stderr
+        "error: implicit-euler interrupted: interrupted before its first frame",
+        "error: not run: xpbd",
+    ], r.stderr
     ended = {k: v["ended"] for k, v in json.loads((out / "compare.json").read_text())["integrators"].items()}
     assert ended == {"implicit-euler": "interrupted", "xpbd": "not run"}

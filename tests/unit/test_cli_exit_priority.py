@@ -72,8 +72,9 @@ def test_sweep_exits_with_the_first_of_the_documented_order(endings, scene_file,
         counts[row["ended"]] = counts.get(row["ended"], 0) + 1
     res = SimpleNamespace(rows=rows, counts=lambda: counts, ran=len(rows), skipped=0, interrupted=interrupted)
     monkeypatch.setattr(sw, "sweep", lambda *a, **k: res)
-    r = CliRunner().invoke(app, ["sweep", str(scene_file), "--vary", "contact.mu=0.1,0.2", "--out",
-                                 str(tmp_path / "o"), "-q"])
+    r = CliRunner().invoke(
+        app, ["sweep", str(scene_file), "--vary", "contact.mu=0.1,0.2", "--out", str(tmp_path / "o"), "-q"]
+    )
     assert r.exit_code == _expected(endings), (r.exit_code, r.output)
 
 

@@ -13,8 +13,9 @@ SMALL = ("--set", "objects.cloth.cloth_resolution=[4,4]")
 
 
 def _drape(demos_dir, out, *extra):
-    return tisim("run", str(demos_dir / "cloth-drape.toml"), "--headless", "--no-render", "-q", *SMALL,
-                 "--out", str(out), *extra)
+    return tisim(
+        "run", str(demos_dir / "cloth-drape.toml"), "--headless", "--no-render", "-q", *SMALL, "--out", str(out), *extra
+    )
 
 
 @pytest.mark.slow
@@ -38,8 +39,12 @@ def test_a_rerun_removes_only_what_the_earlier_run_wrote(tmp_path, demos_dir):
     out = tmp_path / "o"
     (out / "frames").mkdir(parents=True)
     (out / "meshes").mkdir()
-    mine = [out / "frames" / "frame_00001.png", out / "meshes" / "scan_00001.obj",
-            out / "meshes" / "bunny_00042.ply", out / "meshes" / "cloth_00099.obj"]
+    mine = [
+        out / "frames" / "frame_00001.png",
+        out / "meshes" / "scan_00001.obj",
+        out / "meshes" / "bunny_00042.ply",
+        out / "meshes" / "cloth_00099.obj",
+    ]
     for p in mine:
         p.write_text("mine")
     r = _drape(demos_dir, out, "--export-meshes", "-n", "3")
@@ -48,8 +53,7 @@ def test_a_rerun_removes_only_what_the_earlier_run_wrote(tmp_path, demos_dir):
     r = _drape(demos_dir, out, "--export-meshes", "-n", "1")
     assert r.returncode == 0, r.stderr
     assert all(p.read_text() == "mine" for p in mine)
-    assert sorted(p.name for p in (out / "meshes").glob("cloth_0000*.obj")) == ["cloth_00000.obj",
-                                                                                "cloth_00001.obj"]
+    assert sorted(p.name for p in (out / "meshes").glob("cloth_0000*.obj")) == ["cloth_00000.obj", "cloth_00001.obj"]
 
 
 def test_an_out_that_is_a_file_is_a_one_line_error(tmp_path, demos_dir):
@@ -59,8 +63,9 @@ def test_an_out_that_is_a_file_is_a_one_line_error(tmp_path, demos_dir):
     assert_one_line_error(r, "--out", "expected a folder", "afile")
     r = tisim("compare", "spinning-bar", "-i", "admm", "-n", "1", "--out", str(f))
     assert_one_line_error(r, "--out", "expected a folder")
-    r = tisim("run", str(demos_dir / "spinning-bar.toml"), "--headless", "--no-render", "-n", "1",
-              "--out", str(f / "below"))
+    r = tisim(
+        "run", str(demos_dir / "spinning-bar.toml"), "--headless", "--no-render", "-n", "1", "--out", str(f / "below")
+    )
     assert_one_line_error(r, "--out", "cannot create the folder", "is a file")
     assert f.read_text() == "mine"
 
@@ -81,18 +86,22 @@ def test_an_absurd_velocity_ends_as_diverged(tmp_path, demos_dir):
 def test_a_start_within_the_thickness_names_the_pair(tmp_path):
     """It said "two primitives start ... apart" without saying which."""
     p = tmp_path / "near.toml"
-    p.write_text('[solver]\ntype = "cloth"\n[contact]\nthickness = 1e-3\n[objects.sheet]\nkind = "cloth"\n'
-                 'generator = "cloth"\ncloth_size = [0.2, 0.2]\ncloth_resolution = [4, 4]\n'
-                 'translation = [0.0, 0.2005, 0.0]\n[colliders.rock]\ntype = "sphere"\n'
-                 'position = [0.0, 0.1, 0.0]\nradius = 0.1\n')
+    p.write_text(
+        '[solver]\ntype = "cloth"\n[contact]\nthickness = 1e-3\n[objects.sheet]\nkind = "cloth"\n'
+        'generator = "cloth"\ncloth_size = [0.2, 0.2]\ncloth_resolution = [4, 4]\n'
+        'translation = [0.0, 0.2005, 0.0]\n[colliders.rock]\ntype = "sphere"\n'
+        'position = [0.0, 0.1, 0.0]\nradius = 0.1\n'
+    )
     r = tisim("run", str(p), "--no-render", "-n", "1")
     assert_one_line_error(r, "near.toml", "of collider 'rock'", "start 0.0005 m apart", "move the cloth away")
     assert "cloth vertex" in r.stderr or "cloth edge" in r.stderr or "cloth triangle" in r.stderr, r.stderr
-    p.write_text('[solver]\ntype = "cloth"\n[contact]\nthickness = 1e-3\n'
-                 '[objects.a]\nkind = "cloth"\ngenerator = "cloth"\ncloth_size = [0.2, 0.2]\n'
-                 'cloth_resolution = [4, 4]\ntranslation = [0.0, 0.5, 0.0]\n'
-                 '[objects.b]\nkind = "cloth"\ngenerator = "cloth"\ncloth_size = [0.2, 0.2]\n'
-                 'cloth_resolution = [4, 4]\ntranslation = [0.0, 0.5005, 0.0]\n')
+    p.write_text(
+        '[solver]\ntype = "cloth"\n[contact]\nthickness = 1e-3\n'
+        '[objects.a]\nkind = "cloth"\ngenerator = "cloth"\ncloth_size = [0.2, 0.2]\n'
+        'cloth_resolution = [4, 4]\ntranslation = [0.0, 0.5, 0.0]\n'
+        '[objects.b]\nkind = "cloth"\ngenerator = "cloth"\ncloth_size = [0.2, 0.2]\n'
+        'cloth_resolution = [4, 4]\ntranslation = [0.0, 0.5005, 0.0]\n'
+    )
     r = tisim("run", str(p), "--no-render", "-n", "1")
     assert_one_line_error(r, "near.toml", "start 0.0005 m apart", "cloth ")
     assert "collider" not in r.stderr, r.stderr

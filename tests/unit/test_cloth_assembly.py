@@ -24,8 +24,18 @@ def _term(X, F, bending=True, lumped=False):
     mu, lam = lame_plane_stress(YOUNG, POISSON)
     m = len(F)
     hg = mesh_hinges(F)
-    return ShellTerm(len(X), F, hg, X, np.full(m, mu), np.full(m, lam), np.full(m, THICK),
-                     np.full(len(hg), 0.05), bending=bending, lumped_bending=lumped)
+    return ShellTerm(
+        len(X),
+        F,
+        hg,
+        X,
+        np.full(m, mu),
+        np.full(m, lam),
+        np.full(m, THICK),
+        np.full(len(hg), 0.05),
+        bending=bending,
+        lumped_bending=lumped,
+    )
 
 
 def _reference(term, x, strain=None):
@@ -172,8 +182,9 @@ def _f_hessians(x, faces, membrane, strain, project):
     raw = ti.ndarray(ti.f64, (m, 6, 6))
     o = strain.obj
     data = membrane.face_data if membrane is not None else o.face_data
-    K.shell_hessian_f(xs, o.faces, data, o.face_data, int(membrane is not None), 1, o.s_max, o.s_hat,
-                      o._tol, int(project), out)
+    K.shell_hessian_f(
+        xs, o.faces, data, o.face_data, int(membrane is not None), 1, o.s_max, o.s_hat, o._tol, int(project), out
+    )
     if membrane is not None:
         K.membrane_hessian_f(xs, membrane.faces, membrane.face_data, raw)
     K.strain_hessian_f(xs, o.faces, o.face_data, raw, o.s_max, o.s_hat, o._tol, int(membrane is not None))
@@ -266,7 +277,7 @@ def _pair_triplets(H, stencils, sysvert):
                 r = 3 * sysvert[st[a]] + np.arange(3)
                 c = 3 * sysvert[st[b]] + np.arange(3)
                 rows.append(np.repeat(r, 3)), cols.append(np.tile(c, 3))
-                vals.append(H[k, 3 * a:3 * a + 3, 3 * b:3 * b + 3].ravel())
+                vals.append(H[k, 3 * a : 3 * a + 3, 3 * b : 3 * b + 3].ravel())
     return np.concatenate(rows), np.concatenate(cols), np.concatenate(vals)
 
 
@@ -303,8 +314,9 @@ def test_system_assembler_equals_the_structural_sum(isolated):
     A.sum_duplicates()
     A.data[::17] = 0.0  # explicit zeros stay entries
     # single entries that make a vertex's three rows differ (the row search's shortcut misses)
-    A = structural_sum(A, np.array([1, 1, 4, 4, 16, 31]), np.array([6, 7, 9, 10, 2, 32]),
-                       np.array([0.5, 0.0, 1.0, 2.0, 3.0, 4.0]))
+    A = structural_sum(
+        A, np.array([1, 1, 4, 4, 16, 31]), np.array([6, 7, 9, 10, 2, 32]), np.array([0.5, 0.0, 1.0, 2.0, 3.0, 4.0])
+    )
     # pairs: neighbours (inside the pattern), far apart vertices (outside), unused slots
     k = 40
     st = rng.integers(0, n, size=(k, 4)).astype(np.int32)
@@ -337,8 +349,12 @@ def test_system_assembler_equals_the_structural_sum(isolated):
     br = (bv[:, None, None] + np.arange(3)[None, :, None] + np.zeros((1, 1, 3), int)).ravel()
     bc = (bv[:, None, None] + np.arange(3)[None, None, :] + np.zeros((1, 3, 1), int)).ravel()
     ii = np.arange(3 * m)
-    R = structural_sum(A, np.concatenate([r, br, ii]), np.concatenate([c, bc, ii]),
-                       np.concatenate([v, blocks[sysvert[verts] >= 0].ravel(), diag]))
+    R = structural_sum(
+        A,
+        np.concatenate([r, br, ii]),
+        np.concatenate([c, bc, ii]),
+        np.concatenate([v, blocks[sysvert[verts] >= 0].ravel(), diag]),
+    )
     assert S.has_sorted_indices
     np.testing.assert_array_equal(S.indptr, R.indptr)
     np.testing.assert_array_equal(S.indices, R.indices)
@@ -409,8 +425,9 @@ def test_lumped_bending_hessian_drops_the_opposite_vertices_coupling_and_bounds_
     np.testing.assert_allclose(diff, ref, atol=1e-12 * scale)
     assert np.abs(ref).max() > 1e-6 * scale
     # the pattern: the faces' vertex blocks only
-    mem = sp.csr_matrix((np.ones(9 * len(F)), (np.repeat(F, 3, axis=1).ravel(), np.tile(F, 3).ravel())),
-                        shape=(lumped.n, lumped.n))
+    mem = sp.csr_matrix(
+        (np.ones(9 * len(F)), (np.repeat(F, 3, axis=1).ravel(), np.tile(F, 3).ravel())), shape=(lumped.n, lumped.n)
+    )
     mem.sum_duplicates()
     rows = np.repeat(np.arange(n3), np.diff(H_l.indptr)) // 3
     used = set(zip(rows.tolist(), (H_l.indices // 3).tolist()))

@@ -326,10 +326,7 @@ def test_orientation_is_fixed_per_connected_piece():
 
 def test_unreferenced_vertices_dropped_and_bowtie_warned(tmp_path, caplog):
     # Two triangles meeting at vertex 1 only (a bowtie), and an unused vertex 5.
-    text = (
-        "v 0 0 0\nv 1 0 0\nv 0 0 1\nv 2 0 0\nv 2 0 1\nv 9 9 9\nv 1 0 -1\n"
-        "f 1 2 3\nf 2 4 5\nf 2 7 4\n"
-    )
+    text = "v 0 0 0\nv 1 0 0\nv 0 0 1\nv 2 0 0\nv 2 0 1\nv 9 9 9\nv 1 0 -1\nf 1 2 3\nf 2 4 5\nf 2 7 4\n"
     with caplog.at_level(logging.WARNING, logger="tisim.geometry.cloth"):
         m = load_cloth_mesh(_obj(tmp_path, text))
     assert "dropped 1 unreferenced vertices" in caplog.text
@@ -576,8 +573,11 @@ def test_an_unwelded_mesh_is_named_as_such(tmp_path):
     reported as "the cloth intersects itself"; the error now says what to do."""
     p = tmp_path / "unwelded.obj"
     p.write_text("v 0 0 0\nv 1 0 0\nv 0 1 0\nv 1 0 0\nv 1 1 0\nv 0 1 0\nf 1 2 3\nf 4 5 6\n")
-    with pytest.raises(MeshError, match=r"vertex 1 \(line 2\) and vertex 3 \(line 4\) are at the same place "
-                                        r"\(2 such pairs\).*not welded") as e:
+    with pytest.raises(
+        MeshError,
+        match=r"vertex 1 \(line 2\) and vertex 3 \(line 4\) are at the same place "
+        r"\(2 such pairs\).*not welded",
+    ) as e:
         load_cloth_mesh(p)
     assert "unwelded.obj" in str(e.value)
     # welded, the same sheet loads

@@ -11,8 +11,14 @@ from tisim.scene import scene_from_dict
 
 
 def _scene(**obj):
-    o = {"kind": "cloth", "generator": "cloth", "cloth_size": [1.0, 0.5], "cloth_resolution": [4, 2],
-         "density": 300.0, "thickness": 2e-3}
+    o = {
+        "kind": "cloth",
+        "generator": "cloth",
+        "cloth_size": [1.0, 0.5],
+        "cloth_resolution": [4, 2],
+        "density": 300.0,
+        "thickness": 2e-3,
+    }
     o.update(obj)
     return scene_from_dict({"solver": {"type": "cloth"}, "objects": {"c": o}})
 
@@ -67,15 +73,17 @@ def test_cloth_needs_the_cloth_solver():
 
 
 def test_solids_come_first_and_keep_their_indices():
-    sc = scene_from_dict({
-        "solver": {"type": "cloth"},
-        "objects": {
-            "sheet": {"kind": "cloth", "generator": "cloth", "cloth_resolution": [2, 2]},
-            "box": {"generator": "box", "resolution": [1, 1, 1]},
-        },
-    })
+    sc = scene_from_dict(
+        {
+            "solver": {"type": "cloth"},
+            "objects": {
+                "sheet": {"kind": "cloth", "generator": "cloth", "cloth_resolution": [2, 2]},
+                "box": {"generator": "box", "resolution": [1, 1, 1]},
+            },
+        }
+    )
     m = Model.from_scene(sc)
     assert m.object_names == ("box", "sheet")
     assert m.solid_vertex_count == 8 and m.cloth.offset == 8 and m.cloth.vertex_count == 9
     # the model surface ends with the cloth faces, shifted past the solid's vertices
-    assert np.array_equal(m.surface[-len(m.cloth.faces):], m.cloth.faces + 8)
+    assert np.array_equal(m.surface[-len(m.cloth.faces) :], m.cloth.faces + 8)

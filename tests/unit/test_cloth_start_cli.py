@@ -47,12 +47,21 @@ def _icosphere_obj(path, radius):
 
     ico = icosphere(2)
     V = radius * ico.vertices / np.linalg.norm(ico.vertices, axis=1, keepdims=True)
-    path.write_text("".join(f"v {a:.17g} {b:.17g} {c:.17g}\n" for a, b, c in V)
-                    + "".join(f"f {i + 1} {j + 1} {k + 1}\n" for i, j, k in ico.faces))
+    path.write_text(
+        "".join(f"v {a:.17g} {b:.17g} {c:.17g}\n" for a, b, c in V)
+        + "".join(f"f {i + 1} {j + 1} {k + 1}\n" for i, j, k in ico.faces)
+    )
 
 
-@pytest.mark.parametrize("value,key", [("0.5", "solver.strain_limit"), ("1", "solver.strain_limit"),
-                                       ("1e300", "solver.strain_stiffness"), ("1e-300", "contact.dhat")])
+@pytest.mark.parametrize(
+    "value,key",
+    [
+        ("0.5", "solver.strain_limit"),
+        ("1", "solver.strain_limit"),
+        ("1e300", "solver.strain_stiffness"),
+        ("1e-300", "contact.dhat"),
+    ],
+)
 def test_unusable_solver_values_are_refused(tmp_path, value, key):
     # they ended as internal errors (a ValueError, a LinAlgError, a ZeroDivisionError)
     # with exit code 1
@@ -61,12 +70,15 @@ def test_unusable_solver_values_are_refused(tmp_path, value, key):
 
 
 @pytest.mark.slow  # Taichi starts in a subprocess
-@pytest.mark.parametrize("collider", [
-    '[colliders.ball]\ntype = "sphere"\nradius = 1.0\n',
-    '[colliders.crate]\ntype = "box"\nhalf_extents = [1.0, 1.0, 1.0]\nrotation = [10.0, 20.0, 30.0]\n',
-    '[colliders.drum]\ntype = "cylinder"\nradius = 1.0\nlength = 2.0\naxis = [1.0, 0.0, 0.0]\n',
-    '[colliders.drum]\ntype = "cylinder"\nradius = 1.0\n',
-])
+@pytest.mark.parametrize(
+    "collider",
+    [
+        '[colliders.ball]\ntype = "sphere"\nradius = 1.0\n',
+        '[colliders.crate]\ntype = "box"\nhalf_extents = [1.0, 1.0, 1.0]\nrotation = [10.0, 20.0, 30.0]\n',
+        '[colliders.drum]\ntype = "cylinder"\nradius = 1.0\nlength = 2.0\naxis = [1.0, 0.0, 0.0]\n',
+        '[colliders.drum]\ntype = "cylinder"\nradius = 1.0\n',
+    ],
+)
 def test_cloth_wholly_inside_an_analytic_collider_is_refused(tmp_path, collider):
     name = collider.split("]")[0].split(".")[1]
     _one_line(_run(tmp_path, collider), f"'{name}'", "inside")
@@ -82,13 +94,18 @@ def test_cloth_wholly_inside_a_closed_mesh_collider_is_refused(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("collider", [
-    # a sphere's cap through a 1 m triangle whose corners are all outside it
-    '[colliders.ball]\ntype = "sphere"\nradius = 0.1\nposition = [0.1, -0.05, -0.1]\n',
-    # a box's ridge through the triangles
-    ('[colliders.ridge]\ntype = "box"\nhalf_extents = [0.3, 0.1, 0.1]\nrotation = [45.0, 0.0, 0.0]\n'
-     'position = [0.0, -0.1, 0.0]\n'),
-])
+@pytest.mark.parametrize(
+    "collider",
+    [
+        # a sphere's cap through a 1 m triangle whose corners are all outside it
+        '[colliders.ball]\ntype = "sphere"\nradius = 0.1\nposition = [0.1, -0.05, -0.1]\n',
+        # a box's ridge through the triangles
+        (
+            '[colliders.ridge]\ntype = "box"\nhalf_extents = [0.3, 0.1, 0.1]\nrotation = [45.0, 0.0, 0.0]\n'
+            'position = [0.0, -0.1, 0.0]\n'
+        ),
+    ],
+)
 def test_cloth_cutting_through_an_analytic_collider_is_refused(tmp_path, collider):
     name = collider.split("]")[0].split(".")[1]
     _one_line(_run(tmp_path, collider, size=1.0, cells=1), f"'{name}'", "intersects")

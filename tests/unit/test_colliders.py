@@ -144,10 +144,7 @@ def test_velocity_at_matches_rigid_motion():
 
     def material_point(tt):
         # a point attached to the collider: x(t) = c(t) + R(t) R(0)^T (x0 - c(0))
-        return (
-            col.center(tt)
-            + (x0 - col.center(0.0)) @ (col.orientation(tt) @ col.orientation(0.0).T).T
-        )
+        return col.center(tt) + (x0 - col.center(0.0)) @ (col.orientation(tt) @ col.orientation(0.0).T).T
 
     v_fd = (material_point(t + eps) - material_point(t - eps)) / (2 * eps)
     np.testing.assert_allclose(col.velocity_at(material_point(t), t), v_fd, atol=1e-7)
@@ -241,8 +238,7 @@ def test_constant_keyframes_do_not_move_and_single_key_is_a_pose():
     col = _make(type="sphere", position_keys=((0.0, 1.0, 2.0, 3.0),))
     assert not col.is_moving()
     np.testing.assert_allclose(col.center(5.0), [1.0, 2.0, 3.0])
-    spun = _make(type="cylinder", rotation_keys=((0.0, 0.0, 0.0, 0.0), (1.0, 0.0, 0.0, 720.0)),
-                 interpolation="linear")
+    spun = _make(type="cylinder", rotation_keys=((0.0, 0.0, 0.0, 0.0), (1.0, 0.0, 0.0, 720.0)), interpolation="linear")
     assert spun.is_moving()
     # two full turns about z at a constant rate: 4 pi rad/s
     np.testing.assert_allclose(spun.spin(0.5), [0.0, 0.0, 4 * math.pi], atol=1e-12)

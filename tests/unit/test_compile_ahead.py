@@ -59,8 +59,14 @@ print(json.dumps({"not_compiled": not_compiled, "later": sorted(set(compiled)),
 
 def test_contact_kernels_compile_when_the_cloth_solver_is_built(repo_root, demos_dir):
     env = {**os.environ, "PYTHONPATH": str(repo_root)}
-    r = subprocess.run([sys.executable, "-c", SCRIPT, str(demos_dir / "cloth-drape.toml")],
-                       capture_output=True, text=True, env=env, timeout=600, check=False)
+    r = subprocess.run(
+        [sys.executable, "-c", SCRIPT, str(demos_dir / "cloth-drape.toml")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+        check=False,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     res = json.loads(r.stdout.strip().splitlines()[-1])
     assert res["kernels"] >= 11

@@ -80,9 +80,7 @@ def test_tangent_frames_orthonormal_right_handed(rng):
     n /= np.linalg.norm(n, axis=1, keepdims=True)
     n[:3] = [[0, 0, 1], [0, 0, -1], [0, 1, 0]]
     F = tangent_frames(n)
-    np.testing.assert_allclose(
-        F @ np.transpose(F, (0, 2, 1)), np.broadcast_to(np.eye(3), F.shape), atol=1e-12
-    )
+    np.testing.assert_allclose(F @ np.transpose(F, (0, 2, 1)), np.broadcast_to(np.eye(3), F.shape), atol=1e-12)
     np.testing.assert_allclose(np.linalg.det(F), 1.0, atol=1e-12)
     np.testing.assert_allclose(F[:, 0], n)
 
@@ -92,9 +90,7 @@ def test_jacobian_matches_contact_points(setup, rng):
     n = m.vertex_count
     q = rng.normal(size=(n, 3))
     H = cs.jacobian(n)
-    np.testing.assert_allclose(
-        (H @ q.ravel()).reshape(-1, 3), cs.to_frame(cs.points(q)), atol=1e-13
-    )
+    np.testing.assert_allclose((H @ q.ravel()).reshape(-1, 3), cs.to_frame(cs.points(q)), atol=1e-13)
     lam = rng.normal(size=(cs.count, 3))
     np.testing.assert_allclose(cs.scatter_forces(lam, n).ravel(), H.T @ lam.ravel(), atol=1e-13)
 
@@ -139,9 +135,7 @@ def test_indicator_split(setup, rng):
     # and matrix-free: Omega C (Omega x)
     x = rng.normal(size=(cs.count, 3))
     om = omega.reshape(-1, 3)
-    np.testing.assert_allclose(
-        (om * C.matvec(om * x)).ravel(), direct @ x.ravel(), atol=1e-13 * np.abs(direct).max()
-    )
+    np.testing.assert_allclose((om * C.matvec(om * x)).ravel(), direct @ x.ravel(), atol=1e-13 * np.abs(direct).max())
 
 
 def test_mass_delassus_diagonal(setup):
@@ -186,7 +180,7 @@ def test_delassus_with_held_vertices_through_global_step(setup, kind, unit_colum
 
 
 def test_auto_choosing_cholesky_hands_its_sparse_inverse_to_contact(setup, monkeypatch):
-    """"auto" builds S to time it; when Cholesky wins and contact needs W, contact takes
+    """ "auto" builds S to time it; when Cholesky wins and contact needs W, contact takes
     that S instead of building it again (one build, handed over once), and W_hat is
     still B^T A^-1 B."""
     import tisim.linalg.sparse_inverse as sim
@@ -206,8 +200,9 @@ def test_auto_choosing_cholesky_hands_its_sparse_inverse_to_contact(setup, monke
     monkeypatch.setattr(gsm, "sparse_inverse", counted)
     monkeypatch.setattr(sim, "sparse_inverse", counted)
     monkeypatch.setattr(gsm, "_time_apply", lambda g, kernels: 1.0 if g.name == "sparse-inverse" else 0.5)
-    g = gsm.build_global_step("auto", A.tocsr(), np.zeros(0, np.int64), PDConfig(), kernels=object(),
-                              keep_sparse_inverse=True)
+    g = gsm.build_global_step(
+        "auto", A.tocsr(), np.zeros(0, np.int64), PDConfig(), kernels=object(), keep_sparse_inverse=True
+    )
     assert g.name == "cholesky" and len(builds) == 1
     contact = PDContact(m, m.scene.contact, g)
     B = cs.selection_matrix(n)
@@ -228,12 +223,8 @@ def test_delassus_builder_cache_matches_fresh(setup, rng):
     builder = DelassusBuilder(si.ST, si.perm, n)
     surface = np.unique(m.surface)
     first = rng.choice(surface, size=30, replace=False)
-    second = np.concatenate(
-        [first[:20], rng.choice(np.setdiff1d(surface, first), size=10, replace=False)]
-    )
-    for step, verts in enumerate(
-        [first, second, second[::-1], rng.choice(surface, size=25, replace=False)]
-    ):
+    second = np.concatenate([first[:20], rng.choice(np.setdiff1d(surface, first), size=10, replace=False)])
+    for step, verts in enumerate([first, second, second[::-1], rng.choice(surface, size=25, replace=False)]):
         k = len(verts)
         cols, rows, vals = list(range(k)), list(verts), [1.0] * k
         for j in range(2):  # two vertex-triangle columns: e_v - sum beta e_tri

@@ -171,9 +171,5 @@ def test_self_collision_finds_folded_surface():
     upper = clean & np.isclose(x[:, 1], 0.02)  # left half's face, inside the right half
     assert lower.sum() >= 6 and upper.sum() >= 6
     np.testing.assert_allclose(cs.gap0[lower | upper], -0.005, atol=1e-12)
-    np.testing.assert_allclose(
-        cs.normals[lower], np.tile([0, 1.0, 0], (lower.sum(), 1)), atol=1e-12
-    )
-    np.testing.assert_allclose(
-        cs.normals[upper], np.tile([0, -1.0, 0], (upper.sum(), 1)), atol=1e-12
-    )
+    np.testing.assert_allclose(cs.normals[lower], np.tile([0, 1.0, 0], (lower.sum(), 1)), atol=1e-12)
+    np.testing.assert_allclose(cs.normals[upper], np.tile([0, -1.0, 0], (upper.sum(), 1)), atol=1e-12)

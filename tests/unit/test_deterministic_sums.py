@@ -31,8 +31,7 @@ def test_shell_sums_repeat_bit_for_bit(taichi_backend):
     mu, lam = lame_plane_stress(1e5, 0.3)
     hg = mesh_hinges(F)
     nf = len(F)
-    term = ShellTerm(len(X), F, hg, X, np.full(nf, mu), np.full(nf, lam), np.full(nf, 1e-3),
-                     np.full(len(hg), 0.05))
+    term = ShellTerm(len(X), F, hg, X, np.full(nf, mu), np.full(nf, lam), np.full(nf, 1e-3), np.full(len(hg), 0.05))
     # stretched by 0.5 % and crumpled: the strain limit (1 %) is active on some faces
     x = X * 1.005 + 1e-3 * np.random.default_rng(0).standard_normal(X.shape)
     strain = _StrainTerm(StrainLimit, len(X), F, X, 1.01, 1e3, term.x.dtype)

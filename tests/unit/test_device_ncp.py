@@ -191,9 +191,7 @@ def test_newton_update_matches_numpy(rng, ncp, friction_jacobian):
     assert s["ncp_residual"] == pytest.approx(host._stats["ncp_residual"], rel=1e-8)
     # gaps move by C dlambda: |C x|_max <= h^2 max_i sum_j |W_ij| sqrt(3) |x|_max
     gap_tol = 2 * H * H * np.abs(W_hat).sum(axis=1).max() * np.abs(dev.get_lam() - host.lam).max()
-    assert s["max_penetration"] == pytest.approx(
-        host._stats["max_penetration"], rel=1e-10, abs=gap_tol
-    )
+    assert s["max_penetration"] == pytest.approx(host._stats["max_penetration"], rel=1e-10, abs=gap_tol)
     assert s["n_touching"] == host._stats["n_touching"]
 
 
@@ -311,9 +309,7 @@ def test_squeeze_ball_host_and_device_agree():
     lavapipe, f64), so 1e-8 m is a wide margin that a wrong formula still exceeds (a
     wrong friction row moves the ball by millimetres)."""
     ph, ch, sh, _ = _run_scene("squeeze-ball", [*SQUEEZE_BALL, 'contact.implementation="host"'], 8)
-    pd, cd, sd, _ = _run_scene(
-        "squeeze-ball", [*SQUEEZE_BALL, 'contact.implementation="device"'], 8
-    )
+    pd, cd, sd, _ = _run_scene("squeeze-ball", [*SQUEEZE_BALL, 'contact.implementation="device"'], 8)
     assert ch == cd and max(ch) > 10
     assert np.abs(pd - ph).max() < 1e-8, np.abs(pd - ph).max()
     assert np.abs(ph[-1] - ph[0]).max() > 1e-3  # the ball moved: a real comparison
@@ -357,7 +353,7 @@ def test_stick_slip_verdicts_on_device():
     ],
 )
 def test_contact_implementation_choice(requested, arch, precision, chosen, warns):
-    """"auto" keeps the kernels off the two backends where they were measured slow (Vulkan
+    """ "auto" keeps the kernels off the two backends where they were measured slow (Vulkan
     on lavapipe) or wrong (CUDA in f32 on an H200); asking for them on CUDA in f32 runs them
     with a one-line warning that says what to use instead."""
     from tisim.contact.ncp.pd_contact import choose_implementation
@@ -414,8 +410,14 @@ def test_device_contact_survives_a_square_root_a_few_ulp_high(tmp_path):
     got = {}
     for ulps in (0, 4):
         out = tmp_path / f"run_{ulps}.npz"
-        r = subprocess.run([sys.executable, str(script), str(here), str(ulps), str(out)],
-                           capture_output=True, text=True, timeout=600, check=False, cwd=tmp_path)
+        r = subprocess.run(
+            [sys.executable, str(script), str(here), str(ulps), str(out)],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+            cwd=tmp_path,
+        )
         assert r.returncode == 0, r.stderr[-3000:]
         got[ulps] = np.load(out)
     assert got[0]["contacts"].max() > 0  # the ball touches in these frames

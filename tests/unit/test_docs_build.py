@@ -28,11 +28,17 @@ def _mkdocs_or_skip():
 @pytest.mark.slow
 def test_docs_build_strict(tmp_path):
     _mkdocs_or_skip()
-    env = dict(os.environ, NO_MKDOCS_2_WARNING="1",
-               PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = dict(
+        os.environ, NO_MKDOCS_2_WARNING="1", PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")
+    )
     r = subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False,
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
     )
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert "WARNING" not in r.stderr, r.stderr[-3000:]

@@ -245,9 +245,7 @@ def test_validate_tets_without_a_file():
 
 
 def test_quadratic_tets_keep_their_corners(tmp_path):
-    mids = [
-        (UNIT_TET[a] + UNIT_TET[b]) / 2 for a, b in [(0, 1), (1, 2), (0, 2), (0, 3), (1, 3), (2, 3)]
-    ]
+    mids = [(UNIT_TET[a] + UNIT_TET[b]) / 2 for a, b in [(0, 1), (1, 2), (0, 2), (0, 3), (1, 3), (2, 3)]]
     pts = np.vstack([UNIT_TET, mids])
     path = _write(tmp_path / "p2.vtu", pts, [("tetra10", np.arange(10)[None])])
     m = load_tet_mesh(path)
@@ -265,9 +263,7 @@ def test_surface_file_is_tetrahedralized(tmp_path, caplog):
     save_mesh(path, s.vertices, s.faces)
     with caplog.at_level(logging.INFO, logger="tisim.geometry.io"):
         m = load_tet_mesh(path)
-    assert any(
-        "tetrahedraliz" in r.getMessage() and str(path) in r.getMessage() for r in caplog.records
-    )
+    assert any("tetrahedraliz" in r.getMessage() and str(path) in r.getMessage() for r in caplog.records)
     vol = m.signed_volumes()
     assert np.all(vol > 0)
     assert m.source == str(path)
@@ -333,8 +329,6 @@ def test_shipped_assets_load():
     surface = load_tri_mesh(ASSETS / "bunny_like.obj")
     solid = load_tet_mesh(ASSETS / "bunny_like.obj")
     assert np.all(solid.signed_volumes() > 0)
-    assert solid.signed_volumes().sum() == pytest.approx(
-        _closed_volume(surface.vertices, surface.faces), rel=1e-9
-    )
+    assert solid.signed_volumes().sum() == pytest.approx(_closed_volume(surface.vertices, surface.faces), rel=1e-9)
     for name in ("bunny_like.obj", "ball_coarse.msh", "ball_coarse.vtu"):
         assert (ASSETS / name).stat().st_size < 500_000

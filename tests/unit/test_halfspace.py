@@ -101,7 +101,7 @@ def test_barrier_gradient_and_hessian_by_finite_differences():
         _, (rows, blocks) = hs.gradient_hessian(x, DHAT, XI, KAPPA)
         out = np.zeros((x.size, x.size))
         for r, B in zip(rows, blocks):
-            out[3 * r:3 * r + 3, 3 * r:3 * r + 3] += B
+            out[3 * r : 3 * r + 3, 3 * r : 3 * r + 3] += B
         return out
 
     # step 1e-9 m: far below the gaps (>= 5e-5 m), the barrier is smooth there
@@ -153,12 +153,12 @@ def test_friction_gradient_and_hessian_by_finite_differences(regime):
         _, (rows, blocks) = hs.friction_gradient_hessian(x, eps_v, h)
         out = np.zeros((x.size, x.size))
         for r, B in zip(rows, blocks):
-            out[3 * r:3 * r + 3, 3 * r:3 * r + 3] += B
+            out[3 * r : 3 * r + 3, 3 * r : 3 * r + 3] += B
         return out
 
     # closed form of the friction energy: sum mu lambda f0(|u|), f0 of IPC (eq. 15)
     y = np.linalg.norm(u, axis=1)
-    f0 = np.where(y < eps, -y**3 / (3 * eps**2) + y**2 / eps + eps / 3, y)
+    f0 = np.where(y < eps, -(y**3) / (3 * eps**2) + y**2 / eps + eps / 3, y)
     assert f(x0) == pytest.approx(float((0.4 * hs._lam[0] * f0).sum()), rel=1e-12)
     step = 1e-3 * scale
     check_gradient(f, g, x0, eps=step, rtol=1e-5, rng=3)

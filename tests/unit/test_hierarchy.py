@@ -537,8 +537,16 @@ def test_prolonged_hessian_equals_the_triple_product(rng):
     fine = H.finest
     m = len(fine.faces)
     hg = mesh_hinges(fine.faces)
-    term = ShellTerm(fine.vertex_count, fine.faces, hg, fine.vertices, np.full(m, 3e4), np.full(m, 2e4),
-                     np.full(m, 1e-3), np.full(len(hg), 1e-3))
+    term = ShellTerm(
+        fine.vertex_count,
+        fine.faces,
+        hg,
+        fine.vertices,
+        np.full(m, 3e4),
+        np.full(m, 2e4),
+        np.full(m, 1e-3),
+        np.full(len(hg), 1e-3),
+    )
     P = H.to_finest(0)
     shell = ProlongedShell(term, P)
     U3 = P.U3
@@ -585,7 +593,9 @@ def test_decimated_flat_disc_has_no_slivers():
     assert np.linalg.norm(normals, axis=1).sum() == pytest.approx(np.linalg.norm(n0, axis=1).sum(), rel=1e-12)
     sides = np.sort(g[:, [0, 1, 1, 2, 2, 0]].reshape(-1, 2), axis=1)
     assert np.unique(sides, axis=0, return_counts=True)[1].max() == 2  # still a manifold
-    assert {tuple(e) for e in np.sort(boundary_edges(g), axis=1)} == {tuple(e) for e in np.sort(boundary_edges(t), axis=1)}
+    assert {tuple(e) for e in np.sort(boundary_edges(g), axis=1)} == {
+        tuple(e) for e in np.sort(boundary_edges(t), axis=1)
+    }
 
 
 def test_flips_leave_a_folded_pair_alone():

@@ -41,6 +41,9 @@ def test_functions_are_at_most_100_lines():
 def test_the_rules_see_a_long_function(tmp_path):
     """The walk finds functions inside classes and nested ones (the rule is not vacuous)."""
     src = "class A:\n    def f(self):\n        def g():\n" + "            x = 1\n" * 120
-    found = [n.name for n in ast.walk(ast.parse(src)) if isinstance(n, ast.FunctionDef)
-             and n.end_lineno - n.lineno + 1 > FUNCTION_LINES]
+    found = [
+        n.name
+        for n in ast.walk(ast.parse(src))
+        if isinstance(n, ast.FunctionDef) and n.end_lineno - n.lineno + 1 > FUNCTION_LINES
+    ]
     assert found == ["f", "g"]

@@ -88,9 +88,7 @@ def _boxes(V0, V1, idx, pad):
 def _check_pairs_valid(pt, ee, V0, V1, active, inflation):
     """Every reported pair: no shared vertex, not obstacle-obstacle, boxes overlap."""
     assert np.all(pt[:, :1] != pt[:, 1:]), "point on its own triangle"
-    assert not np.any(
-        (ee[:, [0, 0, 1, 1]] == ee[:, [2, 3, 2, 3]]).any(axis=1)
-    ), "edges sharing a vertex"
+    assert not np.any((ee[:, [0, 0, 1, 1]] == ee[:, [2, 3, 2, 3]]).any(axis=1)), "edges sharing a vertex"
     assert np.all(active[pt].any(axis=1)) and np.all(active[ee].any(axis=1)), "inactive pair"
     for rows, split in ((pt, 1), (ee, 2)):
         if len(rows) == 0:
@@ -148,12 +146,8 @@ def test_two_grids_complete_against_ipctk_brute_force(rng):
     assert ref_ee <= ours_ee, f"missing {len(ref_ee - ours_ee)} edge-edge pairs"
 
     # The pairs that matter: every pair closer than the inflation (ipctk distances).
-    close_pt = {
-        p for p in ref_pt if ipctk.point_triangle_distance(*V[list(p)]) < inflation**2
-    }
-    close_ee = {
-        p for p in ref_ee if ipctk.edge_edge_distance(*V[list(_flat(p))]) < inflation**2
-    }
+    close_pt = {p for p in ref_pt if ipctk.point_triangle_distance(*V[list(p)]) < inflation**2}
+    close_ee = {p for p in ref_ee if ipctk.edge_edge_distance(*V[list(_flat(p))]) < inflation**2}
     assert close_pt and close_ee
     assert close_pt <= ours_pt and close_ee <= ours_ee
 
@@ -371,8 +365,9 @@ def test_static_grid_follows_the_obstacle(rng):
         ours_pt, ours_ee, pt, ee = _our_pairs(bp)
         V1 = Vx if dx is None else Vx + alpha * dx
         _check_pairs_valid(pt, ee, Vx, V1, active, inflation)
-        ref_pt, ref_ee, _ = _ipctk_pairs(Vx, F, E, inflation / 2, V1=None if dx is None else V1,
-                                         broad_phase=ipctk.BruteForce())
+        ref_pt, ref_ee, _ = _ipctk_pairs(
+            Vx, F, E, inflation / 2, V1=None if dx is None else V1, broad_phase=ipctk.BruteForce()
+        )
         ref_pt = _reference(ref_pt, active, Vx, V1, inflation, 1)
         ref_ee = _reference(ref_ee, active, Vx, V1, inflation, 2)
         assert len(ref_pt) > 50 and len(ref_ee) > 50

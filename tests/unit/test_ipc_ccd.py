@@ -85,9 +85,7 @@ def _oracles():
         _ACCD = ipctk.AdditiveCCD(conservative_rescaling=0.9)
         # An iteration cap keeps the coplanar cases (a continuum of roots) from taking
         # ~15 s each; a capped answer is still a lower bound of the impact time.
-        _TI_EXACT = ipctk.TightInclusionCCD(
-            tolerance=1e-6, max_iterations=100_000, conservative_rescaling=1.0
-        )
+        _TI_EXACT = ipctk.TightInclusionCCD(tolerance=1e-6, max_iterations=100_000, conservative_rescaling=1.0)
     return _ACCD, _TI_EXACT
 
 
@@ -357,9 +355,7 @@ def test_mesh_step_is_collision_free(rng):
     from tisim.contact.ipc.ccd import CCD
     from tisim.geometry import generate, topology
 
-    cloth = generate.cloth_grid(
-        size=(1.0, 1.0), resolution=(16, 16), normal="y", center=(0, 0.56, 0)
-    )
+    cloth = generate.cloth_grid(size=(1.0, 1.0), resolution=(16, 16), normal="y", center=(0, 0.56, 0))
     sphere = generate.icosphere(2)
     Vc = cloth.vertices
     Vs = 0.5 * sphere.vertices
@@ -394,23 +390,15 @@ def test_mesh_step_is_collision_free(rng):
     # Euclidean distances at the end of the step stay above the thickness
     cand = ipctk.Candidates()
     cand.build(mesh, V1, 2 * thickness)
-    d2 = [
-        ipctk.point_triangle_distance(V1[c.vertex_id], *V1[F[c.face_id]])
-        for c in cand.fv_candidates
-    ]
-    d2 += [
-        ipctk.edge_edge_distance(*V1[E[c.edge0_id]], *V1[E[c.edge1_id]])
-        for c in cand.ee_candidates
-    ]
+    d2 = [ipctk.point_triangle_distance(V1[c.vertex_id], *V1[F[c.face_id]]) for c in cand.fv_candidates]
+    d2 += [ipctk.edge_edge_distance(*V1[E[c.edge0_id]], *V1[E[c.edge1_id]]) for c in cand.ee_candidates]
     assert len(d2) > 0 and min(d2) > thickness**2
 
 
 def _cloth_over_sphere(rng, res, drop=0.6):
     from tisim.geometry import generate, topology
 
-    cloth = generate.cloth_grid(
-        size=(1.0, 1.0), resolution=(res, res), normal="y", center=(0, 0.56, 0)
-    )
+    cloth = generate.cloth_grid(size=(1.0, 1.0), resolution=(res, res), normal="y", center=(0, 0.56, 0))
     Vc = cloth.vertices
     sphere = generate.icosphere(2)
     V = np.vstack([Vc, 0.5 * sphere.vertices])

@@ -60,9 +60,11 @@ def _scene(tmp_path, V, F, extra=""):
 
     save_cloth_obj(tmp_path / "m.obj", V, ClothMesh(V, F))
     p = tmp_path / "s.toml"
-    p.write_text('[sim]\ndt = 0.01\n[solver]\ntype = "cloth"\n[contact]\nthickness = 1e-3\ndhat = 1e-3\n'
-                 f'[objects.c]\nkind = "cloth"\nmesh = "{tmp_path / "m.obj"}"\ntranslation = [0.0, 0.5, 0.0]\n'
-                 f'{extra}')
+    p.write_text(
+        '[sim]\ndt = 0.01\n[solver]\ntype = "cloth"\n[contact]\nthickness = 1e-3\ndhat = 1e-3\n'
+        f'[objects.c]\nkind = "cloth"\nmesh = "{tmp_path / "m.obj"}"\ntranslation = [0.0, 0.5, 0.0]\n'
+        f'{extra}'
+    )
     return p
 
 

@@ -232,12 +232,7 @@ class Scene:
         self.pt = np.array([[v, *f] for v in range(n) for f in self.F if v not in f], np.int32)
         E = self.E
         self.ee = np.array(
-            [
-                [*E[i], *E[j]]
-                for i in range(len(E))
-                for j in range(i + 1, len(E))
-                if not set(E[i]) & set(E[j])
-            ],
+            [[*E[i], *E[j]] for i in range(len(E)) for j in range(i + 1, len(E)) if not set(E[i]) & set(E[j])],
             np.int32,
         )
         self.n = n
@@ -470,8 +465,12 @@ def _compiled_counts():
     from tisim.contact.ipc import friction_potential, potential
     from tisim.linalg import psd
 
-    kernels = [k for m in (potential, friction_potential) for k in vars(m).values()
-               if hasattr(k, "_primal") and k.__module__ == m.__name__]
+    kernels = [
+        k
+        for m in (potential, friction_potential)
+        for k in vars(m).values()
+        if hasattr(k, "_primal") and k.__module__ == m.__name__
+    ]
     kernels.append(psd._project_psd_kernel)
     return {k.__name__: len(k._primal.compiled_kernels) for k in kernels}
 

@@ -73,9 +73,7 @@ def test_cg_spd_converges_with_and_without_jacobi(rng):
     c = rng.normal(size=n)
     exact = np.linalg.solve(K, c)
     plain = conjugate_gradient(lambda x: K @ x, c, iterations=500, tol=1e-12)
-    jac = conjugate_gradient(
-        lambda x: K @ x, c, iterations=500, tol=1e-12, preconditioner=lambda r: r / np.diag(K)
-    )
+    jac = conjugate_gradient(lambda x: K @ x, c, iterations=500, tol=1e-12, preconditioner=lambda r: r / np.diag(K))
     for out in (plain, jac):
         assert out.converged
         np.testing.assert_allclose(out.x, exact, rtol=1e-7, atol=1e-9 * np.abs(exact).max())

@@ -176,8 +176,9 @@ def _session(demo: str, tmp_path, count: int, seed: int, polls: int):
     from tisim.live import LiveControl
 
     tunables = view_info(model, scene, solver, LiveControl(model, solver, None, scene.sim.dt)).tunables
-    events = random_events(seed, count, width=scene.render.width, height=scene.render.height,
-                           tunables=tunables, polls=polls)
+    events = random_events(
+        seed, count, width=scene.render.width, height=scene.render.height, tunables=tunables, polls=polls
+    )
     viewer = ReplayViewer(events, seed=seed)
     r = run_scene(scene, tmp_path, viewer=viewer, live=True, progress=False, arch="cpu")
     return r, viewer
@@ -193,10 +194,13 @@ def _check_session(r, viewer):
     assert reported == [rb["message"] for rb in rollbacks]
 
 
-@pytest.mark.parametrize(("demo", "polls"), [
-    ("squeeze-ball", 120),
-    pytest.param("cloth-drape", 50, marks=pytest.mark.slow),  # 35 s: IPC Newton solves under a grab
-])
+@pytest.mark.parametrize(
+    ("demo", "polls"),
+    [
+        ("squeeze-ball", 120),
+        pytest.param("cloth-drape", 50, marks=pytest.mark.slow),  # 35 s: IPC Newton solves under a grab
+    ],
+)
 def test_random_session_keeps_the_window_alive(demo, polls, tmp_path):
     r, viewer = _session(demo, tmp_path, 2000, seed=7, polls=polls)
     _check_session(r, viewer)
@@ -240,14 +244,17 @@ def test_panel_values_are_passed_on_as_shown_and_in_units():
     assert lines == ["t = 0.250 s   frame 25   slow motion 2x", "dt = 10 ms   contact.mu = 0.3", "energy 1.5 J"]
 
 
-@pytest.mark.parametrize(("sim_fps", "frames", "requested", "expected"), [
-    (500.0, 300, None, (1, 60.0, 500 / 60)),  # bouncing-ball: 0.6 s simulated, 5 s of slow motion
-    (100.0, 80, None, (1, 80 / 3, 100 / (80 / 3))),  # squeeze-ball: 0.8 s -> 3 s
-    (100.0, 400, None, (2, 50.0, 1.0)),  # 4 s simulated: real time, every other frame
-    (50.0, 300, None, (1, 50.0, 1.0)),
-    (100.0, 300, 24.0, (1, 24.0, 100 / 24)),  # render.fps given: used as is
-    (100.0, 300, 120.0, (2, 60.0, 100 / 120)),
-])
+@pytest.mark.parametrize(
+    ("sim_fps", "frames", "requested", "expected"),
+    [
+        (500.0, 300, None, (1, 60.0, 500 / 60)),  # bouncing-ball: 0.6 s simulated, 5 s of slow motion
+        (100.0, 80, None, (1, 80 / 3, 100 / (80 / 3))),  # squeeze-ball: 0.8 s -> 3 s
+        (100.0, 400, None, (2, 50.0, 1.0)),  # 4 s simulated: real time, every other frame
+        (50.0, 300, None, (1, 50.0, 1.0)),
+        (100.0, 300, 24.0, (1, 24.0, 100 / 24)),  # render.fps given: used as is
+        (100.0, 300, 120.0, (2, 60.0, 100 / 120)),
+    ],
+)
 def test_videos_play_at_most_60_fps_and_last_at_least_3_s(sim_fps, frames, requested, expected):
     from tisim.render.video import video_timing
 
@@ -271,12 +278,12 @@ def test_crease_normals_are_flat_on_a_box_and_smooth_on_a_ball():
     cn = crease_matrix(x, F) @ fn
     cn /= np.linalg.norm(cn, axis=1, keepdims=True)
     # on a box every corner is shaded with its own face's normal: flat faces, sharp edges
-    np.testing.assert_allclose(cn, np.repeat(fn / np.linalg.norm(fn, axis=1, keepdims=True), 3, axis=0),
-                               atol=1e-12)
+    np.testing.assert_allclose(cn, np.repeat(fn / np.linalg.norm(fn, axis=1, keepdims=True), 3, axis=0), atol=1e-12)
     # on a sphere every corner gets the vertex's smooth normal
     s = icosphere(2)
-    fs = np.cross(s.vertices[s.faces[:, 1]] - s.vertices[s.faces[:, 0]],
-                  s.vertices[s.faces[:, 2]] - s.vertices[s.faces[:, 0]])
+    fs = np.cross(
+        s.vertices[s.faces[:, 1]] - s.vertices[s.faces[:, 0]], s.vertices[s.faces[:, 2]] - s.vertices[s.faces[:, 0]]
+    )
     cs = crease_matrix(s.vertices, s.faces) @ fs
     cs /= np.linalg.norm(cs, axis=1, keepdims=True)
     np.testing.assert_allclose(cs, vertex_normals(s.vertices, s.faces)[s.faces.reshape(-1)], atol=1e-12)
@@ -337,8 +344,10 @@ def test_a_step_that_fails_after_a_dt_change_pauses_and_says_so(monkeypatch, tmp
 def test_admm_stiffness_slider_scales_the_elastic_energy():
     from tisim.runner import build
 
-    scene = load_scene(DEMOS / "beam.toml", ["objects.soft.resolution=[3,1,1]", "objects.medium.resolution=[3,1,1]",
-                                             "objects.stiff.resolution=[3,1,1]"])
+    scene = load_scene(
+        DEMOS / "beam.toml",
+        ["objects.soft.resolution=[3,1,1]", "objects.medium.resolution=[3,1,1]", "objects.stiff.resolution=[3,1,1]"],
+    )
     _, model, solver = build(scene, "cpu")
     assert "stiffness" in {t.name for t in solver.tunables()}
     x = model.initial_positions * np.array([1.1, 0.95, 1.0])  # stretched: elastic energy > 0

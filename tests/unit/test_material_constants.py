@@ -42,8 +42,12 @@ def test_plane_stress_lame_parameters_are_the_textbook_numbers(E, nu, mu, lam):
     m, lm = lame_plane_stress(E, nu)
     assert float(m) == pytest.approx(mu, rel=1e-14)
     assert float(lm) == pytest.approx(lam, rel=1e-14, abs=1e-9)
-    sc = scene_from_dict({"solver": {"type": "cloth"}, "objects": {"c": {
-        "kind": "cloth", "generator": "cloth", "youngs_modulus": E, "poisson_ratio": nu}}})
+    sc = scene_from_dict(
+        {
+            "solver": {"type": "cloth"},
+            "objects": {"c": {"kind": "cloth", "generator": "cloth", "youngs_modulus": E, "poisson_ratio": nu}},
+        }
+    )
     oc = sc.objects["c"]
     assert oc.lame_plane_stress[0] == pytest.approx(mu, rel=1e-14)
     assert oc.lame_plane_stress[1] == pytest.approx(lam, rel=1e-14, abs=1e-9)
@@ -56,9 +60,20 @@ def test_plate_bending_stiffness_is_the_textbook_number():
     # D = E t^3 / (12 (1 - nu^2)) = 1e6 * 1e-9 / (12 * 0.91) = 9.157509157509158e-05 N m;
     # the hinge stiffness is half of it
     assert float(bending_stiffness(1.0e6, 0.3, 1e-3)) == pytest.approx(4.578754578754579e-05, rel=1e-14)
-    sc = scene_from_dict({"solver": {"type": "cloth"}, "objects": {"c": {
-        "kind": "cloth", "generator": "cloth", "youngs_modulus": 1.0e6, "poisson_ratio": 0.3,
-        "thickness": 1e-3}}})
+    sc = scene_from_dict(
+        {
+            "solver": {"type": "cloth"},
+            "objects": {
+                "c": {
+                    "kind": "cloth",
+                    "generator": "cloth",
+                    "youngs_modulus": 1.0e6,
+                    "poisson_ratio": 0.3,
+                    "thickness": 1e-3,
+                }
+            },
+        }
+    )
     assert sc.objects["c"].plate_bending_stiffness == pytest.approx(4.578754578754579e-05, rel=1e-14)
 
 
@@ -112,9 +127,13 @@ def test_cloth_model_masses_on_an_irregular_mesh(rng, tmp_path):
     with open(path, "w") as fh:
         fh.writelines(f"v {float(p[0])!r} {float(p[1])!r} {float(p[2])!r}\n" for p in x)
         fh.writelines(f"f {t[0] + 1} {t[1] + 1} {t[2] + 1}\n" for t in f)
-    sc = scene_from_dict({"solver": {"type": "cloth"}, "objects": {"c": {
-        "kind": "cloth", "mesh": str(path), "density": 300.0, "thickness": 2e-3, "scale": 1.5}}},
-        str(tmp_path / "scene.toml"))
+    sc = scene_from_dict(
+        {
+            "solver": {"type": "cloth"},
+            "objects": {"c": {"kind": "cloth", "mesh": str(path), "density": 300.0, "thickness": 2e-3, "scale": 1.5}},
+        },
+        str(tmp_path / "scene.toml"),
+    )
     model = Model.from_scene(sc)
     cs = model.cloth.vertex_slice
     # the masses of the mesh as placed (scaled by 1.5: areas x 2.25), 0.6 kg/m^2

@@ -140,8 +140,7 @@ def test_linearisation_is_linear_elasticity(name):
     d = np.eye(3)
     lam = 0.0 if name == "arap" else LAM
     C = (
-        MU * (np.einsum("ik,jl->ijkl", d, d) + np.einsum("il,jk->ijkl", d, d))
-        + lam * np.einsum("ij,kl->ijkl", d, d)
+        MU * (np.einsum("ik,jl->ijkl", d, d) + np.einsum("il,jk->ijkl", d, d)) + lam * np.einsum("ij,kl->ijkl", d, d)
     ).reshape(9, 9)
     np.testing.assert_allclose(piola_derivative(name, np.eye(3), MU, LAM), C, atol=1e-9 * LAM)
 
@@ -190,15 +189,9 @@ def test_batched_parameters_match_per_element_loop():
         H = piola_derivative(name, F, mu, lam)
         assert psi.shape == (len(F),) and P.shape == (len(F), 3, 3) and H.shape == (len(F), 9, 9)
         for e in range(len(F)):
-            assert psi[e] == pytest.approx(
-                float(energy_density(name, F[e], mu[e], lam[e])), rel=1e-14
-            )
-            np.testing.assert_allclose(
-                P[e], first_piola(name, F[e], mu[e], lam[e]), rtol=1e-13, atol=1e-6
-            )
-            np.testing.assert_allclose(
-                H[e], piola_derivative(name, F[e], mu[e], lam[e]), rtol=1e-12, atol=1e-5
-            )
+            assert psi[e] == pytest.approx(float(energy_density(name, F[e], mu[e], lam[e])), rel=1e-14)
+            np.testing.assert_allclose(P[e], first_piola(name, F[e], mu[e], lam[e]), rtol=1e-13, atol=1e-6)
+            np.testing.assert_allclose(H[e], piola_derivative(name, F[e], mu[e], lam[e]), rtol=1e-12, atol=1e-5)
     # a single F gives unbatched shapes
     assert energy_density("arap", np.eye(3), MU, LAM).shape == ()
     assert piola_derivative("arap", np.eye(3), MU, LAM).shape == (9, 9)
@@ -214,9 +207,7 @@ def test_vec_convention_is_row_major():
     H = piola_derivative("neo-hookean", F, MU, LAM)
     E = np.zeros((3, 3))
     E[0, 1] = 1e-6
-    dP = (
-        first_piola("neo-hookean", F + E, MU, LAM) - first_piola("neo-hookean", F - E, MU, LAM)
-    ) / 2e-6
+    dP = (first_piola("neo-hookean", F + E, MU, LAM) - first_piola("neo-hookean", F - E, MU, LAM)) / 2e-6
     np.testing.assert_allclose(H[:, 1], dP.reshape(9), rtol=1e-6, atol=1e-6 * np.abs(H).max())
 
 
@@ -284,9 +275,7 @@ def test_sigma_forms_agree_with_matrix_forms(name):
     P = first_piola(name, F, MU, LAM)
     Pd = np.swapaxes(U, 1, 2) @ P @ V
     scale = np.abs(P).max()
-    np.testing.assert_allclose(
-        np.diagonal(Pd, axis1=1, axis2=2), gradient_sigma(name, s, MU, LAM), atol=1e-9 * scale
-    )
+    np.testing.assert_allclose(np.diagonal(Pd, axis1=1, axis2=2), gradient_sigma(name, s, MU, LAM), atol=1e-9 * scale)
     off = Pd - np.einsum("mi,ij->mij", np.diagonal(Pd, axis1=1, axis2=2), np.eye(3))
     assert np.abs(off).max() < 1e-9 * scale
 
@@ -321,9 +310,7 @@ def test_sigma_forms_vectorised_and_domain():
 def test_polar_rotation_properties():
     F = np.concatenate([CASES["mid"], CASES["far"], [np.diag([1.4, 0.9, -0.5])]])
     R = polar_rotation(F)
-    np.testing.assert_allclose(
-        R @ np.swapaxes(R, 1, 2), np.broadcast_to(np.eye(3), R.shape), atol=1e-13
-    )
+    np.testing.assert_allclose(R @ np.swapaxes(R, 1, 2), np.broadcast_to(np.eye(3), R.shape), atol=1e-13)
     np.testing.assert_allclose(np.linalg.det(R), 1.0, atol=1e-13)
     S = np.swapaxes(R, 1, 2) @ F
     np.testing.assert_allclose(S, np.swapaxes(S, 1, 2), atol=1e-12)
@@ -356,9 +343,7 @@ def test_registry():
     m = materials.get("neo-hookean")
     assert m.name == "neo-hookean" and m.inversion_safe and not m.uses_rotation
     F = CASES["far"]
-    np.testing.assert_array_equal(
-        m.energy_density(F, MU, LAM), energy_density("neo-hookean", F, MU, LAM)
-    )
+    np.testing.assert_array_equal(m.energy_density(F, MU, LAM), energy_density("neo-hookean", F, MU, LAM))
     np.testing.assert_array_equal(
         m.piola_derivative(F, MU, LAM, project_psd=True),
         piola_derivative("neo-hookean", F, MU, LAM, project_psd=True),
@@ -472,21 +457,15 @@ def test_ti_energies_match_numpy(ti_f64):
         fin = np.isfinite(ref_psi)
         assert np.array_equal(np.isfinite(psi[:, c]), fin), name
         # same formulas in the same precision: agreement to round-off of O(mu + lam) terms
-        np.testing.assert_allclose(
-            psi[fin, c], ref_psi[fin], rtol=1e-12, atol=1e-10 * (MU + LAM), err_msg=name
-        )
+        np.testing.assert_allclose(psi[fin, c], ref_psi[fin], rtol=1e-12, atol=1e-10 * (MU + LAM), err_msg=name)
         ok = fin & (valid | (name in ("neo-hookean", "arap", "corotated")))
-        np.testing.assert_allclose(
-            P[ok, c], ref_P[ok], rtol=1e-12, atol=1e-10 * (MU + LAM), err_msg=name
-        )
+        np.testing.assert_allclose(P[ok, c], ref_P[ok], rtol=1e-12, atol=1e-10 * (MU + LAM), err_msg=name)
         if name in ("neo-hookean-log", "symmetric-gradient"):
             assert np.all(psi[~valid, c] == np.inf) and np.all(np.isnan(P[~valid, c]))
 
 
 def test_ti_rotation_svd_matches_numpy(ti_f64):
-    F = np.concatenate(
-        [CASES["mid"], CASES["far"], [np.diag([1.4, 0.9, -0.5]) @ rotations(1, 8)[0]]]
-    )
+    F = np.concatenate([CASES["mid"], CASES["far"], [np.diag([1.4, 0.9, -0.5]) @ rotations(1, 8)[0]]])
     out = run_rotations(F, np.eye(3), 30)
     R = polar_rotation(F)
     _, s_ref, _ = svd_rotation_variant(F)
@@ -494,9 +473,7 @@ def test_ti_rotation_svd_matches_numpy(ti_f64):
     # sweep count (measured 2e-9 on stretches of 2 decades): that bounds these
     np.testing.assert_allclose(out["R_svd"], R, atol=1e-8)
     np.testing.assert_allclose(out["sigma"], s_ref, atol=1e-8 * np.abs(s_ref).max())
-    np.testing.assert_allclose(
-        out["U"] @ (out["sigma"][:, :, None] * np.swapaxes(out["V"], 1, 2)), F, atol=1e-8
-    )
+    np.testing.assert_allclose(out["U"] @ (out["sigma"][:, :, None] * np.swapaxes(out["V"], 1, 2)), F, atol=1e-8)
     np.testing.assert_allclose(np.linalg.det(out["U"]), 1.0, atol=1e-8)
     np.testing.assert_allclose(np.linalg.det(out["V"]), 1.0, atol=1e-8)
     # the SVD rotation as a warm start: two Newton iterations polish it to round-off
@@ -538,9 +515,7 @@ def test_ti_polar_rotation_iterative(ti_f64):
     # always a proper rotation, whatever the count
     for it in (0, 1, 2):
         Ri = run_rotations(F, far, it)["R_iter"]
-        np.testing.assert_allclose(
-            Ri @ np.swapaxes(Ri, 1, 2), np.broadcast_to(np.eye(3), F.shape), atol=1e-14
-        )
+        np.testing.assert_allclose(Ri @ np.swapaxes(Ri, 1, 2), np.broadcast_to(np.eye(3), F.shape), atol=1e-14)
         np.testing.assert_allclose(np.linalg.det(Ri), 1.0, atol=1e-14)
 
 
@@ -560,9 +535,7 @@ def test_ti_polar_rotation_hard_cases(ti_f64):
     R = polar_rotation(F)
     for guess in (np.eye(3), R @ half_turn, rotations(len(F), 40)):
         out = run_rotations(F, guess, 60)
-        assert np.all(_angle_error(out["R_iter"], R) < 1e-12 * np.maximum(cond, 1.0)), _angle_error(
-            out["R_iter"], R
-        )
+        assert np.all(_angle_error(out["R_iter"], R) < 1e-12 * np.maximum(cond, 1.0)), _angle_error(out["R_iter"], R)
     # the identity start on a half-turn rotation F is a critical point: escaped
     Fh = np.array([half_turn, half_turn @ np.diag([2.0, 0.5, 1.0])])
     out = run_rotations(Fh, np.eye(3), 20)
@@ -594,9 +567,7 @@ def test_ti_polar_rotation_random_batch(ti_f64):
 
 def test_ti_quaternion_roundtrip(ti_f64):
     # includes half-turns about each axis and a generic axis (the Shepperd branches)
-    rv = np.array(
-        [[np.pi, 0, 0], [0, np.pi, 0], [0, 0, np.pi], [1.0, 1.0, 1.0], [0, 0, 0], [2.0, -0.5, 0.3]]
-    )
+    rv = np.array([[np.pi, 0, 0], [0, np.pi, 0], [0, 0, np.pi], [1.0, 1.0, 1.0], [0, 0, 0], [2.0, -0.5, 0.3]])
     G = np.concatenate([Rotation.from_rotvec(rv).as_matrix(), rotations(20, 60)])
     out = run_rotations(G, G, 0)
     np.testing.assert_allclose(out["roundtrip"], G, atol=1e-14)
@@ -648,9 +619,7 @@ def half_turn_cases(rng, count):
     """F = R S: rotations R about random and coordinate axes by angles spread over
     (0, pi] and crowded towards pi (pi - 10^-k, k = 1..8, and pi itself), times stretches
     S = Q diag(s) Q^T with s in [0.5, 2] (or S = I)."""
-    angles = np.concatenate(
-        [rng.uniform(0.0, np.pi, count), np.pi - 10.0 ** -np.arange(1, 9), [np.pi] * 4]
-    )
+    angles = np.concatenate([rng.uniform(0.0, np.pi, count), np.pi - 10.0 ** -np.arange(1, 9), [np.pi] * 4])
     axes = rng.standard_normal((len(angles), 3))
     axes[-4:-1] = np.eye(3)
     axes /= np.linalg.norm(axes, axis=1, keepdims=True)
@@ -726,9 +695,7 @@ def test_rotation_guard_from_bad_warm_starts(ti_f64):
     singular axis, and random rotations: guarded, the extraction matches the polar
     rotation for stretched, compressed and inverted F."""
     rng = np.random.default_rng(8)
-    F = np.concatenate(
-        [random_F(rng, 0.5, 40, min_det=0.05), far_F(23), [np.diag([1.4, 0.9, -0.5])]]
-    )
+    F = np.concatenate([random_F(rng, 0.5, 40, min_det=0.05), far_F(23), [np.diag([1.4, 0.9, -0.5])]])
     R = polar_rotation(F)
     U, s, _ = svd_rotation_variant(F)
     cond = np.abs(s[:, 0]) / (s[:, 1] + s[:, 2])

@@ -14,13 +14,25 @@ def two_boxes(**over):
     d = {
         "sim": {"gravity": [0, -9.81, 0]},
         "objects": {
-            "a": {"generator": "box", "size": [1, 1, 1], "resolution": [2, 2, 2], "density": 100.0,
-                  "youngs_modulus": 1e4, "poisson_ratio": 0.25,
-                  "handles": {"top": {"region_min": [-1, 0.49, -1], "region_max": [1, 1, 1],
-                                      "velocity": [0, 1, 0]}}},
-            "b": {"generator": "box", "size": [0.5, 0.5, 0.5], "resolution": [1, 1, 1], "density": 200.0,
-                  "translation": [3, 0, 0], "rotation": [0, 0, 90], "velocity": [1, 0, 0],
-                  "material": "arap"},
+            "a": {
+                "generator": "box",
+                "size": [1, 1, 1],
+                "resolution": [2, 2, 2],
+                "density": 100.0,
+                "youngs_modulus": 1e4,
+                "poisson_ratio": 0.25,
+                "handles": {"top": {"region_min": [-1, 0.49, -1], "region_max": [1, 1, 1], "velocity": [0, 1, 0]}},
+            },
+            "b": {
+                "generator": "box",
+                "size": [0.5, 0.5, 0.5],
+                "resolution": [1, 1, 1],
+                "density": 200.0,
+                "translation": [3, 0, 0],
+                "rotation": [0, 0, 90],
+                "velocity": [1, 0, 0],
+                "material": "arap",
+            },
         },
     }
     d.update(over)
@@ -103,11 +115,20 @@ def test_object_in_a_collider_frame_sits_on_the_tilted_plane():
     from tisim.geometry.transforms import euler_xyz_deg
 
     for angle in (10.0, 20.0):
-        sc = scene_from_dict({
-            "objects": {"box": {"generator": "box", "size": [0.2, 0.2, 0.2], "resolution": [2, 2, 2],
-                                "frame": "incline", "translation": [0, 0.1, 0]}},
-            "colliders": {"incline": {"type": "plane", "rotation": [0, 0, angle]}},
-        })
+        sc = scene_from_dict(
+            {
+                "objects": {
+                    "box": {
+                        "generator": "box",
+                        "size": [0.2, 0.2, 0.2],
+                        "resolution": [2, 2, 2],
+                        "frame": "incline",
+                        "translation": [0, 0.1, 0],
+                    }
+                },
+                "colliders": {"incline": {"type": "plane", "rotation": [0, 0, angle]}},
+            }
+        )
         m = Model.from_scene(sc)
         d, n = m.colliders[0].signed_distance(m.initial_positions)
         assert np.allclose(n[0], euler_xyz_deg([0, 0, angle]) @ [0, 1, 0])

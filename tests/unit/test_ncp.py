@@ -74,9 +74,7 @@ def test_friction_residual_zero_exactly_on_coulomb_law():
     st = friction_state(lam, u, r_t, R)
     assert st.stick.tolist() == [True, False, True]
     # violations: sliding while the force is inside the disk; force outside the disk
-    bad = friction_residual(
-        np.array([[0.1, 0.0], [3.0, 0.0]]), np.array([[1.0, 0.0], [0.0, 0.0]]), r_t[:2], R[:2]
-    )
+    bad = friction_residual(np.array([[0.1, 0.0], [3.0, 0.0]]), np.array([[1.0, 0.0], [0.0, 0.0]]), r_t[:2], R[:2])
     assert np.all(np.linalg.norm(bad, axis=1) > 0.1)
 
 
@@ -95,12 +93,8 @@ def test_friction_residual_jacobian_matches_finite_differences(rng):
     for j in range(2):
         e = np.zeros(2)
         e[j] = eps
-        fl = (friction_residual(lam + e, u, r_t, R) - friction_residual(lam - e, u, r_t, R)) / (
-            2 * eps
-        )
-        fu = (friction_residual(lam, u + e, r_t, R) - friction_residual(lam, u - e, r_t, R)) / (
-            2 * eps
-        )
+        fl = (friction_residual(lam + e, u, r_t, R) - friction_residual(lam - e, u, r_t, R)) / (2 * eps)
+        fu = (friction_residual(lam, u + e, r_t, R) - friction_residual(lam, u - e, r_t, R)) / (2 * eps)
         np.testing.assert_allclose(d_lam[:, :, j], fl, atol=1e-6)
         np.testing.assert_allclose(d_u[:, :, j], fu, atol=1e-6)
     stick = friction_state(lam, u, r_t, R).stick

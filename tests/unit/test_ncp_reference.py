@@ -54,10 +54,16 @@ def _problem(rng, k=10, n=24, triangles=3):
     normals = rng.standard_normal((k, 3))
     normals /= np.linalg.norm(normals, axis=1, keepdims=True)
     cs = ContactSet(
-        vertices=verts, weights=w, frames=tangent_frames(normals),
-        gap0=rng.uniform(-2e-3, 1e-3, size=k), point0=np.einsum("kj,kjd->kd", w, q_n[verts]),
-        collider=np.where(np.arange(k) < k - triangles, 0, -1), mu=rng.uniform(0.2, 0.8, size=k),
-        surface_velocity=np.zeros((k, 3)), key=np.arange(k, dtype=np.int64))
+        vertices=verts,
+        weights=w,
+        frames=tangent_frames(normals),
+        gap0=rng.uniform(-2e-3, 1e-3, size=k),
+        point0=np.einsum("kj,kjd->kd", w, q_n[verts]),
+        collider=np.where(np.arange(k) < k - triangles, 0, -1),
+        mu=rng.uniform(0.2, 0.8, size=k),
+        surface_velocity=np.zeros((k, 3)),
+        key=np.arange(k, dtype=np.int64),
+    )
     M = rng.standard_normal((n, n))
     A = M @ M.T / n + np.eye(n)
     B = np.zeros((n, k))
@@ -78,8 +84,13 @@ def _state(rng, cs, W):
     lam[:2, 0] = 0.0
     lam[:, 1:] = 0.5 * cs.mu[:, None] * lam[:, :1] * rng.standard_normal((k, 2))
     # slips: half small enough to stick (|lambda_t - u / r_t| < mu lambda_n), half sliding
-    u = r_t[:, None] * rng.standard_normal((k, 2)) * np.where(np.arange(k) % 2 == 0, 0.2, 20.0)[:, None] \
-        * cs.mu[:, None] * lam[:, :1]
+    u = (
+        r_t[:, None]
+        * rng.standard_normal((k, 2))
+        * np.where(np.arange(k) % 2 == 0, 0.2, 20.0)[:, None]
+        * cs.mu[:, None]
+        * lam[:, :1]
+    )
     u[:2] = 1e-3 * rng.standard_normal((2, 2))
     return d, u, lam
 
@@ -182,8 +193,7 @@ def test_device_newton_step_matches_the_dense_reference(ncp):
     merit, ref, stick = _reference(cs, W, d, u, lam, ncp)
     assert 0 < stick.sum() < len(stick) - 2
     comp = H * H * np.diag(W)
-    dev = DeviceNCP(int(cs.vertices.max()) + 1, ncp=ncp, friction_jacobian="full", exact_gaps=False,
-                    cr_iterations=300)
+    dev = DeviceNCP(int(cs.vertices.max()) + 1, ncp=ncp, friction_jacobian="full", exact_gaps=False, cr_iterations=300)
     dev.load(cs, W, comp, comp / H, comp, H * H, H, lam, (), 0.0)
     # gaps and slips straight into the device's state (its kinematics from positions are
     # compared with the host's in test_device_ncp.py)

@@ -24,11 +24,13 @@ def spd_system(n_side=12, seed=0, zero_fraction=0.0):
     rng = np.random.default_rng(seed)
     nv = n_side * n_side
     idx = np.arange(nv).reshape(n_side, n_side)
-    pairs = np.concatenate([
-        np.stack([idx[:, :-1].ravel(), idx[:, 1:].ravel()], 1),
-        np.stack([idx[:-1, :].ravel(), idx[1:, :].ravel()], 1),
-        np.stack([idx[:-1, :-1].ravel(), idx[1:, 1:].ravel()], 1),
-    ])
+    pairs = np.concatenate(
+        [
+            np.stack([idx[:, :-1].ravel(), idx[:, 1:].ravel()], 1),
+            np.stack([idx[:-1, :].ravel(), idx[1:, :].ravel()], 1),
+            np.stack([idx[:-1, :-1].ravel(), idx[1:, 1:].ravel()], 1),
+        ]
+    )
     rows, cols, vals = [], [], []
     for a, b in pairs:  # an element Hessian [[K, -K], [-K, K]], K SPD: the sum is PSD
         B = rng.standard_normal((3, 3))
@@ -282,15 +284,23 @@ def test_mixed_precision_without_mkl_says_so_and_solves_in_double(monkeypatch, c
     from tisim.solvers.cloth.solver import SolverCloth
 
     monkeypatch.setenv("TISIM_NO_PARDISO", "1")
-    cloth = {"kind": "cloth", "generator": "cloth", "cloth_size": [0.2, 0.2], "cloth_resolution": [2, 2],
-             "youngs_modulus": 1e5, "poisson_ratio": 0.3, "thickness": 1e-3, "density": 200.0}
-    sc = scene_from_dict({"solver": {"type": "cloth", "linear_precision": "mixed"}, "objects": {"c": cloth},
-                          "sim": {"dt": 0.01}}, None)
+    cloth = {
+        "kind": "cloth",
+        "generator": "cloth",
+        "cloth_size": [0.2, 0.2],
+        "cloth_resolution": [2, 2],
+        "youngs_modulus": 1e5,
+        "poisson_ratio": 0.3,
+        "thickness": 1e-3,
+        "density": 200.0,
+    }
+    sc = scene_from_dict(
+        {"solver": {"type": "cloth", "linear_precision": "mixed"}, "objects": {"c": cloth}, "sim": {"dt": 0.01}}, None
+    )
     with caplog.at_level(logging.WARNING, logger="tisim.solvers.cloth.solver"):
         solver = SolverCloth(Model.from_scene(sc), sc.solver)
     assert solver.linear.backend != "pardiso" and solver.linear._pardiso32 is None
     assert any("linear_precision" in r.getMessage() for r in caplog.records)
-
 
 
 def test_block_upper_holds_the_upper_blocks_of_a_blocked_matrix():

@@ -19,7 +19,8 @@ from tisim.solvers.pd.solver import RECOVERS_INVERSION
 
 
 def _scene(material, solver="pd"):
-    return scene_from_dict(tomllib.loads(f"""
+    return scene_from_dict(
+        tomllib.loads(f"""
 [sim]
 dt = 0.01
 gravity = [0.0, 0.0, 0.0]
@@ -31,7 +32,8 @@ size = [0.1, 0.1, 0.1]
 resolution = [2, 2, 2]
 material = "{material}"
 youngs_modulus = 1e5
-"""))
+""")
+    )
 
 
 @pytest.mark.parametrize("material", sorted(RECOVERS_INVERSION))

@@ -41,9 +41,7 @@ def identity_quats(m):
     return q
 
 
-def brute_force_rotation(
-    F: np.ndarray, starts: int = 12, seed: int = 0
-) -> tuple[np.ndarray, float]:
+def brute_force_rotation(F: np.ndarray, starts: int = 12, seed: int = 0) -> tuple[np.ndarray, float]:
     """argmin_R ||F - R||^2 over rotation vectors by BFGS from several starts."""
     rng = np.random.default_rng(seed)
 
@@ -68,10 +66,7 @@ def sample_F(rng, count=16):
         @ rotation_vector(rng.uniform(-3, 3, 3))
         for _ in range(count // 4)
     ]
-    inv = [
-        rotation_vector(rng.uniform(-3, 3, 3)) @ np.diag([1.5, 1.0, -0.3])
-        for _ in range(count // 4)
-    ]
+    inv = [rotation_vector(rng.uniform(-3, 3, 3)) @ np.diag([1.5, 1.0, -0.3]) for _ in range(count // 4)]
     return np.array(F + inv)
 
 
@@ -159,9 +154,7 @@ def bar_scene(material, handles=True, volume_stiffness=0.0, damping=0.0):
         },
     }
     if handles:
-        d["objects"]["bar"]["handles"] = {
-            "left": {"region_min": [-1, -1, -1], "region_max": [-0.49, 1, 1]}
-        }
+        d["objects"]["bar"]["handles"] = {"left": {"region_min": [-1, -1, -1], "region_max": [-0.49, 1, 1]}}
     return scene_from_dict(d)
 
 

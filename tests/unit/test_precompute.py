@@ -14,9 +14,7 @@ from tisim.geometry.precompute import (
     tet_rest,
 )
 
-UNIT_TET = TetMesh(
-    np.array([[0.0, 0, 0], [1, 0, 0], [0, 1, 0], [0, 0, 1]]), np.array([[0, 1, 2, 3]])
-)
+UNIT_TET = TetMesh(np.array([[0.0, 0, 0], [1, 0, 0], [0, 1, 0], [0, 0, 1]]), np.array([[0, 1, 2, 3]]))
 
 
 def test_unit_corner_tet():
@@ -25,9 +23,7 @@ def test_unit_corner_tet():
     np.testing.assert_allclose(r.Dm_inv[0], np.eye(3), atol=1e-15)
     assert r.volume[0] == pytest.approx(1 / 6, rel=1e-15)
     # N0 = 1 - x - y - z, N1 = x, N2 = y, N3 = z.
-    np.testing.assert_allclose(
-        r.grad[0], [[-1, -1, -1], [1, 0, 0], [0, 1, 0], [0, 0, 1]], atol=1e-15
-    )
+    np.testing.assert_allclose(r.grad[0], [[-1, -1, -1], [1, 0, 0], [0, 1, 0], [0, 0, 1]], atol=1e-15)
     np.testing.assert_allclose(r.grad[0].sum(axis=0), 0, atol=1e-15)
 
 
@@ -52,9 +48,7 @@ def test_lumped_mass_each_vertex_gets_a_quarter():
     assert mb.min() > 0
 
 
-@pytest.mark.parametrize(
-    "mesh", [box((1.0, 0.6, 0.4), (3, 2, 2)), ball(0.4, 4)], ids=["box", "ball"]
-)
+@pytest.mark.parametrize("mesh", [box((1.0, 0.6, 0.4), (3, 2, 2)), ball(0.4, 4)], ids=["box", "ball"])
 def test_linear_fields_are_reproduced_exactly(mesh, rng):
     A = rng.normal(size=(3, 3)) + 2 * np.eye(3)
     c = rng.normal(size=3)
@@ -65,9 +59,7 @@ def test_linear_fields_are_reproduced_exactly(mesh, rng):
     # Shape-function gradients sum to zero and reproduce the identity.
     np.testing.assert_allclose(r.grad.sum(axis=1), 0, atol=1e-12)
     X = mesh.vertices[mesh.tets]  # (m, 4, 3)
-    np.testing.assert_allclose(
-        np.einsum("eai,eaj->eij", X, r.grad), np.broadcast_to(np.eye(3), F.shape), atol=1e-12
-    )
+    np.testing.assert_allclose(np.einsum("eai,eaj->eij", X, r.grad), np.broadcast_to(np.eye(3), F.shape), atol=1e-12)
     G = gradient_operator(mesh.tets, r.grad, mesh.vertex_count)
     assert G.shape == (3 * mesh.element_count, mesh.vertex_count)
     Ft = (G @ x).reshape(-1, 3, 3)

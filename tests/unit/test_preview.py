@@ -40,8 +40,14 @@ def test_panel_values_become_scene_overrides(demos_dir):
 
 def test_preview_without_a_display_is_one_line_and_exit_2(demos_dir, tmp_path):
     env = {k: v for k, v in __import__("os").environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY")}
-    r = subprocess.run([sys.executable, "-m", "tisim", "preview", str(demos_dir / "toss.toml")], env=env,
-                       capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "tisim", "preview", str(demos_dir / "toss.toml")],
+        env=env,
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
+    )
     assert r.returncode == 2, r.stderr
     assert r.stderr.strip().count("\n") == 0 and "needs a live window" in r.stderr, r.stderr
 
@@ -57,13 +63,24 @@ def test_preview_of_a_scene_without_cloth_says_what_a_progressive_scene_needs(de
     env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY")}
     if display:
         env["DISPLAY"] = display
-    r = subprocess.run([sys.executable, "-m", "tisim", "preview", "squeeze-ball"], env=env, check=False,
-                       capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "tisim", "preview", "squeeze-ball"],
+        env=env,
+        check=False,
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
+    )
     assert r.returncode == 2, (r.stdout, r.stderr)
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
-    for frag in (f"error: {demos_dir / 'squeeze-ball.toml'}: tisim preview needs a progressive cloth scene",
-                 "a cloth object (kind = 'cloth'", "[refine] table", "this scene has no cloth object"):
+    for frag in (
+        f"error: {demos_dir / 'squeeze-ball.toml'}: tisim preview needs a progressive cloth scene",
+        "a cloth object (kind = 'cloth'",
+        "[refine] table",
+        "this scene has no cloth object",
+    ):
         assert frag in lines[0], lines[0]
     assert "refine.object" not in lines[0] and "live window" not in lines[0]
 
@@ -109,8 +126,9 @@ def test_demo_opens_the_live_preview_of_a_progressive_scene(monkeypatch, tmp_pat
     assert is_progressive(demos_dir() / "cloth-drape.toml", ["refine.levels=2"])  # --set can make one
 
     calls = _fake_live(monkeypatch)
-    r = CliRunner().invoke(app, ["demo", "toss", "-n", "7", "--size", "320x240", "--set", "contact.mu=0.3",
-                                 "--out", str(tmp_path / "o")])
+    r = CliRunner().invoke(
+        app, ["demo", "toss", "-n", "7", "--size", "320x240", "--set", "contact.mu=0.3", "--out", str(tmp_path / "o")]
+    )
     assert r.exit_code == 0, r.output
     assert not calls["run"] and len(calls["preview"]) == 1
     path, sets, kw = calls["preview"][0]
@@ -124,7 +142,10 @@ def test_demo_opens_the_live_preview_of_a_progressive_scene(monkeypatch, tmp_pat
     assert r.exit_code == 0, r.output
     assert len(calls["preview"]) == 1
     assert [(p.name, kw["headless"], kw["no_render"]) for p, kw in calls["run"]] == [
-        ("toss.toml", True, False), ("toss.toml", False, True), ("cloth-drape.toml", False, False)]
+        ("toss.toml", True, False),
+        ("toss.toml", False, True),
+        ("cloth-drape.toml", False, False),
+    ]
 
 
 def test_demo_of_a_progressive_scene_without_a_display_runs_headless(monkeypatch):
@@ -215,11 +236,17 @@ def test_demo_preview_renders_steps_and_f_launches_refine_of_the_current_setting
     win.presses += ["f", "h"]
     monkeypatch.setattr(pv, "live_unavailable_reason", lambda: None)
     monkeypatch.setattr(pv, "make_preview_viewer", lambda: real_viewer(window=win))
-    monkeypatch.setattr(pv, "run_preview", lambda path, sets, **kw: real_run(
-        path, sets, **{**kw, "max_frames": 3, "launch": launch, "echo": echoed.append}))
+    monkeypatch.setattr(
+        pv,
+        "run_preview",
+        lambda path, sets, **kw: real_run(
+            path, sets, **{**kw, "max_frames": 3, "launch": launch, "echo": echoed.append}
+        ),
+    )
     try:
-        r = CliRunner().invoke(app, ["demo", "toss", "--size", "320x240", "--arch", "cpu", "--out", str(tmp_path),
-                                     "--set", throw])
+        r = CliRunner().invoke(
+            app, ["demo", "toss", "--size", "320x240", "--arch", "cpu", "--out", str(tmp_path), "--set", throw]
+        )
     finally:
         release_window()
     assert r.exit_code == 0, r.output
@@ -266,9 +293,14 @@ def test_a_still_colliders_shadow_is_projected_once_and_stays_right(demos_dir, t
     from tisim.render.offscreen import SceneDrawer
 
     s = PreviewSession(demos_dir / "refine-drape.toml", work_dir=tmp_path / "w", arch="cpu")
-    info = ViewInfo(faces=s.faces, vertex_count=len(s.state.x),
-                    colliders=[c for c in s.refiner.model.colliders if c.visible], camera=s.scene.camera,
-                    render=s.scene.render, title="t")
+    info = ViewInfo(
+        faces=s.faces,
+        vertex_count=len(s.state.x),
+        colliders=[c for c in s.refiner.model.colliders if c.visible],
+        camera=s.scene.camera,
+        render=s.scene.render,
+        title="t",
+    )
     info.ground = drawn_ground(s.state.x, info.colliders, s.refiner.model.gravity)
     d = SceneDrawer(info)
     assert d.grounds and any(not moving for _, _, moving, _ in d.colliders)

@@ -26,8 +26,16 @@ def decimated():
     fine = H.finest
     nf = len(fine.faces)
     hg = mesh_hinges(fine.faces)
-    term = ShellTerm(fine.vertex_count, fine.faces, hg, fine.vertices, np.full(nf, 3e4), np.full(nf, 2e4),
-                     np.full(nf, 1e-3), np.full(len(hg), 1e-3))
+    term = ShellTerm(
+        fine.vertex_count,
+        fine.faces,
+        hg,
+        fine.vertices,
+        np.full(nf, 3e4),
+        np.full(nf, 2e4),
+        np.full(nf, 1e-3),
+        np.full(len(hg), 1e-3),
+    )
     return H, term
 
 

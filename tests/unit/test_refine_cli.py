@@ -34,8 +34,10 @@ def _sheet(path, nx, ny, size=(0.4, 0.4), shift=(0.0, 0.0, 0.0)):
 
 def _scene(tmp_path, mesh, extra=""):
     p = tmp_path / "s.toml"
-    p.write_text(f'[sim]\ndt = 0.01\n[solver]\ntype = "cloth"\n[objects.c]\nkind = "cloth"\nmesh = "{mesh}"\n'
-                 f'translation = [0.0, 0.5, 0.0]\n{extra}')
+    p.write_text(
+        f'[sim]\ndt = 0.01\n[solver]\ntype = "cloth"\n[objects.c]\nkind = "cloth"\nmesh = "{mesh}"\n'
+        f'translation = [0.0, 0.5, 0.0]\n{extra}'
+    )
     return p
 
 
@@ -44,8 +46,9 @@ def test_mesh_too_coarse_for_the_levels(tmp_path):
     behind: no scene, no output folder; a bad --wind is refused before anything is written."""
     mesh = _sheet(tmp_path / "small.obj", 6, 6)  # 49 vertices; 3 levels need >= 1200
     # (method "auto" refines such a mesh upward: test_coarse_mesh_is_the_preview_of_loop_levels)
-    r = _refine(str(mesh), "--levels", "3", "--frames", "1", "--out", str(tmp_path / "o"),
-                "--set", "refine.method=decimate")
+    r = _refine(
+        str(mesh), "--levels", "3", "--frames", "1", "--out", str(tmp_path / "o"), "--set", "refine.method=decimate"
+    )
     _assert_one_line_error(r, "small.obj: ", "3-level hierarchy", "at least", "49", 'refine.method = "loop"')
     assert not (tmp_path / "o").exists() and "wrote the scene" not in r.output
     r = _refine(str(mesh), "--levels", "1", "--wind", "nan,0,0", "--frames", "1", "--out", str(tmp_path / "o"))
@@ -60,8 +63,9 @@ def test_coarse_mesh_is_the_preview_of_loop_levels(tmp_path):
     import csv
 
     mesh = _sheet(tmp_path / "small.obj", 6, 6)
-    r = CliRunner().invoke(app, ["refine", str(mesh), "--levels", "3", "--frames", "2", "--out",
-                                 str(tmp_path / "o"), "--no-render"])
+    r = CliRunner().invoke(
+        app, ["refine", str(mesh), "--levels", "3", "--frames", "2", "--out", str(tmp_path / "o"), "--no-render"]
+    )
     assert r.exit_code == 0, r.output
     lines = [ln for ln in r.output.splitlines() if "Loop subdivision" in ln]
     assert len(lines) == 1 and "49 vertices" in lines[0] and "169, 625" in lines[0], lines
@@ -146,8 +150,10 @@ def test_a_bowtie_mesh_refines_with_its_sheets_kept_apart(tmp_path):
     to = np.where(keep, np.cumsum(keep) - 1 + len(a), ka)
     x, f = np.concatenate([a, b[keep]]), np.concatenate([m.faces, to[m.faces]])
     mesh = tmp_path / "bowtie.obj"
-    mesh.write_text("".join(f"v {p[0]:.17g} {p[1]:.17g} {p[2]:.17g}\n" for p in x)
-                    + "".join(f"f {t[0] + 1} {t[1] + 1} {t[2] + 1}\n" for t in f))
+    mesh.write_text(
+        "".join(f"v {p[0]:.17g} {p[1]:.17g} {p[2]:.17g}\n" for p in x)
+        + "".join(f"f {t[0] + 1} {t[1] + 1} {t[2] + 1}\n" for t in f)
+    )
     assert nonmanifold_vertices(f).tolist() == [ka] and len(x) == 721
 
     out = tmp_path / "o"
@@ -217,8 +223,18 @@ def test_resume_keeps_the_scene_and_refuses_another(tmp_path):
     r = _refine(str(mesh), *args)  # a fresh run: the edited scene is kept beside
     assert r.exit_code == 0 and "kept the earlier scene as" in r.output, r.output
     assert (out / "my.1.toml").read_text() == edited and "# my edit" not in scene.read_text()
-    r = _refine(str(scene), "--frames", "2", "--levels", "2", "--out", str(out), "--resume",
-                "--set", "objects.cloth.density=2000")
+    r = _refine(
+        str(scene),
+        "--frames",
+        "2",
+        "--levels",
+        "2",
+        "--out",
+        str(out),
+        "--resume",
+        "--set",
+        "objects.cloth.density=2000",
+    )
     _assert_one_line_error(r, "cannot resume", "objects.cloth.density", "2000", "--out")
     r = _refine(str(scene), "--frames", "2", "--levels", "1", "--out", str(out), "--resume")
     _assert_one_line_error(r, "cannot resume", "levels", "--out")
@@ -243,8 +259,11 @@ def test_a_refused_refine_and_a_resume_of_a_finished_one_leave_the_folder_as_it_
     meshes and checkpoints and left run.json 'running'; --resume of a finished refine
     rewrote run.json with empty timings ("nan ms/frame")."""
     mesh = _sheet(tmp_path / "my.obj", 12, 12, size=(0.3, 0.3))
-    scene = _scene(tmp_path, mesh, '[colliders.rock]\ntype = "sphere"\nposition = [0.0, 0.2, 0.0]\n'
-                                   'radius = 0.1\n[refine]\nmethod = "loop"\n')
+    scene = _scene(
+        tmp_path,
+        mesh,
+        '[colliders.rock]\ntype = "sphere"\nposition = [0.0, 0.2, 0.0]\nradius = 0.1\n[refine]\nmethod = "loop"\n',
+    )
     out = tmp_path / "out"
     r = _refine(str(scene), "--frames", "2", "--levels", "2", "--out", str(out))
     assert r.exit_code == 0, r.output
@@ -257,8 +276,17 @@ def test_a_refused_refine_and_a_resume_of_a_finished_one_leave_the_folder_as_it_
     r = _refine(str(scene), "--frames", "2", "--levels", "2", "--out", str(out), "--resume")
     assert r.exit_code == 0 and "nothing to resume" in r.output, r.output
     assert files() == before
-    r = _refine(str(scene), "--frames", "2", "--levels", "2", "--out", str(out),
-                "--set", "objects.c.translation=[0.0, 0.2, 0.0]")  # through the rock
+    r = _refine(
+        str(scene),
+        "--frames",
+        "2",
+        "--levels",
+        "2",
+        "--out",
+        str(out),
+        "--set",
+        "objects.c.translation=[0.0, 0.2, 0.0]",
+    )  # through the rock
     _assert_one_line_error(r, "the cloth intersects collider 'rock'")
     assert files() == before
 
@@ -308,8 +336,12 @@ def test_pipelined_processes_share_the_cores(monkeypatch):
 
     from tisim.progressive import _environment, pipeline_threads
 
-    assert pipeline_threads(3, cores=2) == {"TI_CPU_MAX_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
-                                            "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    assert pipeline_threads(3, cores=2) == {
+        "TI_CPU_MAX_NUM_THREADS": "1",
+        "OPENBLAS_NUM_THREADS": "1",
+        "OMP_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
+    }
     assert pipeline_threads(3, cores=16)["TI_CPU_MAX_NUM_THREADS"] == "5"
     monkeypatch.setenv("TI_CPU_MAX_NUM_THREADS", "2")
     monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)
@@ -333,8 +365,11 @@ def test_a_resume_compiles_the_loops_as_the_run_it_continues(monkeypatch, tmp_pa
     assert _previous_refine(tmp_path) == {}
     _refine_loops_as(_previous_refine(tmp_path))
     assert "TISIM_SERIAL_LOOPS" not in os.environ
-    for recorded, want in (({"serial_loops": True}, "1"), ({"serial_loops": False}, "0"),
-                           ({"ended": "interrupted", "cpu_threads": None}, "0")):
+    for recorded, want in (
+        ({"serial_loops": True}, "1"),
+        ({"serial_loops": False}, "0"),
+        ({"ended": "interrupted", "cpu_threads": None}, "0"),
+    ):
         (tmp_path / "run.json").write_text(json.dumps(recorded))
         _refine_loops_as(_previous_refine(tmp_path))
         assert os.environ["TISIM_SERIAL_LOOPS"] == want, recorded
@@ -358,8 +393,9 @@ def test_decimated_preview_of_a_disc_falls(tmp_path):
     import csv
 
     out = tmp_path / "out"
-    r = _refine(str(_disc(tmp_path / "disc.obj")), "--drape-on", "sphere", "--frames", "6", "--levels", "2",
-                "--out", str(out))
+    r = _refine(
+        str(_disc(tmp_path / "disc.obj")), "--drape-on", "sphere", "--frames", "6", "--levels", "2", "--out", str(out)
+    )
     assert r.exit_code == 0, r.output
     for level in (0, 1):
         rows = list(csv.DictReader((out / f"level_{level}" / "stats.csv").open()))

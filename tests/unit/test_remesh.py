@@ -76,8 +76,9 @@ def test_uv_seams_drop_the_uvs_with_a_warning(caplog):
     # every corner its own UV, one corner of face 0 different from the vertex's others: a seam
     corner_uv = m.vertices[m.faces.ravel()][:, [0, 2]].copy()
     corner_uv[0] += 0.5
-    r = remesh(ClothMesh.from_arrays(m.vertices, m.faces, uv=corner_uv,
-                                     face_uv=np.arange(3 * m.face_count).reshape(-1, 3)))
+    r = remesh(
+        ClothMesh.from_arrays(m.vertices, m.faces, uv=corner_uv, face_uv=np.arange(3 * m.face_count).reshape(-1, 3))
+    )
     assert r.uv is None and "seams" in caplog.text
 
 
@@ -217,13 +218,19 @@ def test_the_remesh_key_takes_true_or_a_length(value, expected):
     assert o.remesh == expected and type(o.remesh) is type(expected)
 
 
-@pytest.mark.parametrize("extra, fragment", [
-    ({"remesh": 0}, "objects.c.remesh: expected a number > 0"),
-    ({"remesh": -0.1}, "objects.c.remesh: expected a number > 0"),
-    ({"remesh": "yes"}, "objects.c.remesh: expected true or false or a number"),
-    ({"remesh": True, "kind": "solid"}, "objects.c.remesh: remeshing applies to cloth objects"),
-    ({"remesh": True, "handles": {"top": {"vertices": [1, 2]}}}, "objects.c.remesh: handles.top picks vertices by index"),
-])
+@pytest.mark.parametrize(
+    "extra, fragment",
+    [
+        ({"remesh": 0}, "objects.c.remesh: expected a number > 0"),
+        ({"remesh": -0.1}, "objects.c.remesh: expected a number > 0"),
+        ({"remesh": "yes"}, "objects.c.remesh: expected true or false or a number"),
+        ({"remesh": True, "kind": "solid"}, "objects.c.remesh: remeshing applies to cloth objects"),
+        (
+            {"remesh": True, "handles": {"top": {"vertices": [1, 2]}}},
+            "objects.c.remesh: handles.top picks vertices by index",
+        ),
+    ],
+)
 def test_bad_remesh_settings_are_refused_naming_the_key(extra, fragment):
     with pytest.raises(ConfigError) as e:
         from_dict(ObjectConfig, {"kind": "cloth", "mesh": "c.obj", **extra}, "objects.c")
@@ -231,8 +238,16 @@ def test_bad_remesh_settings_are_refused_naming_the_key(extra, fragment):
 
 
 def test_handles_by_region_work_with_remesh():
-    o = from_dict(ObjectConfig, {"kind": "cloth", "mesh": "c.obj", "remesh": True,
-                                 "handles": {"top": {"region_min": [0, 0, 0], "region_max": [1, 1, 1]}}}, "objects.c")
+    o = from_dict(
+        ObjectConfig,
+        {
+            "kind": "cloth",
+            "mesh": "c.obj",
+            "remesh": True,
+            "handles": {"top": {"region_min": [0, 0, 0], "region_max": [1, 1, 1]}},
+        },
+        "objects.c",
+    )
     assert o.remesh is True
 
 
@@ -281,8 +296,22 @@ def test_refine_remesh_on_a_sliver_mesh_exits_0(tmp_path):
     m = _cloth()
     save_cloth_obj(tmp_path / "sliver.obj", m.vertices, m)
     out = tmp_path / "out"
-    r = CliRunner().invoke(app, ["refine", str(tmp_path / "sliver.obj"), "--remesh", "--frames", "2", "--levels", "2",
-                                 "--out", str(out), "--no-render", "--quiet"])
+    r = CliRunner().invoke(
+        app,
+        [
+            "refine",
+            str(tmp_path / "sliver.obj"),
+            "--remesh",
+            "--frames",
+            "2",
+            "--levels",
+            "2",
+            "--out",
+            str(out),
+            "--no-render",
+            "--quiet",
+        ],
+    )
     assert r.exit_code == 0, r.output
     assert "remesh = true" in (out / "sliver.toml").read_text()
     assert (out / "level_1" / "stats.csv").exists()

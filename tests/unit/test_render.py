@@ -242,9 +242,7 @@ def test_left_drag_picks_moves_and_releases_a_vertex():
     c.mouse_move(pix[4][0] + 20.0, pix[4][1] - 10.0)
     ev = c.take_events()
     assert ev.drag_vertex == 4 and not ev.drag_released
-    np.testing.assert_allclose(
-        v.project(ev.drag_target[None])[0][0], pix[4] + [20.0, -10.0], atol=1e-9
-    )
+    np.testing.assert_allclose(v.project(ev.drag_target[None])[0][0], pix[4] + [20.0, -10.0], atol=1e-9)
     assert ev.drag_target[2] == pytest.approx(x[4, 2])  # the plane faces the camera (along z)
     c.mouse_release(LMB, pix[4][0] + 20.0, pix[4][1] - 10.0)
     ev = c.take_events()
@@ -416,9 +414,7 @@ def test_cloth_checker_squares_follow_the_grid_and_the_uvs():
 
 # off-screen rendering (GGUI on Vulkan; lavapipe is enough)
 
-needs_vulkan = pytest.mark.skipif(
-    not vulkan_available(), reason="no Vulkan driver: GGUI cannot render here"
-)
+needs_vulkan = pytest.mark.skipif(not vulkan_available(), reason="no Vulkan driver: GGUI cannot render here")
 
 
 @pytest.fixture(scope="module")
@@ -483,9 +479,7 @@ def test_offscreen_render_is_upright_and_shows_the_object(renderer, tmp_path):
 def test_offscreen_colliders_are_drawn_and_move(renderer):
     sphere = Collider.from_config(
         "ball",
-        ColliderConfig(
-            type="sphere", position=(0.0, -0.6, 0.0), radius=0.3, velocity=(0.6, 0.0, 0.0)
-        ),
+        ColliderConfig(type="sphere", position=(0.0, -0.6, 0.0), radius=0.3, velocity=(0.6, 0.0, 0.0)),
     )
     info, x = _box_info()
     renderer.open(info)
@@ -520,8 +514,12 @@ def test_offscreen_face_colours_have_sharp_edges(renderer):
     light, dark = np.array([0.9, 0.5, 0.2]), np.array([0.3, 0.15, 0.05])
     face_colors = np.where(check[:, None] == 1, light, dark)
     cam = CameraConfig(position=(0.0, 0.0, 3.0), lookat=(0.0, 0.0, 0.0), fov=45.0)
-    kw = {"faces": m.faces, "vertex_count": len(m.vertices), "camera": cam,
-          "render": RenderConfig(width=W, height=H, background=BG, color=COLOR)}
+    kw = {
+        "faces": m.faces,
+        "vertex_count": len(m.vertices),
+        "camera": cam,
+        "render": RenderConfig(width=W, height=H, background=BG, color=COLOR),
+    }
 
     def spread(info):
         renderer.open(info)
@@ -542,9 +540,7 @@ def test_offscreen_face_colours_have_sharp_edges(renderer):
 
 @needs_vulkan
 def test_offscreen_extra_points_and_object_colours(renderer):
-    info, x = _box_info(
-        object_vertex_ranges=[(0, 0), (0, 27)], object_colors=[COLOR, (0.2, 0.3, 0.9)]
-    )
+    info, x = _box_info(object_vertex_ranges=[(0, 0), (0, 27)], object_colors=[COLOR, (0.2, 0.3, 0.9)])
     renderer.open(info)
     renderer.draw(0, 0.0, x)
     img = renderer.image()
@@ -565,8 +561,14 @@ def test_offscreen_roller_stripes_turn_with_the_roller(renderer):
     step = 2 * math.pi / STRIPES
     roller = Collider.from_config(
         "roller",
-        ColliderConfig(type="cylinder", position=(0.0, -0.6, 0.0), radius=0.35, length=0.3,
-                       axis=(0.0, 0.0, 1.0), angular_velocity=(0.0, 0.0, step)),
+        ColliderConfig(
+            type="cylinder",
+            position=(0.0, -0.6, 0.0),
+            radius=0.35,
+            length=0.3,
+            axis=(0.0, 0.0, 1.0),
+            angular_velocity=(0.0, 0.0, step),
+        ),
     )
     info, x = _box_info(colliders=[roller])
     renderer.open(info)
@@ -651,8 +653,9 @@ def test_offscreen_meshes_show_whatever_ggui_memory_held_before(renderer):
         scene = renderer._window.get_scene()
         setup_camera_and_lights(scene, renderer._ti_camera, renderer.view)
         for _ in range(8):
-            scene.mesh_instance(surface.x, indices=surface.idx, normals=surface.n,
-                                per_vertex_color=surface.colors, transforms=nan)
+            scene.mesh_instance(
+                surface.x, indices=surface.idx, normals=surface.n, per_vertex_color=surface.colors, transforms=nan
+            )
         renderer._window.get_canvas().scene(scene)
         renderer._window.get_image_buffer_as_numpy()  # renders and frees the poisoned draws
         renderer.draw(0, 0.0, x)
@@ -734,9 +737,7 @@ def test_live_viewer_logic_on_an_offscreen_window(renderer):
     from tisim.render.offscreen import acquire_window, buffer_to_image, release_window
 
     w, h = 400, 300  # wide enough that the box is not under the panel
-    info, x = _box_info(
-        tunables=[Tunable("dt", 0.013, 1e-4, 0.1, log=True), Tunable("iterations", 7.3, 1.0, 100.0)]
-    )
+    info, x = _box_info(tunables=[Tunable("dt", 0.013, 1e-4, 0.1, log=True), Tunable("iterations", 7.3, 1.0, 100.0)])
     info.render = RenderConfig(width=w, height=h, background=BG, color=COLOR)
     real = acquire_window(w, h, show=False)
     win = _ScriptedWindow(real, w, h)
@@ -825,7 +826,14 @@ def test_first_render_on_a_fresh_machine_prints_no_taichi_warning(tmp_path):
     compile in the f64 process; given RGB vertex colours, Taichi's own kernel assigned an
     f64 literal alpha to its f32 buffer and warned "Assign may lose precision"."""
     env = dict(os.environ, TI_OFFLINE_CACHE_FILE_PATH=str(tmp_path))
-    r = subprocess.run([sys.executable, "-c", _FIRST_RENDER], capture_output=True, text=True, env=env, check=False,
-                       cwd=tmp_path, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-c", _FIRST_RENDER],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+        cwd=tmp_path,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     assert "TaichiWarning" not in r.stderr + r.stdout, r.stderr[-3000:]

@@ -40,8 +40,9 @@ class Ballistic(Solver):
             s_out.positions[0, 0] = np.nan
         if 0 <= self.config.interrupt_at <= s_out.time:
             raise KeyboardInterrupt
-        return StepStats(iterations=1, residual=0.0, potential=self.potential_energy(s_out.positions),
-                         extra={"custom": 1.5})
+        return StepStats(
+            iterations=1, residual=0.0, potential=self.potential_energy(s_out.positions), extra={"custom": 1.5}
+        )
 
     def potential_energy(self, x):
         return float(-(self.model.mass[:, None] * x * self.model.gravity).sum())
@@ -55,12 +56,14 @@ def _register():
 
 
 def scene(frames=5, **solver):
-    return scene_from_dict({
-        "scene": {"name": "ballistic"},
-        "sim": {"dt": 0.01, "frames": frames, "substeps": 2},
-        "solver": {"type": "test-ballistic", **solver},
-        "objects": {"b": {"generator": "box", "resolution": [1, 1, 1], "velocity": [1, 0, 0]}},
-    })
+    return scene_from_dict(
+        {
+            "scene": {"name": "ballistic"},
+            "sim": {"dt": 0.01, "frames": frames, "substeps": 2},
+            "solver": {"type": "test-ballistic", **solver},
+            "objects": {"b": {"generator": "box", "resolution": [1, 1, 1], "velocity": [1, 0, 0]}},
+        }
+    )
 
 
 def read_stats(path):
@@ -121,8 +124,9 @@ def test_ctrl_c_leaves_valid_outputs(tmp_path):
 def test_frame_quantities_angular_momentum():
     from tisim.model import Model
 
-    sc = scene_from_dict({"objects": {"b": {"generator": "box", "resolution": [2, 2, 2],
-                                            "angular_velocity": [0, 2.0, 0]}}})
+    sc = scene_from_dict(
+        {"objects": {"b": {"generator": "box", "resolution": [2, 2, 2], "angular_velocity": [0, 2.0, 0]}}}
+    )
     m = Model.from_scene(sc)
     q = frame_quantities(m, m.initial_positions, m.initial_velocities)
     # L = I w with the lumped-mass inertia about y: sum m (x^2 + z^2)
@@ -143,14 +147,16 @@ def test_headless_render_writes_frames_and_video(tmp_path):
     from tisim.render.video import FrameWriter
 
     out = tmp_path / "o"
-    sc = scene_from_dict({
-        "scene": {"name": "ballistic"},
-        "sim": {"dt": 0.02, "frames": 4},
-        "solver": {"type": "test-ballistic"},
-        "objects": {"b": {"generator": "box", "resolution": [1, 1, 1], "velocity": [2, 0, 0]}},
-        "camera": {"position": [0, 0, 4], "lookat": [0, 0, 0]},
-        "render": {"width": 96, "height": 64},
-    })
+    sc = scene_from_dict(
+        {
+            "scene": {"name": "ballistic"},
+            "sim": {"dt": 0.02, "frames": 4},
+            "solver": {"type": "test-ballistic"},
+            "objects": {"b": {"generator": "box", "resolution": [1, 1, 1], "velocity": [2, 0, 0]}},
+            "camera": {"position": [0, 0, 4], "lookat": [0, 0, 0]},
+            "render": {"width": 96, "height": 64},
+        }
+    )
     viewer = OffscreenRenderer(FrameWriter(out, fps=10, video_name="ballistic.mp4"))
     res = run_scene(sc, out, viewer=viewer, progress=False)
     pngs = sorted((out / "frames").glob("*.png"))

@@ -18,12 +18,22 @@ from tisim.solvers.base import Solver, StepStats
 
 
 def _scene(on_divergence="stop", frames=30):
-    return scene_from_dict({
-        "sim": {"dt": 0.01, "frames": frames, "gravity": [0.0, 0.0, 0.0], "on_divergence": on_divergence},
-        "solver": {"type": "implicit-euler"},
-        "objects": {"bar": {"generator": "box", "size": [1.0, 0.2, 0.2], "resolution": [2, 1, 1],
-                            "material": "neo-hookean", "youngs_modulus": 1e4, "density": 1000.0}},
-    })
+    return scene_from_dict(
+        {
+            "sim": {"dt": 0.01, "frames": frames, "gravity": [0.0, 0.0, 0.0], "on_divergence": on_divergence},
+            "solver": {"type": "implicit-euler"},
+            "objects": {
+                "bar": {
+                    "generator": "box",
+                    "size": [1.0, 0.2, 0.2],
+                    "resolution": [2, 1, 1],
+                    "material": "neo-hookean",
+                    "youngs_modulus": 1e4,
+                    "density": 1000.0,
+                }
+            },
+        }
+    )
 
 
 class _FakeSolver(Solver):
@@ -147,13 +157,23 @@ def test_real_admm_capped_steps_stop_the_run(tmp_path):
     """ADMM with one iteration per step and an unreachable tolerance never converges: its retries
     fail too, and the run stops at the first frame with the stall's exit code 4 (issue 12; before,
     it ran MAX_CAPPED_STEPS unconverged frames and ended "diverged", exit code 3)."""
-    sc = scene_from_dict({
-        "sim": {"dt": 0.01, "frames": MAX_CAPPED_STEPS + 5, "gravity": [0.0, 0.0, 0.0]},
-        "solver": {"type": "admm", "max_iterations": 1, "tolerance": 1e-14},
-        "objects": {"bar": {"generator": "box", "size": [1.0, 0.2, 0.2], "resolution": [2, 1, 1],
-                            "material": "neo-hookean", "youngs_modulus": 1e4, "density": 1000.0,
-                            "angular_velocity": [0.0, 0.0, 6.0]}},
-    })
+    sc = scene_from_dict(
+        {
+            "sim": {"dt": 0.01, "frames": MAX_CAPPED_STEPS + 5, "gravity": [0.0, 0.0, 0.0]},
+            "solver": {"type": "admm", "max_iterations": 1, "tolerance": 1e-14},
+            "objects": {
+                "bar": {
+                    "generator": "box",
+                    "size": [1.0, 0.2, 0.2],
+                    "resolution": [2, 1, 1],
+                    "material": "neo-hookean",
+                    "youngs_modulus": 1e4,
+                    "density": 1000.0,
+                    "angular_velocity": [0.0, 0.0, 6.0],
+                }
+            },
+        }
+    )
     res = run_scene(sc, tmp_path / "admm", progress=False, arch="cpu", precision="f64")
     assert res.exit_code == runner.EXIT_STALLED and res.ended == "stalled" and res.frames_done == 0
     assert "stalled at frame 1" in res.message and "did not converge" in res.message

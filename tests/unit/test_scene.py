@@ -82,8 +82,16 @@ def test_parse_override(text, expected):
 
 def test_overrides_apply_and_validate(tmp_path):
     p = write(tmp_path, MINIMAL)
-    s = load_scene(p, ["contact.mu=0.7", "objects.block.density=250", "solver.iterations=3",
-                       "objects.block.resolution=[3,2,2]", "colliders.floor.position=[0,-2,0]"])
+    s = load_scene(
+        p,
+        [
+            "contact.mu=0.7",
+            "objects.block.density=250",
+            "solver.iterations=3",
+            "objects.block.resolution=[3,2,2]",
+            "colliders.floor.position=[0,-2,0]",
+        ],
+    )
     assert s.contact.mu == 0.7
     assert s.objects["block"].density == 250.0
     assert s.solver.iterations == 3
@@ -236,9 +244,14 @@ def test_set_generator_replaces_a_mesh_and_the_last_source_wins(tmp_path):
 
 def test_switching_generators_keeps_shared_keys_and_drops_the_others(tmp_path):
     text = BALL.replace('generator = "ball"', 'generator = "box"\nsize = [0.3, 0.2, 0.2]')
-    d = apply_overrides({"objects": {"b": {"generator": "box", "size": [1, 1, 1], "resolution": [2, 2, 2],
-                                           "radius": 0.2, "density": 3.0}}},
-                        ['objects.b.generator="ball"'])
+    d = apply_overrides(
+        {
+            "objects": {
+                "b": {"generator": "box", "size": [1, 1, 1], "resolution": [2, 2, 2], "radius": 0.2, "density": 3.0}
+            }
+        },
+        ['objects.b.generator="ball"'],
+    )
     assert d["objects"]["b"] == {"generator": "ball", "radius": 0.2, "density": 3.0}
     s = load_scene(write(tmp_path, text), ['objects.ball.generator="ball"'])
     assert s.objects["ball"].radius == 0.1  # ball keys already there are kept

@@ -64,9 +64,7 @@ def strip():
     c, s = np.cos(2.0), np.sin(2.0)
     folded[right, 0] = c * X[right, 0]
     folded[right, 2] = s * X[right, 0]
-    energy = ShellEnergy.from_material(
-        X, mesh.faces, young=YOUNG, poisson=POISSON, thickness=THICK, bending_k=KB
-    )
+    energy = ShellEnergy.from_material(X, mesh.faces, young=YOUNG, poisson=POISSON, thickness=THICK, bending_k=KB)
     return X, folded, mesh.faces.copy(), energy
 
 
@@ -85,9 +83,7 @@ def _fold(psi: float) -> np.ndarray:
 
 @pytest.fixture(scope="module")
 def hinge():
-    return ShellEnergy.from_material(
-        HINGE_X, HINGE_F, young=YOUNG, poisson=POISSON, thickness=THICK, bending_k=KB
-    )
+    return ShellEnergy.from_material(HINGE_X, HINGE_F, young=YOUNG, poisson=POISSON, thickness=THICK, bending_k=KB)
 
 
 @pytest.fixture(scope="module")
@@ -210,9 +206,7 @@ def test_membrane_uniaxial_stretch_of_one_triangle():
     rng = np.random.default_rng(5)
     R = _rotation(rng)
     tri = np.array([[0.0, 0.0, 0.0], [0.7, 0.1, 0.0], [0.2, 0.5, 0.0]])
-    energy = ShellEnergy.from_material(
-        tri @ R.T, np.array([[0, 1, 2]]), young=YOUNG, poisson=POISSON, thickness=THICK
-    )
+    energy = ShellEnergy.from_material(tri @ R.T, np.array([[0, 1, 2]]), young=YOUNG, poisson=POISSON, thickness=THICK)
     assert energy.hinge_count == 0
     area = 0.5 * (0.7 * 0.5 - 0.1 * 0.2)
     for s in (1.3, 0.8):
@@ -231,9 +225,7 @@ def test_membrane_uniaxial_stretch_of_one_triangle():
 def test_rest_state_is_stress_free_flat_and_curved(grid, strip):
     X, F, energy = grid
     assert abs(energy.energy_np(X)) <= 1e-14 * MU * THICK
-    scale = np.abs(
-        energy.gradient_np(X + 0.01 * np.random.default_rng(6).standard_normal(X.shape))
-    ).max()
+    scale = np.abs(energy.gradient_np(X + 0.01 * np.random.default_rng(6).standard_normal(X.shape))).max()
     assert scale > 0.0
     assert np.abs(energy.gradient_np(X)).max() <= 1e-12 * scale
     # curved rest shapes: a bumpy sheet and the folded strip
@@ -344,10 +336,7 @@ def _compiled_kernel_count() -> int:
     from tisim.energies import shell_kernels as K
 
     return sum(
-        len(obj._primal.compiled_kernels)
-        for mod in (K, tk)
-        for obj in vars(mod).values()
-        if hasattr(obj, "_primal")
+        len(obj._primal.compiled_kernels) for mod in (K, tk) for obj in vars(mod).values() if hasattr(obj, "_primal")
     )
 
 
@@ -371,9 +360,7 @@ def _exercise_shell(nx: int, ny: int) -> float:
     t0 = time.perf_counter()
     mesh = cloth_grid((1.0, 1.0), (nx, ny), normal="z")
     X = mesh.vertices
-    energy = ShellEnergy.from_material(
-        X, mesh.faces, young=YOUNG, poisson=POISSON, thickness=THICK, bending_k=KB
-    )
+    energy = ShellEnergy.from_material(X, mesh.faces, young=YOUNG, poisson=POISSON, thickness=THICK, bending_k=KB)
     rng = np.random.default_rng(nx)
     x = _vectors(X + 0.05 * rng.standard_normal(X.shape))
     g = _vectors(np.zeros_like(X))
@@ -426,16 +413,13 @@ def _exercise_strain(nx: int, ny: int) -> float:
     return time.perf_counter() - t0
 
 
-@pytest.mark.parametrize(
-    "exercise", [_exercise_shell, _exercise_strain], ids=["ShellEnergy", "StrainLimit"]
-)
+@pytest.mark.parametrize("exercise", [_exercise_shell, _exercise_strain], ids=["ShellEnergy", "StrainLimit"])
 def test_second_instance_compiles_nothing(exercise):
     t_first = exercise(3, 2)  # compiles (or loads) whatever earlier tests did not
     compiled = _compiled_kernel_count()
     assert compiled > 0
     t_second = exercise(6, 5)  # another size: every kernel is reused
     t_third = exercise(2, 7)
-    print(f"{exercise.__name__}: first {t_first:.3f} s, second {t_second:.3f} s, "
-          f"third {t_third:.3f} s")
+    print(f"{exercise.__name__}: first {t_first:.3f} s, second {t_second:.3f} s, third {t_third:.3f} s")
     assert _compiled_kernel_count() == compiled
     assert t_second < 0.5 and t_third < 0.5

@@ -68,9 +68,25 @@ def test_tisim_compare_writes_each_integrators_frames_and_a_labelled_video(tmp_p
     from tisim.cli.app import app
 
     out = tmp_path / "c"
-    r = CliRunner().invoke(app, ["compare", "spinning-bar", "-i", "admm,xpbd", "-n", "2", "--out", str(out),
-                                 "--set", "objects.bar.resolution=[4,1,1]", "--set", "render.width=160",
-                                 "--set", "render.height=120"])
+    r = CliRunner().invoke(
+        app,
+        [
+            "compare",
+            "spinning-bar",
+            "-i",
+            "admm,xpbd",
+            "-n",
+            "2",
+            "--out",
+            str(out),
+            "--set",
+            "objects.bar.resolution=[4,1,1]",
+            "--set",
+            "render.width=160",
+            "--set",
+            "render.height=120",
+        ],
+    )
     assert r.exit_code == 0, r.output
     for name in ("admm", "xpbd"):
         assert len(list((out / name / "frames").glob("frame_*.png"))) == 3
@@ -81,13 +97,27 @@ def test_tisim_compare_writes_each_integrators_frames_and_a_labelled_video(tmp_p
     assert side.shape == (120, 2 * 160 + 4, 3)
     for k, name in enumerate(("admm", "xpbd")):
         plain = iio.imread(out / name / "frames" / "frame_00002.png")
-        panel = side[:, k * 164: k * 164 + 160]
+        panel = side[:, k * 164 : k * 164 + 160]
         label = np.s_[:60, :100]
         # the label region changed (text written), the rest of the panel is the run's frame
         assert np.abs(panel[label].astype(int) - plain[label]).max() > 100
         assert np.array_equal(panel[70:, :], plain[70:, :])
-    r = CliRunner().invoke(app, ["compare", "spinning-bar", "-i", "admm", "-n", "1", "--out", str(tmp_path / "n"),
-                                 "--set", "objects.bar.resolution=[4,1,1]", "--no-render"])
+    r = CliRunner().invoke(
+        app,
+        [
+            "compare",
+            "spinning-bar",
+            "-i",
+            "admm",
+            "-n",
+            "1",
+            "--out",
+            str(tmp_path / "n"),
+            "--set",
+            "objects.bar.resolution=[4,1,1]",
+            "--no-render",
+        ],
+    )
     assert r.exit_code == 0 and not (tmp_path / "n" / "admm" / "frames").exists()
 
 
@@ -97,13 +127,29 @@ def test_refine_levels_video_labels_each_level(tmp_path):
     from tisim.cli.app import app
 
     out = tmp_path / "r"
-    r = CliRunner().invoke(app, ["refine", "refine-drape", "-n", "2", "-L", "2", "-q", "--out", str(out),
-                                 "--set", "render.width=200", "--set", "render.height=150"])
+    r = CliRunner().invoke(
+        app,
+        [
+            "refine",
+            "refine-drape",
+            "-n",
+            "2",
+            "-L",
+            "2",
+            "-q",
+            "--out",
+            str(out),
+            "--set",
+            "render.width=200",
+            "--set",
+            "render.height=150",
+        ],
+    )
     assert r.exit_code == 0, r.output
     side = iio.imread(out / "side_by_side" / "frames" / "frame_00002.png")
     assert side.shape == (150, 2 * 200 + 4, 3)
     for k in range(2):
         plain = iio.imread(out / f"level_{k}" / "frames" / "frame_00002.png")
-        panel = side[:, k * 204: k * 204 + 200]
+        panel = side[:, k * 204 : k * 204 + 200]
         assert np.abs(panel[:75, :110].astype(int) - plain[:75, :110]).max() > 100
         assert np.array_equal(panel[90:], plain[90:])

@@ -56,8 +56,9 @@ def _box(size, translation, **kw):
 
 
 def test_resting_on_a_surface_is_not_an_overlap():
-    sc = _scene({"a": _box((0.2, 0.2, 0.2), (0, 0.1, 0)), "b": _box((0.2, 0.2, 0.2), (0, 0.3, 0))},
-                {"floor": {"type": "plane"}})
+    sc = _scene(
+        {"a": _box((0.2, 0.2, 0.2), (0, 0.1, 0)), "b": _box((0.2, 0.2, 0.2), (0, 0.3, 0))}, {"floor": {"type": "plane"}}
+    )
     m = Model.from_scene(sc)
     assert check_initial_overlaps(m) is m
 
@@ -79,10 +80,13 @@ def test_deep_overlap_with_a_collider_is_one_line_with_a_translation_that_clears
 
 def test_inside_two_colliders_names_both_and_the_translation_clears_both():
     # a ball between two rollers, as in squeeze-ball with a ball too big for the nip
-    rollers = {k: {"type": "cylinder", "position": [s * 0.26, 0, 0], "radius": 0.2, "length": 0.5}
-               for k, s in (("left", -1), ("right", 1))}
-    sc = _scene({"ball": {"generator": "ball", "radius": 0.15, "ball_resolution": 5,
-                          "translation": [0, 0.2, 0]}}, rollers)
+    rollers = {
+        k: {"type": "cylinder", "position": [s * 0.26, 0, 0], "radius": 0.2, "length": 0.5}
+        for k, s in (("left", -1), ("right", 1))
+    }
+    sc = _scene(
+        {"ball": {"generator": "ball", "radius": 0.15, "ball_resolution": 5, "translation": [0, 0.2, 0]}}, rollers
+    )
     m = Model.from_scene(sc)
     with pytest.raises(ConfigError) as ei:
         check_initial_overlaps(m)
@@ -98,9 +102,16 @@ def test_inside_two_colliders_names_both_and_the_translation_clears_both():
 def test_shallow_overlap_is_pushed_out_with_a_warning(caplog):
     depth = 0.004  # 2% of the 0.2 m box
     assert depth < SHALLOW_FRACTION * 0.2
-    sc = _scene({"a": _box((0.2, 0.2, 0.2), (0, 0.1 - depth, 0),
-                           handles={"top": {"region_min": [-1, 0.19 - depth, -1], "region_max": [1, 1, 1]}})},
-                {"floor": {"type": "plane", "rotation": [0, 0, 0]}})
+    sc = _scene(
+        {
+            "a": _box(
+                (0.2, 0.2, 0.2),
+                (0, 0.1 - depth, 0),
+                handles={"top": {"region_min": [-1, 0.19 - depth, -1], "region_max": [1, 1, 1]}},
+            )
+        },
+        {"floor": {"type": "plane", "rotation": [0, 0, 0]}},
+    )
     m = Model.from_scene(sc)
     with caplog.at_level(logging.WARNING, logger="tisim.startup"):
         m2 = check_initial_overlaps(m)
@@ -117,8 +128,10 @@ def test_shallow_overlap_is_pushed_out_with_a_warning(caplog):
 
 def test_squeezed_between_two_colliders_is_pressed_onto_their_surfaces(caplog):
     # grab's fingers 3 mm inside a 0.1 m cube's sides: no translation clears both
-    fingers = {k: {"type": "box", "position": [s * 0.057, 0.05, 0], "half_extents": [0.01, 0.04, 0.04]}
-               for k, s in (("left", -1), ("right", 1))}
+    fingers = {
+        k: {"type": "box", "position": [s * 0.057, 0.05, 0], "half_extents": [0.01, 0.04, 0.04]}
+        for k, s in (("left", -1), ("right", 1))
+    }
     sc = _scene({"cube": _box((0.1, 0.1, 0.1), (0, 0.05, 0), resolution=[6, 6, 6])}, fingers)
     m = Model.from_scene(sc)
     with caplog.at_level(logging.WARNING, logger="tisim.startup"):
@@ -160,8 +173,9 @@ def test_shallow_overlap_run_starts_pushed_out_and_completes(demos_dir, tmp_path
     from tisim.runner import build, run_scene
     from tisim.scene import load_scene
 
-    sc = load_scene(demos_dir / "stick-slip.toml", ["objects.box.translation=[0.0, 0.098, 0.0]",
-                                                   "objects.box.resolution=[2,2,2]"])
+    sc = load_scene(
+        demos_dir / "stick-slip.toml", ["objects.box.translation=[0.0, 0.098, 0.0]", "objects.box.resolution=[2,2,2]"]
+    )
     incline = Model.from_scene(sc).colliders[0]
     assert incline.signed_distance(Model.from_scene(sc).initial_positions)[0].min() == pytest.approx(-0.002)
     with caplog.at_level(logging.WARNING, logger="tisim.startup"):

@@ -45,8 +45,9 @@ type = "plane"
 
 
 def tisim(*args, timeout=600):
-    return subprocess.run([sys.executable, "-m", "tisim.cli.app", *args], capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "tisim.cli.app", *args], capture_output=True, text=True, timeout=timeout
+    )
 
 
 def one_line_error(r, *fragments):
@@ -78,9 +79,20 @@ def test_parse_vary_ranges_and_lists():
     assert parse_vary("objects.box.youngs_modulus=1e5, 2e5").values == (1e5, 2e5)
 
 
-@pytest.mark.parametrize("text", ["contact.mu=0.1:0.2", "contact.mu=a:0.2:3", "contact.mu=0.1:0.2:0",
-                                  "contact.mu=0.1:0.2:2.5", "contact.mu", "contact.mu=", "contact.mu=0.1,,0.2",
-                                  "=0.1,0.2", "contact.mu=0.1,0.1"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "contact.mu=0.1:0.2",
+        "contact.mu=a:0.2:3",
+        "contact.mu=0.1:0.2:0",
+        "contact.mu=0.1:0.2:2.5",
+        "contact.mu",
+        "contact.mu=",
+        "contact.mu=0.1,,0.2",
+        "=0.1,0.2",
+        "contact.mu=0.1,0.1",
+    ],
+)
 def test_parse_vary_rejects(text):
     from tisim.config import ConfigError
     from tisim.sweep import parse_vary
@@ -111,8 +123,22 @@ def test_failed_run_is_a_row_and_is_retried(tmp_path, tiny):
 @pytest.mark.slow
 def test_sweep_on_local_cluster_writes_summary_and_resumes(tmp_path, tiny):
     out = tmp_path / "sw"
-    args = ["sweep", str(tiny), "--vary", "contact.mu=0.1:0.3:2", "--vary", "solver.tolerance=0,1e-300",
-            "--metric", "n_contacts:max", "--metric", "final_displacement", "--workers", "2", "--out", str(out)]
+    args = [
+        "sweep",
+        str(tiny),
+        "--vary",
+        "contact.mu=0.1:0.3:2",
+        "--vary",
+        "solver.tolerance=0,1e-300",
+        "--metric",
+        "n_contacts:max",
+        "--metric",
+        "final_displacement",
+        "--workers",
+        "2",
+        "--out",
+        str(out),
+    ]
     r = tisim(*args)
     assert r.returncode == 3, r.stderr  # two runs diverged: run's exit code for a divergence
     assert "error: 2 of 4 runs did not complete (2 diverged)" in r.stderr, r.stderr
@@ -120,7 +146,11 @@ def test_sweep_on_local_cluster_writes_summary_and_resumes(tmp_path, tiny):
         rows = list(csv.DictReader(f))
     assert len(rows) == 4
     assert {(float(r["contact.mu"]), float(r["solver.tolerance"])) for r in rows} == {
-        (0.1, 0.0), (0.3, 0.0), (0.1, 1e-300), (0.3, 1e-300)}
+        (0.1, 0.0),
+        (0.3, 0.0),
+        (0.1, 1e-300),
+        (0.3, 1e-300),
+    }
     png = (out / "sweep.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
     for row in rows:
@@ -168,7 +198,8 @@ def test_a_sweep_with_diverged_or_failed_rows_finishes_them_all_and_exits_non_ze
     r = tisim("sweep", str(tiny), "--vary", "solver.tolerance=0,1e-300", "--workers", "1", "--out", str(out), "-q")
     assert r.returncode == EXIT_DIVERGED == 3, (r.returncode, r.stdout, r.stderr)
     assert [ln for ln in r.stderr.splitlines() if ln.startswith("error:")] == [
-        f"error: 1 of 2 runs did not complete (1 diverged): see {out / 'sweep.csv'}"], r.stderr
+        f"error: 1 of 2 runs did not complete (1 diverged): see {out / 'sweep.csv'}"
+    ], r.stderr
     with open(out / "sweep.csv", newline="") as f:
         rows = list(csv.DictReader(f))
     assert [(row["ended"], row["frames_done"]) for row in rows] == [("completed", "2"), ("diverged", "1")]
@@ -179,8 +210,20 @@ def test_a_sweep_with_diverged_or_failed_rows_finishes_them_all_and_exits_non_ze
     monkeypatch.setattr(sw, "NO_WORKERS_TIMEOUT_S", 0.5)
     monkeypatch.setattr(sw, "_POLL_S", 0.5)
     with LocalCluster(n_workers=0, processes=False, dashboard_address=":0") as cluster:
-        r = CliRunner().invoke(app, ["sweep", str(tiny), "--vary", "contact.mu=0.1,0.2", "--out", str(tmp_path / "f"),
-                                     "--scheduler", cluster.scheduler_address, "-q"])
+        r = CliRunner().invoke(
+            app,
+            [
+                "sweep",
+                str(tiny),
+                "--vary",
+                "contact.mu=0.1,0.2",
+                "--out",
+                str(tmp_path / "f"),
+                "--scheduler",
+                cluster.scheduler_address,
+                "-q",
+            ],
+        )
     assert r.exit_code == 1, r.output
     assert "error: 2 of 2 runs did not complete (2 failed)" in r.stderr, r.stderr
     assert (tmp_path / "f" / "sweep.csv").exists()
@@ -230,8 +273,12 @@ def test_a_row_that_fails_on_the_users_mistake_exits_2(tmp_path):
 
 
 def test_bad_range_is_one_line(tiny):
-    one_line_error(tisim("sweep", str(tiny), "--vary", "contact.mu=0.15:0.20", "--out", "o"),
-                   "--vary", "malformed range", "START:STOP:COUNT")
+    one_line_error(
+        tisim("sweep", str(tiny), "--vary", "contact.mu=0.15:0.20", "--out", "o"),
+        "--vary",
+        "malformed range",
+        "START:STOP:COUNT",
+    )
 
 
 def test_unknown_key_is_one_line_before_any_run(tiny, tmp_path):
@@ -248,8 +295,18 @@ def test_unknown_arch_is_one_line_before_any_run(tiny, tmp_path):
 
 
 def test_unreachable_scheduler_is_one_line(tiny):
-    r = tisim("sweep", str(tiny), "--vary", "contact.mu=0.1,0.2", "--scheduler", "tcp://127.0.0.1:9",
-              "--timeout", "1", "--out", "o")
+    r = tisim(
+        "sweep",
+        str(tiny),
+        "--vary",
+        "contact.mu=0.1,0.2",
+        "--scheduler",
+        "tcp://127.0.0.1:9",
+        "--timeout",
+        "1",
+        "--out",
+        "o",
+    )
     one_line_error(r, "--scheduler", "cannot reach", "tcp://127.0.0.1:9", "1 s")
 
 
@@ -263,8 +320,13 @@ def test_cluster_without_workers_gives_failed_rows_not_a_hang(tiny, tmp_path, mo
     monkeypatch.setattr(sw, "NO_WORKERS_TIMEOUT_S", 0.5)
     monkeypatch.setattr(sw, "_POLL_S", 0.5)
     with LocalCluster(n_workers=0, processes=False, dashboard_address=":0") as cluster:
-        res = sw.sweep(tiny, [sw.parse_vary("contact.mu=0.1,0.2")], tmp_path / "o",
-                       scheduler=cluster.scheduler_address, progress=False)
+        res = sw.sweep(
+            tiny,
+            [sw.parse_vary("contact.mu=0.1,0.2")],
+            tmp_path / "o",
+            scheduler=cluster.scheduler_address,
+            progress=False,
+        )
     assert [r["ended"] for r in res.rows] == ["failed", "failed"]
     assert all("no Dask worker" in r["message"] for r in res.rows)
     with open(tmp_path / "o" / "sweep.csv", newline="") as f:
@@ -274,7 +336,15 @@ def test_cluster_without_workers_gives_failed_rows_not_a_hang(tiny, tmp_path, mo
 def test_cloth_in_f32_is_refused_before_any_run(demos_dir, tmp_path):
     """A cloth scene swept in f32 ends with one line naming --precision (the cloth solver
     runs in f64 only, tisim.runner.scene_precision) before anything is launched."""
-    r = tisim("sweep", str(demos_dir / "cloth-drape.toml"), "--vary", "contact.mu=0.1,0.2", "--precision", "f32",
-              "--out", str(tmp_path / "o"))
+    r = tisim(
+        "sweep",
+        str(demos_dir / "cloth-drape.toml"),
+        "--vary",
+        "contact.mu=0.1,0.2",
+        "--precision",
+        "f32",
+        "--out",
+        str(tmp_path / "o"),
+    )
     one_line_error(r, "--precision", "f64")
     assert not (tmp_path / "o").exists()

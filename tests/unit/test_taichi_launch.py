@@ -77,8 +77,13 @@ print(json.dumps(res))
 
 def test_short_launch_path_matches_taichis(tmp_path):
     (tmp_path / "kern.py").write_text(KERNELS)
-    r = subprocess.run([sys.executable, "-c", SCRIPT.format(folder=str(tmp_path))], capture_output=True,
-                       text=True, timeout=300, check=False)
+    r = subprocess.run(
+        [sys.executable, "-c", SCRIPT.format(folder=str(tmp_path))],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert r.returncode == 0, r.stderr
     res = json.loads(r.stdout.strip().splitlines()[-1])
     assert res["installed"]

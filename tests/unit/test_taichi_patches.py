@@ -45,8 +45,7 @@ print(json.dumps({
 
 
 def _env(plain: bool) -> dict:
-    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
-               TISIM_QUIET="1")
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""), TISIM_QUIET="1")
     env.pop("TISIM_PLAIN_TAICHI", None)
     if plain:
         env["TISIM_PLAIN_TAICHI"] = "1"
@@ -56,8 +55,15 @@ def _env(plain: bool) -> dict:
 def _status(tmp: Path, plain: bool) -> dict:
     script = tmp / "status.py"  # a file: Taichi reads a kernel's source from it
     script.write_text(_STATUS)
-    r = subprocess.run([sys.executable, str(script)], cwd=ROOT, env=_env(plain),
-                       capture_output=True, text=True, timeout=300, check=False)
+    r = subprocess.run(
+        [sys.executable, str(script)],
+        cwd=ROOT,
+        env=_env(plain),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     return json.loads(r.stdout.strip().splitlines()[-1])
 
@@ -77,9 +83,28 @@ def test_the_switch_installs_all_or_nothing(tmp_path):
 def _run(tmp: Path, plain: bool) -> list[dict]:
     out = tmp / ("plain" if plain else "patched")
     r = subprocess.run(
-        [sys.executable, "-m", "tisim", "demo", "twisting-bar", "--headless", "--no-render",
-         "-n", "3", "--quiet", "--out", str(out), "--set", "objects.bar.resolution=[8,2,2]"],
-        cwd=ROOT, env=_env(plain), capture_output=True, text=True, timeout=300, check=False,
+        [
+            sys.executable,
+            "-m",
+            "tisim",
+            "demo",
+            "twisting-bar",
+            "--headless",
+            "--no-render",
+            "-n",
+            "3",
+            "--quiet",
+            "--out",
+            str(out),
+            "--set",
+            "objects.bar.resolution=[8,2,2]",
+        ],
+        cwd=ROOT,
+        env=_env(plain),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
     )
     assert r.returncode == 0, r.stderr[-3000:]
     with open(out / "stats.csv") as f:

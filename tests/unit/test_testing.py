@@ -85,9 +85,7 @@ def test_zero_gradient_never_passes_where_fd_is_not_zero():
     with pytest.raises(AssertionError, match="numerically\\) zero"):
         check_gradient(rosen, lambda x: np.zeros_like(x), X0, rtol=10.0, atol=1e9)
     with pytest.raises(AssertionError, match="numerically\\) zero"):
-        check_gradient(
-            rosen, lambda x: np.zeros_like(x), X0, rtol=10.0, atol=1e9, require_nonzero=False
-        )
+        check_gradient(rosen, lambda x: np.zeros_like(x), X0, rtol=10.0, atol=1e9, require_nonzero=False)
 
 
 def test_require_nonzero_guard_at_critical_point():
@@ -174,6 +172,4 @@ def test_value_scale_declares_cancellation_noise():
     # (a larger step: the round-off of a difference of 1e6-sized values is 1e-10 / eps)
     check_gradient(f, g, y, value_scale=big, eps=1e-3, rtol=1e-3)
     with pytest.raises(AssertionError):
-        check_gradient(
-            f, lambda x: 1.1 * np.ravel(x) * 2.0, y, value_scale=big, eps=1e-3, rtol=1e-3
-        )
+        check_gradient(f, lambda x: 1.1 * np.ravel(x) * 2.0, y, value_scale=big, eps=1e-3, rtol=1e-3)

@@ -14,8 +14,11 @@ def soft(taichi_backend):
     from tisim import ti_math as tm
 
     @ti.kernel
-    def run(x: ti.types.ndarray(dtype=ti.f64, ndim=1), y: ti.types.ndarray(dtype=ti.f64, ndim=1),
-            out: ti.types.ndarray(dtype=ti.f64, ndim=2)):
+    def run(
+        x: ti.types.ndarray(dtype=ti.f64, ndim=1),
+        y: ti.types.ndarray(dtype=ti.f64, ndim=1),
+        out: ti.types.ndarray(dtype=ti.f64, ndim=2),
+    ):
         for i in range(x.shape[0]):
             out[i, 0] = tm._log_soft(x[i])
             out[i, 1] = tm._atan2_soft(y[i], x[i])
@@ -36,8 +39,14 @@ def soft(taichi_backend):
 
 
 def test_log_against_numpy(soft, rng):
-    x = np.concatenate([np.geomspace(1e-300, 1e300, 2001), rng.uniform(0.5, 2.0, 2000),
-                        1.0 + rng.normal(scale=1e-9, size=100), [1.0, 2.0, 0.5, np.sqrt(2.0)]])
+    x = np.concatenate(
+        [
+            np.geomspace(1e-300, 1e300, 2001),
+            rng.uniform(0.5, 2.0, 2000),
+            1.0 + rng.normal(scale=1e-9, size=100),
+            [1.0, 2.0, 0.5, np.sqrt(2.0)],
+        ]
+    )
     out = soft(x, np.ones_like(x))
     ref = np.log(x)
     err = np.abs(out[:, 0] - ref) / np.maximum(np.abs(ref), 1e-300)

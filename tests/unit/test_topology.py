@@ -55,9 +55,7 @@ def test_box_surface(tets_per_cell):
 def test_box_edges_satisfy_euler_for_a_solid():
     # A tet mesh of a ball-like solid: V - E + F - T = 1.
     m = box((1.0, 1.0, 1.0), (3, 2, 2))
-    faces = np.unique(
-        np.sort(m.tets[:, [[1, 2, 3], [0, 3, 2], [0, 1, 3], [0, 2, 1]]].reshape(-1, 3), 1), axis=0
-    )
+    faces = np.unique(np.sort(m.tets[:, [[1, 2, 3], [0, 3, 2], [0, 1, 3], [0, 2, 1]]].reshape(-1, 3), 1), axis=0)
     e = edges(m.tets)
     assert m.vertex_count - len(e) + len(faces) - m.element_count == 1
     assert np.all(e[:, 0] < e[:, 1])

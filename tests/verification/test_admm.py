@@ -18,14 +18,33 @@ from tisim.solvers.admm.solver import SolverADMM
 from tisim.solvers.baselines.common import ModelEnergy
 
 
-def _bar_scene(material="neo-hookean", resolution=(4, 1, 1), solver=None, omega=(1.0, 0.0, 6.0),
-               velocity=(0.3, -0.2, 0.1), dt=0.01, gravity=(0.0, 0.0, 0.0), E=1e4, **extra):
+def _bar_scene(
+    material="neo-hookean",
+    resolution=(4, 1, 1),
+    solver=None,
+    omega=(1.0, 0.0, 6.0),
+    velocity=(0.3, -0.2, 0.1),
+    dt=0.01,
+    gravity=(0.0, 0.0, 0.0),
+    E=1e4,
+    **extra,
+):
     data = {
         "sim": {"dt": dt, "gravity": list(gravity)},
         "solver": {"type": "admm", **(solver or {})},
-        "objects": {"bar": {"generator": "box", "size": [1.0, 0.2, 0.2], "resolution": list(resolution),
-                            "material": material, "youngs_modulus": E, "poisson_ratio": 0.3,
-                            "density": 1000.0, "angular_velocity": list(omega), "velocity": list(velocity)}},
+        "objects": {
+            "bar": {
+                "generator": "box",
+                "size": [1.0, 0.2, 0.2],
+                "resolution": list(resolution),
+                "material": material,
+                "youngs_modulus": E,
+                "poisson_ratio": 0.3,
+                "density": 1000.0,
+                "angular_velocity": list(omega),
+                "velocity": list(velocity),
+            }
+        },
     }
     data.update(extra)
     return scene_from_dict(data)
@@ -55,8 +74,16 @@ def test_linear_momentum_exact_even_when_admm_stops_early(material):
     """D_i 1 = 0, so every q-step keeps 1^T M q = 1^T M z and the midpoint recursion
     keeps sum m v: constant to round-off even with 2 ADMM iterations per step
     (far from converged, and still after the stall retry). Bound: 1e-10 of |p| + (total mass x |v| scale)."""
-    sc = _bar_scene(material, solver={"max_iterations": 2, "tolerance": 1e-12, "min_iterations": 1,
-                                      "retry_iteration_factor": 1.0, "retry_halvings": 0})  # one cheap retry
+    sc = _bar_scene(
+        material,
+        solver={
+            "max_iterations": 2,
+            "tolerance": 1e-12,
+            "min_iterations": 1,
+            "retry_iteration_factor": 1.0,
+            "retry_halvings": 0,
+        },
+    )  # one cheap retry
     model = Model.from_scene(sc)
     solver = SolverADMM(model, sc.solver)
     p0, _ = _momenta(model, model.initial_state())
@@ -84,8 +111,7 @@ def _angular_drift(tolerance, steps, material="neo-hookean", resolution=(4, 1, 1
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("material", ["neo-hookean", "arap", "symmetric-dirichlet", "symmetric-gradient",
-                                      "corotated"])
+@pytest.mark.parametrize("material", ["neo-hookean", "arap", "symmetric-dirichlet", "symmetric-gradient", "corotated"])
 def test_angular_momentum_over_1000_steps(material):
     """Free spinning, vibrating bar at the demo's tolerance (1e-8): |L - L0| / |L0| <= 1e-6
     over 1000 steps (every step converged)."""
@@ -106,8 +132,9 @@ def test_fixed_point_is_implicit_midpoint():
     """After convergence, M (q - z)/h^2 + 1/2 grad E(q_mid) = 0 (notes §5.3) with grad E from
     tisim.materials (independent of the Taichi kernels), relative to the size of the
     elastic force term."""
-    sc = _bar_scene("neo-hookean", resolution=(4, 2, 2), solver={"tolerance": 1e-10, "max_iterations": 20000},
-                    omega=(2.0, 1.0, 8.0))
+    sc = _bar_scene(
+        "neo-hookean", resolution=(4, 2, 2), solver={"tolerance": 1e-10, "max_iterations": 20000}, omega=(2.0, 1.0, 8.0)
+    )
     model = Model.from_scene(sc)
     solver = SolverADMM(model, sc.solver)
     energy = ModelEnergy(model)
@@ -165,10 +192,16 @@ def test_q_step_matches_dense_solve(rng):
 def test_converged_steps_are_inversion_free_under_strong_compression():
     """A bar thrown end-on at a wall (plane) at 5 m/s: det F > 0 at the midpoint of every
     converged step and at every step's end."""
-    sc = _bar_scene("neo-hookean", resolution=(4, 1, 1), omega=(0.0, 0.0, 0.0), velocity=(-5.0, 0.0, 0.0),
-                    dt=0.001, solver={"tolerance": 1e-6},
-                    colliders={"wall": {"type": "plane", "position": [-0.55, 0.0, 0.0], "normal": [1.0, 0.0, 0.0]}},
-                    contact={"stiffness": 2e4})
+    sc = _bar_scene(
+        "neo-hookean",
+        resolution=(4, 1, 1),
+        omega=(0.0, 0.0, 0.0),
+        velocity=(-5.0, 0.0, 0.0),
+        dt=0.001,
+        solver={"tolerance": 1e-6},
+        colliders={"wall": {"type": "plane", "position": [-0.55, 0.0, 0.0], "normal": [1.0, 0.0, 0.0]}},
+        contact={"stiffness": 2e4},
+    )
     model = Model.from_scene(sc)
     solver = SolverADMM(model, sc.solver)
     _, stats = _run(solver, model, 120, sc.sim.dt)
@@ -198,14 +231,18 @@ def test_stall_is_retried_then_flagged_with_warning(caplog):
     of which stalls and is retried afresh: 3 + 12), and is then returned flagged
     (admm_stalled = stall_failed = 1, 3 retries, 3 + 12 + 15 iterations) with one warning
     per step, finite (no NaN), and counted in info()."""
-    sc = _bar_scene("neo-hookean", E=1e7, omega=(0.0, 5.0, 40.0), dt=0.5,
-                    solver={"max_iterations": 3, "tolerance": 1e-12, "warn_every": 1})
+    sc = _bar_scene(
+        "neo-hookean",
+        E=1e7,
+        omega=(0.0, 5.0, 40.0),
+        dt=0.5,
+        solver={"max_iterations": 3, "tolerance": 1e-12, "warn_every": 1},
+    )
     model = Model.from_scene(sc)
     solver = SolverADMM(model, sc.solver)
     with caplog.at_level(logging.WARNING, logger="tisim.solvers.admm.solver"):
         state, stats = _run(solver, model, 4, sc.sim.dt)
-    assert all(st.extra["admm_stalled"] == 1.0 and st.extra["stall_failed"] == 1.0 and not st.converged
-               for st in stats)
+    assert all(st.extra["admm_stalled"] == 1.0 and st.extra["stall_failed"] == 1.0 and not st.converged for st in stats)
     assert all(st.extra["stall_retries"] == 3.0 and st.iterations == 30 for st in stats)
     assert stats[-1].extra["admm_stalled_total"] == 4.0
     assert sum("did not converge after 3 retries" in r.getMessage() for r in caplog.records) == 4
@@ -237,11 +274,18 @@ def test_spinning_bar_energy_admm_bounded_implicit_euler_dissipates():
     s0 = model.initial_state()
     E0 = 0.5 * float(model.mass @ (s0.velocities**2).sum(1)) + energy.potential(s0.positions, 0.0)
     out = {}
-    for name, solver in (("admm", SolverADMM(model, sc.solver)),
-                         ("implicit-euler", SolverImplicitEuler(model, ImplicitEulerConfig()))):
+    for name, solver in (
+        ("admm", SolverADMM(model, sc.solver)),
+        ("implicit-euler", SolverImplicitEuler(model, ImplicitEulerConfig())),
+    ):
         E = []
-        _run(solver, model, 2000, sc.sim.dt,
-             lambda s, st: E.append(0.5 * float(model.mass @ (s.velocities**2).sum(1)) + st.potential))
+        _run(
+            solver,
+            model,
+            2000,
+            sc.sim.dt,
+            lambda s, st: E.append(0.5 * float(model.mass @ (s.velocities**2).sum(1)) + st.potential),
+        )
         out[name] = np.array(E)
     assert np.abs(out["admm"] - E0).max() <= 0.01 * E0
     assert out["implicit-euler"][-1] < 0.9 * E0

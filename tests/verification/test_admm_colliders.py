@@ -30,16 +30,27 @@ KC = 2e4
 
 
 def _scene(tolerance=1e-11):
-    return scene_from_dict({
-        "sim": {"dt": 0.001, "gravity": [0.0, -9.81, 0.0]},
-        "solver": {"type": "admm", "tolerance": tolerance, "max_iterations": 50000},
-        "objects": {"bar": {"generator": "box", "size": [1.0, 0.2, 0.2], "resolution": [4, 1, 1],
-                            "material": "neo-hookean", "youngs_modulus": 1e4, "poisson_ratio": 0.3,
-                            "density": 1000.0, "velocity": [-5.0, 0.3, 0.0],
-                            "angular_velocity": [0.0, 0.0, 2.0]}},
-        "colliders": {"wall": {"type": "plane", "position": WALL_P.tolist(), "normal": WALL_N.tolist()}},
-        "contact": {"stiffness": KC},
-    })
+    return scene_from_dict(
+        {
+            "sim": {"dt": 0.001, "gravity": [0.0, -9.81, 0.0]},
+            "solver": {"type": "admm", "tolerance": tolerance, "max_iterations": 50000},
+            "objects": {
+                "bar": {
+                    "generator": "box",
+                    "size": [1.0, 0.2, 0.2],
+                    "resolution": [4, 1, 1],
+                    "material": "neo-hookean",
+                    "youngs_modulus": 1e4,
+                    "poisson_ratio": 0.3,
+                    "density": 1000.0,
+                    "velocity": [-5.0, 0.3, 0.0],
+                    "angular_velocity": [0.0, 0.0, 2.0],
+                }
+            },
+            "colliders": {"wall": {"type": "plane", "position": WALL_P.tolist(), "normal": WALL_N.tolist()}},
+            "contact": {"stiffness": KC},
+        }
+    )
 
 
 def _penalty(x):
@@ -116,8 +127,9 @@ def test_penalty_discrete_gradient_identity_with_penetrating_states(penetrating,
     # the midpoint scheme's penalty force is the gradient at the midpoint
     mid = MidpointNewton(model, scheme="midpoint")
     x1 = x0 + 1e-3 * rng.standard_normal(x0.shape)
-    np.testing.assert_allclose(mid.penalty_force(x0, x1, 0.0, 1e-3), _penalty_gradient(0.5 * (x0 + x1)),
-                               rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(
+        mid.penalty_force(x0, x1, 0.0, 1e-3), _penalty_gradient(0.5 * (x0 + x1)), rtol=1e-12, atol=1e-12
+    )
 
 
 def test_reported_potential_includes_the_penalty_in_closed_form(penetrating):

@@ -21,15 +21,33 @@ from tisim.solvers.admm.energy_momentum import MidpointNewton
 from tisim.solvers.admm.solver import SolverADMM
 
 
-def _bar(material="neo-hookean", resolution=(4, 1, 1), dt=0.01, solver=None, omega=(1.0, 0.0, 6.0), E=1e4,
-         gravity=(0.0, 0.0, 0.0)):
-    return scene_from_dict({
-        "sim": {"dt": dt, "substeps": 1, "gravity": list(gravity)},
-        "solver": {"type": "admm", **(solver or {})},
-        "objects": {"bar": {"generator": "box", "size": [1.0, 0.2, 0.2], "resolution": list(resolution),
-                            "material": material, "youngs_modulus": E, "poisson_ratio": 0.3,
-                            "density": 1000.0, "angular_velocity": list(omega)}},
-    })
+def _bar(
+    material="neo-hookean",
+    resolution=(4, 1, 1),
+    dt=0.01,
+    solver=None,
+    omega=(1.0, 0.0, 6.0),
+    E=1e4,
+    gravity=(0.0, 0.0, 0.0),
+):
+    return scene_from_dict(
+        {
+            "sim": {"dt": dt, "substeps": 1, "gravity": list(gravity)},
+            "solver": {"type": "admm", **(solver or {})},
+            "objects": {
+                "bar": {
+                    "generator": "box",
+                    "size": [1.0, 0.2, 0.2],
+                    "resolution": list(resolution),
+                    "material": material,
+                    "youngs_modulus": E,
+                    "poisson_ratio": 0.3,
+                    "density": 1000.0,
+                    "angular_velocity": list(omega),
+                }
+            },
+        }
+    )
 
 
 def _run(solver, model, steps, dt):
@@ -125,8 +143,9 @@ def test_energy_momentum_conserves_where_midpoint_drifts(caplog):
     energy-momentum option keeps it to 1e-8 (Newton tolerance 1e-10), p exact (1e-10 kg m/s),
     L to 1e-9 relative, no inversion, every step converged."""
     dt, steps = 0.01, 400
-    sc_mid = _bar(resolution=(6, 2, 2), E=1e5, solver={"tolerance": 1e-8, "max_iterations": 3000,
-                                                         "drift_warning": 1e-5})
+    sc_mid = _bar(
+        resolution=(6, 2, 2), E=1e5, solver={"tolerance": 1e-8, "max_iterations": 3000, "drift_warning": 1e-5}
+    )
     model = Model.from_scene(sc_mid)
     with caplog.at_level(logging.WARNING, logger="tisim.solvers.admm.solver"):
         E_mid, *_ = _run(SolverADMM(model, sc_mid.solver), model, steps, dt)

@@ -56,8 +56,9 @@ def apply_mutation(name: str, monkeypatch, tmp_path):
         return factory
     if name == "q-step-rho-half":
         real = SolverADMM.global_matrix
-        monkeypatch.setattr(SolverADMM, "global_matrix",
-                            lambda self, h: (real(self, h) + self._rho_factor * self._L0).tocsr())
+        monkeypatch.setattr(
+            SolverADMM, "global_matrix", lambda self, h: (real(self, h) + self._rho_factor * self._L0).tocsr()
+        )
         return None
     raise KeyError(name)
 

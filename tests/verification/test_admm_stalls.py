@@ -46,8 +46,12 @@ def test_stalled_step_recovered_by_a_fresh_start_is_the_converged_step():
     assert all(st.converged and st.extra["stall_failed"] == 0.0 for st in stats)
     assert sum(r > 0 for r in retried) >= 3, retried  # the cap really bites
     counts = solver.info()["stalls"]
-    assert counts == {"stalled_steps": sum(r > 0 for r in retried), "retries": int(sum(retried)),
-                      "recovered": sum(r > 0 for r in retried), "failed": 0}
+    assert counts == {
+        "stalled_steps": sum(r > 0 for r in retried),
+        "retries": int(sum(retried)),
+        "recovered": sum(r > 0 for r in retried),
+        "failed": 0,
+    }
     assert np.abs(state.positions - ref_state.positions).max() < 1e-7
 
 
@@ -75,8 +79,9 @@ def test_prox_newton_cap_is_reported_not_accepted(caplog):
     even though the ADMM residuals would pass; with the default cap the same steps converge
     with no prox failure."""
     dt = 0.01
-    sc = spinning_bar(dt=dt, tolerance=1e-6, max_iterations=40, prox_newton_iterations=1, retry_halvings=0,
-                      retry_iteration_factor=1.0)
+    sc = spinning_bar(
+        dt=dt, tolerance=1e-6, max_iterations=40, prox_newton_iterations=1, retry_halvings=0, retry_iteration_factor=1.0
+    )
     model = Model.from_scene(sc)
     with caplog.at_level(logging.WARNING, logger="tisim.solvers.admm.solver"):
         _, stats = _steps(SolverADMM(model, sc.solver), model, 2, dt)
@@ -134,9 +139,11 @@ def test_cli_exit_status_and_summary_for_a_stalled_run(monkeypatch, tmp_path):
         '[sim]\ndt = 0.01\nframes = 5\ngravity = [0.0, 0.0, 0.0]\n'
         '[solver]\ntype = "admm"\ntolerance = 1e-6\n'
         '[objects.bar]\ngenerator = "box"\nsize = [1.0, 0.2, 0.2]\nresolution = [1, 1, 1]\n'
-        'material = "neo-hookean"\nyoungs_modulus = 1e4\ndensity = 1000.0\nangular_velocity = [1.0, 0.0, 6.0]\n')
-    r = CliRunner().invoke(app, ["run", str(scene), "--headless", "--no-render", "--quiet",
-                                 "--out", str(tmp_path / "o")])
+        'material = "neo-hookean"\nyoungs_modulus = 1e4\ndensity = 1000.0\nangular_velocity = [1.0, 0.0, 6.0]\n'
+    )
+    r = CliRunner().invoke(
+        app, ["run", str(scene), "--headless", "--no-render", "--quiet", "--out", str(tmp_path / "o")]
+    )
     assert r.exit_code == 4, r.output
     assert "stalled: 1 frames" in r.output
     assert "stalled steps: 1 (3 retries; 0 recovered, 1 failed)" in r.output

@@ -24,11 +24,26 @@ XI = 1e-3
 def _settle(size, cells, collider, height, steps, dt=0.01):
     """A square sheet (size m, cells x cells) dropped from ``height`` m onto one collider;
     yields (solver, model, state) after every step."""
-    obj = {"kind": "cloth", "generator": "cloth", "cloth_size": [size, size], "cloth_resolution": [cells, cells],
-           "youngs_modulus": 1e5, "poisson_ratio": 0.3, "thickness": 1e-3, "density": 200.0,
-           "translation": [0.0, height, 0.0]}
-    sc = scene_from_dict({"solver": {"type": "cloth"}, "objects": {"c": obj}, "colliders": {"k": collider},
-                          "contact": {"thickness": XI, "dhat": 1e-3}, "sim": {"dt": dt}})
+    obj = {
+        "kind": "cloth",
+        "generator": "cloth",
+        "cloth_size": [size, size],
+        "cloth_resolution": [cells, cells],
+        "youngs_modulus": 1e5,
+        "poisson_ratio": 0.3,
+        "thickness": 1e-3,
+        "density": 200.0,
+        "translation": [0.0, height, 0.0],
+    }
+    sc = scene_from_dict(
+        {
+            "solver": {"type": "cloth"},
+            "objects": {"c": obj},
+            "colliders": {"k": collider},
+            "contact": {"thickness": XI, "dhat": 1e-3},
+            "sim": {"dt": dt},
+        }
+    )
     model = Model.from_scene(sc)
     solver = SolverCloth(model, sc.solver)
     assert [c.name for c in solver.analytic_colliders] == ["k"]  # met analytically, not tessellated
@@ -62,20 +77,50 @@ def _triangle_gap(c, tri):
 CASES = {
     # (sheet size, cells, collider, drop height, steps)
     "sphere-r3-sheet-1m": (1.0, 12, {"type": "sphere", "position": [0, -3, 0], "radius": 3.0}, 0.004, 30),
-    "cylinder-r2-sheet-1m": (1.0, 12, {"type": "cylinder", "position": [0, -2, 0], "radius": 2.0,
-                                       "axis": [1, 0, 0]}, 0.004, 30),
+    "cylinder-r2-sheet-1m": (
+        1.0,
+        12,
+        {"type": "cylinder", "position": [0, -2, 0], "radius": 2.0, "axis": [1, 0, 0]},
+        0.004,
+        30,
+    ),
 }
 SLOW_CASES = {
     "sphere-r0.05-sheet-0.1m": (0.1, 10, {"type": "sphere", "position": [0, -0.05, 0], "radius": 0.05}, 0.003, 40),
     "sphere-r3-sheet-3m": (3.0, 24, {"type": "sphere", "position": [0, -3, 0], "radius": 3.0}, 0.006, 40),
-    "capped-cylinder-rims-sheet-3m": (3.0, 26, {"type": "cylinder", "position": [0, -2, 0], "radius": 2.0,
-                                                "axis": [0, 0, 1], "length": 1.0}, 0.006, 30),
+    "capped-cylinder-rims-sheet-3m": (
+        3.0,
+        26,
+        {"type": "cylinder", "position": [0, -2, 0], "radius": 2.0, "axis": [0, 0, 1], "length": 1.0},
+        0.006,
+        30,
+    ),
     # a corner straight up (the diagonal (1, 1, 1) turned onto +y), under a triangle's interior
-    "box-corner-sheet-0.3m": (0.3, 12, {"type": "box", "position": [0.02, -0.1 * math.sqrt(3), 0.01],
-                                        "half_extents": [0.1] * 3, "rotation": [-45.0, 0.0, 35.2643897]}, 0.004, 40),
+    "box-corner-sheet-0.3m": (
+        0.3,
+        12,
+        {
+            "type": "box",
+            "position": [0.02, -0.1 * math.sqrt(3), 0.01],
+            "half_extents": [0.1] * 3,
+            "rotation": [-45.0, 0.0, 35.2643897],
+        },
+        0.004,
+        40,
+    ),
     # a ridge: the box's edge along x on top, between two rows of cloth vertices
-    "box-edge-sheet-1m": (1.0, 12, {"type": "box", "position": [0.0, -0.2 * math.sqrt(2), 0.03],
-                                    "half_extents": [0.6, 0.2, 0.2], "rotation": [45.0, 0.0, 0.0]}, 0.004, 40),
+    "box-edge-sheet-1m": (
+        1.0,
+        12,
+        {
+            "type": "box",
+            "position": [0.0, -0.2 * math.sqrt(2), 0.03],
+            "half_extents": [0.6, 0.2, 0.2],
+            "rotation": [45.0, 0.0, 0.0],
+        },
+        0.004,
+        40,
+    ),
 }
 
 
@@ -129,12 +174,23 @@ def test_coarse_cloth_and_moving_shapes_meet_the_tessellation():
     """A sphere is analytic for a cloth fine against its curvature (sag allowance within
     thickness + dhat); a coarse cloth (7.5 cm cells on a ball of radius 6 cm would float
     2 cm above it) and a moving sphere meet the tessellated shape."""
+
     def analytic(cells, velocity=(0.0, 0.0, 0.0)):
-        obj = {"kind": "cloth", "generator": "cloth", "cloth_size": [0.3, 0.3], "cloth_resolution": [cells, cells],
-               "translation": [0.0, 0.2, 0.0]}
-        sc = scene_from_dict({"solver": {"type": "cloth"}, "objects": {"c": obj},
-                              "colliders": {"ball": {"type": "sphere", "radius": 0.06, "velocity": list(velocity)}},
-                              "sim": {"dt": 0.01}})
+        obj = {
+            "kind": "cloth",
+            "generator": "cloth",
+            "cloth_size": [0.3, 0.3],
+            "cloth_resolution": [cells, cells],
+            "translation": [0.0, 0.2, 0.0],
+        }
+        sc = scene_from_dict(
+            {
+                "solver": {"type": "cloth"},
+                "objects": {"c": obj},
+                "colliders": {"ball": {"type": "sphere", "radius": 0.06, "velocity": list(velocity)}},
+                "sim": {"dt": 0.01},
+            }
+        )
         s = SolverCloth(Model.from_scene(sc), sc.solver)
         return [c.name for c in s.analytic_colliders], s.no
 

@@ -21,15 +21,28 @@ G = 9.81
 
 
 def _cloth(**kw):
-    o = {"kind": "cloth", "generator": "cloth", "cloth_size": [0.2, 0.2], "cloth_resolution": [4, 4],
-         "youngs_modulus": 1e5, "poisson_ratio": 0.3, "thickness": 1e-3, "density": 200.0}
+    o = {
+        "kind": "cloth",
+        "generator": "cloth",
+        "cloth_size": [0.2, 0.2],
+        "cloth_resolution": [4, 4],
+        "youngs_modulus": 1e5,
+        "poisson_ratio": 0.3,
+        "thickness": 1e-3,
+        "density": 200.0,
+    }
     o.update(kw)
     return o
 
 
 def _build(objects, colliders=None, *, contact=None, solver=None, sim=None, path=None):
-    data = {"solver": {"type": "cloth", **(solver or {})}, "objects": objects, "colliders": colliders or {},
-            "contact": contact or {}, "sim": sim or {"dt": 0.01}}
+    data = {
+        "solver": {"type": "cloth", **(solver or {})},
+        "objects": objects,
+        "colliders": colliders or {},
+        "contact": contact or {},
+        "sim": sim or {"dt": 0.01},
+    }
     sc = scene_from_dict(data, path)
     model = Model.from_scene(sc)
     return sc, model, SolverCloth(model, sc.solver)
@@ -50,15 +63,18 @@ def _run(model, solver, steps, dt, check=None):
 def _ipc_check(solver, tol_distance):
     """A check that asserts ipctk's verdict on every step (no intersection, distance above
     the thickness, collision-free linear step from the previous state)."""
+
     def check(k, prev, st):
         V, F, planes = solver.collision_state(st)
         P, _, _ = solver.collision_state(prev)
-        r = ipc_report(V, F, P, planes=planes, plane_rows=solver.nc, edges=solver.edges_all,
-                       colliders=solver.analytic_colliders)
+        r = ipc_report(
+            V, F, P, planes=planes, plane_rows=solver.nc, edges=solver.edges_all, colliders=solver.analytic_colliders
+        )
         assert not r.intersecting, f"step {k}: ipctk finds an intersection"
         assert r.step_free, f"step {k}: the step from the previous state is not collision-free"
         assert r.min_distance > tol_distance, f"step {k}: distance {r.min_distance} below the thickness"
         assert r.plane_distance > tol_distance, f"step {k}: plane distance {r.plane_distance}"
+
     return check
 
 
@@ -86,8 +102,13 @@ def test_free_fall_is_implicit_euler():
 def test_hanging_cloth_at_rest_stays_at_rest():
     """A cloth pinned along its top edge, brought to static equilibrium, then stepped from
     rest: velocities stay at round-off level and the membrane strain below the limit."""
-    sc, model, solver = _build({"c": _cloth(cloth_normal="z", cloth_size=[0.2, 0.2], cloth_resolution=[3, 3],
-                                            pin="top-edge", translation=[0, 1, 0])})
+    sc, model, solver = _build(
+        {
+            "c": _cloth(
+                cloth_normal="z", cloth_size=[0.2, 0.2], cloth_resolution=[3, 3], pin="top-edge", translation=[0, 1, 0]
+            )
+        }
+    )
     cs = model.cloth.vertex_slice
     x = model.initial_positions[cs].copy()
     idx, tgt = solver._held(0.0)
@@ -111,8 +132,15 @@ def _incline(mu, angle_deg, steps, dt=0.01):
     n = np.array([-math.sin(th), math.cos(th), 0.0])
     dhat, xi = 1e-3, 1e-3
     _sc, model, solver = _build(
-        {"c": _cloth(cloth_size=[0.1, 0.1], cloth_resolution=[2, 2], youngs_modulus=1e6,
-                     frame="incline", translation=[0, xi + 0.5 * dhat, 0])},
+        {
+            "c": _cloth(
+                cloth_size=[0.1, 0.1],
+                cloth_resolution=[2, 2],
+                youngs_modulus=1e6,
+                frame="incline",
+                translation=[0, xi + 0.5 * dhat, 0],
+            )
+        },
         {"incline": {"type": "plane", "normal": [0.0, 1.0, 0.0], "rotation": [0, 0, angle_deg]}},
         contact={"mu": mu, "dhat": dhat, "thickness": xi, "eps_v": 1e-4, "friction_iterations": 2},
         solver={"tolerance": 1e-6},
@@ -163,13 +191,19 @@ def _impact(ratio, steps, folder):
     ico = icosphere(4)
     V = 0.1 * ico.vertices / np.linalg.norm(ico.vertices, axis=1, keepdims=True)
     path = folder / "ball.obj"
-    path.write_text("".join(f"v {a:.17g} {b:.17g} {c:.17g}\n" for a, b, c in V)
-                    + "".join(f"f {i + 1} {j + 1} {k + 1}\n" for i, j, k in ico.faces))
+    path.write_text(
+        "".join(f"v {a:.17g} {b:.17g} {c:.17g}\n" for a, b, c in V)
+        + "".join(f"f {i + 1} {j + 1} {k + 1}\n" for i, j, k in ico.faces)
+    )
     _sc, model, solver = _build(
-        {"c": _cloth(cloth_size=[0.3, 0.3], cloth_resolution=[8, 8], translation=[0.0, 0.106, 0.0],
-                     velocity=[0.0, -4.0, 0.0])},
+        {
+            "c": _cloth(
+                cloth_size=[0.3, 0.3], cloth_resolution=[8, 8], translation=[0.0, 0.106, 0.0], velocity=[0.0, -4.0, 0.0]
+            )
+        },
         {"ball": {"type": "mesh", "mesh": str(path)}},
-        contact={"mu": 0.0, "kappa_max_ratio": ratio})
+        contact={"mu": 0.0, "kappa_max_ratio": ratio},
+    )
     st, spare = model.initial_state(), model.initial_state()
     gaps, its = [], []
     for _ in range(steps):
@@ -200,8 +234,9 @@ def test_barrier_stiffness_may_double_past_ipcs_cap_at_impact(tmp_path):
 def test_energy_never_increases_without_external_work():
     """Implicit Euler dissipates: a pinned sheet swinging under gravity (no wind, no
     friction) never gains total energy (kinetic + elastic + gravity) over a step."""
-    _sc, model, solver = _build({"c": _cloth(cloth_size=[0.3, 0.2], cloth_resolution=[6, 4], pin="x-min",
-                                            translation=[0, 1, 0])})
+    _sc, model, solver = _build(
+        {"c": _cloth(cloth_size=[0.3, 0.2], cloth_resolution=[6, 4], pin="x-min", translation=[0, 1, 0])}
+    )
     energies = []
 
     def check(k, prev, st):
@@ -223,10 +258,17 @@ def test_unseen_irregular_mesh_draped_on_a_sphere_never_intersects(tmp_path):
     f = tmp_path / "disc.obj"
     save_cloth_obj(f, disc.vertices, disc)
     _sc, model, solver = _build(
-        {"disc": {"kind": "cloth", "mesh": str(f), "translation": [0.05, 0.125, 0.0], "youngs_modulus": 1e5,
-                  "thickness": 1e-3, "density": 200.0}},
-        {"ball": {"type": "sphere", "position": [0, 0.06, 0], "radius": 0.06},
-         "ground": {"type": "plane"}},
+        {
+            "disc": {
+                "kind": "cloth",
+                "mesh": str(f),
+                "translation": [0.05, 0.125, 0.0],
+                "youngs_modulus": 1e5,
+                "thickness": 1e-3,
+                "density": 200.0,
+            }
+        },
+        {"ball": {"type": "sphere", "position": [0, 0.06, 0], "radius": 0.06}, "ground": {"type": "plane"}},
         contact={"mu": 0.2},
     )
     assert model.cloth.vertex_count > 60
@@ -249,8 +291,10 @@ def _bowtie_obj(path, n=4, size=0.1):
     keep = np.arange(len(b)) != kb
     to = np.where(keep, np.cumsum(keep) - 1 + len(a), ka)  # B's vertices after A's, its corner is A's
     x, f = np.concatenate([a, b[keep]]), np.concatenate([m.faces, to[m.faces]])
-    path.write_text("".join(f"v {p[0]:.17g} {p[1]:.17g} {p[2]:.17g}\n" for p in x)
-                    + "".join(f"f {t[0] + 1} {t[1] + 1} {t[2] + 1}\n" for t in f))
+    path.write_text(
+        "".join(f"v {p[0]:.17g} {p[1]:.17g} {p[2]:.17g}\n" for p in x)
+        + "".join(f"f {t[0] + 1} {t[1] + 1} {t[2] + 1}\n" for t in f)
+    )
     return path, ka, len(a)
 
 
@@ -268,9 +312,17 @@ def test_bowtie_flaps_pinned_at_their_shared_vertex_swing_together_without_inter
 
     path, knot, na = _bowtie_obj(tmp_path / "bowtie.obj")
     with caplog.at_level(logging.WARNING, logger="tisim.geometry.cloth"):
-        _, model, solver = _build({"c": {**_cloth(), "generator": None, "mesh": str(path),
-                                          "translation": [0.0, 0.5, 0.0],
-                                          "handles": {"knot": {"vertices": [knot]}}}})
+        _, model, solver = _build(
+            {
+                "c": {
+                    **_cloth(),
+                    "generator": None,
+                    "mesh": str(path),
+                    "translation": [0.0, 0.5, 0.0],
+                    "handles": {"knot": {"vertices": [knot]}},
+                }
+            }
+        )
     assert f"1 non-manifold vertices where separate sheets touch (first: vertex {knot} " in caplog.text
     cp = model.cloth
     assert nonmanifold_vertices(cp.faces).tolist() == [knot]
@@ -289,11 +341,15 @@ def test_bowtie_flaps_pinned_at_their_shared_vertex_swing_together_without_inter
 
 def test_vertex_shot_through_a_triangle_at_100_m_per_s(tmp_path):
     """A small sheet fired at 100 m/s (1 m per step) at a pinned sheet: no tunnelling."""
-    _sc, model, solver = _build({
-        "target": _cloth(cloth_size=[0.2, 0.2], cloth_resolution=[1, 1], pin="corners"),
-        "bullet": _cloth(cloth_size=[0.02, 0.02], cloth_resolution=[1, 1], translation=[0.01, 0.5, 0.02],
-                         velocity=[0, -100.0, 0]),
-    }, sim={"dt": 0.01, "gravity": [0, 0, 0]})
+    _sc, model, solver = _build(
+        {
+            "target": _cloth(cloth_size=[0.2, 0.2], cloth_resolution=[1, 1], pin="corners"),
+            "bullet": _cloth(
+                cloth_size=[0.02, 0.02], cloth_resolution=[1, 1], translation=[0.01, 0.5, 0.02], velocity=[0, -100.0, 0]
+            ),
+        },
+        sim={"dt": 0.01, "gravity": [0, 0, 0]},
+    )
     bullet = model.object_vertex_slices[1]
     st = _run(model, solver, 3, 0.01, _ipc_check(solver, 1e-3))
     assert st.positions[bullet][:, 1].min() > 1e-3  # still above the target's plane y = 0
@@ -301,11 +357,19 @@ def test_vertex_shot_through_a_triangle_at_100_m_per_s(tmp_path):
 
 def test_edges_crossing_in_one_step():
     """Two strips whose edges would cross within one step (3 m/s against a 2 cm gap)."""
-    _sc, model, solver = _build({
-        "a": _cloth(cloth_size=[0.3, 0.02], cloth_resolution=[3, 1], cloth_normal="z", pin="x-min"),
-        "b": _cloth(cloth_size=[0.02, 0.3], cloth_resolution=[1, 3], cloth_normal="z",
-                    translation=[0.05, 0.0, 0.02], velocity=[0, 0, -3.0]),
-    }, sim={"dt": 0.01, "gravity": [0, 0, 0]})
+    _sc, model, solver = _build(
+        {
+            "a": _cloth(cloth_size=[0.3, 0.02], cloth_resolution=[3, 1], cloth_normal="z", pin="x-min"),
+            "b": _cloth(
+                cloth_size=[0.02, 0.3],
+                cloth_resolution=[1, 3],
+                cloth_normal="z",
+                translation=[0.05, 0.0, 0.02],
+                velocity=[0, 0, -3.0],
+            ),
+        },
+        sim={"dt": 0.01, "gravity": [0, 0, 0]},
+    )
     st = _run(model, solver, 4, 0.01, _ipc_check(solver, 1e-3))
     # strip b pushes strip a along instead of passing through it: it stays on top
     a, b = model.object_vertex_slices
@@ -320,8 +384,11 @@ def test_edges_crossing_in_one_step():
 def test_cloth_thrown_at_a_thin_box_edge():
     """A sheet thrown at 10 m/s onto the edge of a thin board: no tunnelling, no NaN."""
     _sc, model, solver = _build(
-        {"c": _cloth(cloth_size=[0.2, 0.2], cloth_resolution=[6, 6], translation=[0.0, 0.06, 0.0],
-                     velocity=[0, -10.0, 0])},
+        {
+            "c": _cloth(
+                cloth_size=[0.2, 0.2], cloth_resolution=[6, 6], translation=[0.0, 0.06, 0.0], velocity=[0, -10.0, 0]
+            )
+        },
         {"board": {"type": "box", "position": [0.0, 0.0, 0.0], "half_extents": [0.004, 0.05, 0.2]}},
     )
     _run(model, solver, 4, 0.01, _ipc_check(solver, 1e-3))
@@ -346,9 +413,11 @@ def test_a_kept_elastic_hessian_converges_to_the_same_steps():
     assert np.abs(x1 - x5).max() < 1e-7, np.abs(x1 - x5).max()
     assert n5 > 2 * 12  # iterations beyond the first of each step ran on the kept Hessian
 
-    _sc, model, solver = _build({"c": _cloth(translation=[0.0, 0.125, 0.0])},
-                               {"ball": {"type": "sphere", "position": [0, 0.06, 0], "radius": 0.06}},
-                               solver={"hessian_reuse": 5})
+    _sc, model, solver = _build(
+        {"c": _cloth(translation=[0.0, 0.125, 0.0])},
+        {"ball": {"type": "sphere", "position": [0, 0.06, 0], "radius": 0.06}},
+        solver={"hessian_reuse": 5},
+    )
     st = _run(model, solver, 8, 0.01, _ipc_check(solver, 1e-3))
     assert st.positions[:, 1].min() < 0.12  # it reached the sphere (top at y = 0.12)
 
@@ -359,8 +428,9 @@ def test_lumped_and_coupled_bending_hessians_take_the_same_steps():
     its gradient, so each step's minimiser is the same. A thick pinned sheet (bending that
     matters: 5 mm) swinging under gravity, both solved to a tight tolerance, takes the same
     steps to 1e-7 m, and the lumped one with fewer non-zeros in its Newton matrix."""
-    sheet = {"c": _cloth(cloth_size=[0.3, 0.2], cloth_resolution=[6, 4], pin="x-min", translation=[0, 1, 0],
-                         thickness=5e-3)}
+    sheet = {
+        "c": _cloth(cloth_size=[0.3, 0.2], cloth_resolution=[6, 4], pin="x-min", translation=[0, 1, 0], thickness=5e-3)
+    }
     runs = {}
     for mode in ("coupled", "lumped"):
         _sc, model, solver = _build(sheet, solver={"bending_hessian": mode, "tolerance": 1e-6, "stop": "max"})
@@ -390,9 +460,11 @@ def test_mixed_precision_linear_solves_take_the_same_steps():
     assert np.abs(xd - xm).max() < 1e-7, np.abs(xd - xm).max()
     assert nm == nd and fallbacks == 0
 
-    _sc, model, solver = _build({"c": _cloth(translation=[0.0, 0.125, 0.0])},
-                               {"ball": {"type": "sphere", "position": [0, 0.06, 0], "radius": 0.06}},
-                               solver={"linear_precision": "mixed"})
+    _sc, model, solver = _build(
+        {"c": _cloth(translation=[0.0, 0.125, 0.0])},
+        {"ball": {"type": "sphere", "position": [0, 0.06, 0], "radius": 0.06}},
+        solver={"linear_precision": "mixed"},
+    )
     st = _run(model, solver, 8, 0.01, _ipc_check(solver, 1e-3))
     assert st.positions[:, 1].min() < 0.12  # it reached the sphere (top at y = 0.12)
 
@@ -401,9 +473,18 @@ def _held_edge(handle, steps, resolution=(8, 4)):
     """A 0.4 x 0.2 m sheet without gravity, pinned at x = -0.2, its edge at x = +0.2 moved
     by ``handle``; returns per step (converged, Newton iterations, kinematic_lag, max_strain)."""
     region = {"region_min": [0.19, -1, -1], "region_max": [0.21, 1, 1]}
-    sc, model, solver = _build({"c": _cloth(cloth_normal="z", cloth_size=[0.4, 0.2], cloth_resolution=list(resolution),
-                                            pin="x-min", handles={"h": {**region, **handle}})},
-                               sim={"dt": 0.01, "gravity": [0, 0, 0]})
+    sc, model, solver = _build(
+        {
+            "c": _cloth(
+                cloth_normal="z",
+                cloth_size=[0.4, 0.2],
+                cloth_resolution=list(resolution),
+                pin="x-min",
+                handles={"h": {**region, **handle}},
+            )
+        },
+        sim={"dt": 0.01, "gravity": [0, 0, 0]},
+    )
     st, spare, out = model.initial_state(), model.initial_state(), []
     for _ in range(steps):
         s = solver.step(st, spare, 0.01)
@@ -486,9 +567,18 @@ def test_contact_terms_read_the_pair_list_in_the_buffers():
     Every call must pass the counts of the list the buffers hold."""
     region = {"region_min": [0.19, -1, -1], "region_max": [0.21, 1, 1]}
     handle = {"angular_velocity": [math.pi, 0, 0], "velocity": [-0.05, 0, 0]}
-    _, model, solver = _build({"c": _cloth(cloth_normal="z", cloth_size=[0.4, 0.2], cloth_resolution=[8, 4],
-                                           pin="x-min", handles={"h": {**region, **handle}})},
-                              sim={"dt": 0.01, "gravity": [0, 0, 0]})
+    _, model, solver = _build(
+        {
+            "c": _cloth(
+                cloth_normal="z",
+                cloth_size=[0.4, 0.2],
+                cloth_resolution=[8, 4],
+                pin="x-min",
+                handles={"h": {**region, **handle}},
+            )
+        },
+        sim={"dt": 0.01, "gravity": [0, 0, 0]},
+    )
     calls = {"compact": 0, "move": 0}
     compact, move = solver.barrier.compact_active, solver._move_is_safe
 

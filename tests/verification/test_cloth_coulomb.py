@@ -36,16 +36,31 @@ START = 1.5e-3
 
 
 def _sheet(**kw):
-    o = {"kind": "cloth", "generator": "cloth", "cloth_size": [0.3, 0.3], "cloth_resolution": [6, 6],
-         "youngs_modulus": 1e5, "poisson_ratio": 0.3, "thickness": 1e-3, "density": 200.0}
+    o = {
+        "kind": "cloth",
+        "generator": "cloth",
+        "cloth_size": [0.3, 0.3],
+        "cloth_resolution": [6, 6],
+        "youngs_modulus": 1e5,
+        "poisson_ratio": 0.3,
+        "thickness": 1e-3,
+        "density": 200.0,
+    }
     o.update(kw)
     return o
 
 
 def _simulate(objects, colliders, mu, steps, direction):
     """COM displacement and velocity along ``direction`` after each step, and the solver."""
-    sc = scene_from_dict({"solver": {"type": "cloth"}, "objects": objects, "colliders": colliders,
-                          "contact": {"mu": mu, **EXTRA}, "sim": {"dt": DT}})
+    sc = scene_from_dict(
+        {
+            "solver": {"type": "cloth"},
+            "objects": objects,
+            "colliders": colliders,
+            "contact": {"mu": mu, **EXTRA},
+            "sim": {"dt": DT},
+        }
+    )
     assert sc.contact.eps_v == EPS_V  # the default
     model = Model.from_scene(sc)
     solver = SolverCloth(model, sc.solver)
@@ -66,9 +81,13 @@ def _simulate(objects, colliders, mu, steps, direction):
 def _incline(angle_deg, mu, steps):
     th = math.radians(angle_deg)
     downhill = np.array([-math.cos(th), -math.sin(th), 0.0])
-    s, v = _simulate({"c": _sheet(frame="incline", translation=[0.0, START, 0.0])},
-                     {"incline": {"type": "plane", "normal": [0.0, 1.0, 0.0], "rotation": [0, 0, angle_deg]}},
-                     mu, steps, downhill)
+    s, v = _simulate(
+        {"c": _sheet(frame="incline", translation=[0.0, START, 0.0])},
+        {"incline": {"type": "plane", "normal": [0.0, 1.0, 0.0], "rotation": [0, 0, angle_deg]}},
+        mu,
+        steps,
+        downhill,
+    )
     return s, v, th
 
 
@@ -111,8 +130,13 @@ def test_either_side_of_the_threshold():
 def test_a_sheet_sliding_on_flat_ground_stops_when_coulomb_says():
     v0, mu = 2.0, 0.3
     x = np.array([1.0, 0.0, 0.0])
-    s, v = _simulate({"c": _sheet(translation=[0.0, 1.5e-3, 0.0], velocity=[v0, 0.0, 0.0])},
-                     {"ground": {"type": "plane", "normal": [0.0, 1.0, 0.0]}}, mu, 80, x)
+    s, v = _simulate(
+        {"c": _sheet(translation=[0.0, 1.5e-3, 0.0], velocity=[v0, 0.0, 0.0])},
+        {"ground": {"type": "plane", "normal": [0.0, 1.0, 0.0]}},
+        mu,
+        80,
+        x,
+    )
     t_stop = v0 / (mu * G)
     stopped = np.flatnonzero(np.abs(v) < EPS_V)
     assert stopped.size, "never stopped"
@@ -131,9 +155,16 @@ def test_sliding_down_a_tilted_box():
     angle, mu = 25.0, 0.2
     th = math.radians(angle)
     downhill = np.array([-math.cos(th), -math.sin(th), 0.0])
-    s, _v = _simulate({"c": _sheet(cloth_size=[0.2, 0.2], cloth_resolution=[4, 4], frame="box",
-                                  translation=[0.0, 0.1 + 1.5e-3, 0.0])},
-                     {"box": {"type": "box", "half_extents": [1.0, 0.1, 1.0], "rotation": [0, 0, angle]}},
-                     mu, 30, downhill)
+    s, _v = _simulate(
+        {
+            "c": _sheet(
+                cloth_size=[0.2, 0.2], cloth_resolution=[4, 4], frame="box", translation=[0.0, 0.1 + 1.5e-3, 0.0]
+            )
+        },
+        {"box": {"type": "box", "half_extents": [1.0, 0.1, 1.0], "rotation": [0, 0, angle]}},
+        mu,
+        30,
+        downhill,
+    )
     a = G * (math.sin(th) - mu * math.cos(th))
     assert _fit_acceleration(s, 10) == pytest.approx(a, rel=0.01)

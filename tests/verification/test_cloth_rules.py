@@ -49,13 +49,21 @@ def _plane_scene(*, mu=0.3, friction_iterations=2, res=(6, 6), gap=0.6, velocity
     dhat, xi = 1e-3, 5e-4
     data = {
         "solver": {"type": "cloth", "strain_limit": 0.0, "tolerance": 1e-4},
-        "objects": {"c": {"kind": "cloth", "generator": "cloth", "cloth_size": [0.2, 0.2],
-                          "cloth_resolution": list(res), "youngs_modulus": 1e5, "poisson_ratio": 0.3,
-                          "thickness": 1e-3, "density": 200.0,
-                          "translation": [0.0, xi + gap * dhat, 0.0]}},
+        "objects": {
+            "c": {
+                "kind": "cloth",
+                "generator": "cloth",
+                "cloth_size": [0.2, 0.2],
+                "cloth_resolution": list(res),
+                "youngs_modulus": 1e5,
+                "poisson_ratio": 0.3,
+                "thickness": 1e-3,
+                "density": 200.0,
+                "translation": [0.0, xi + gap * dhat, 0.0],
+            }
+        },
         "colliders": {"ground": {"type": "plane", "normal": [0.0, 1.0, 0.0]}},
-        "contact": {"mu": mu, "dhat": dhat, "thickness": xi, "eps_v": 1e-3,
-                    "friction_iterations": friction_iterations},
+        "contact": {"mu": mu, "dhat": dhat, "thickness": xi, "eps_v": 1e-3, "friction_iterations": friction_iterations},
         "sim": {"dt": 0.01},
     }
     sc = scene_from_dict(data)
@@ -124,13 +132,14 @@ def test_every_accepted_iterate_satisfies_armijo():
     for k, (alpha, E0, E1, slope, E0_ls, E1_ls, noise, scale) in enumerate(steps):
         # the line search compares the incremental potential itself (every term, current kappa)
         assert E0_ls == pytest.approx(E0, rel=1e-11) and E1_ls == pytest.approx(E1, rel=1e-11), (
-            f"step {k}: the line search saw E {E0_ls:.12e} -> {E1_ls:.12e}, the potential is "
-            f"{E0:.12e} -> {E1:.12e}")
+            f"step {k}: the line search saw E {E0_ls:.12e} -> {E1_ls:.12e}, the potential is {E0:.12e} -> {E1:.12e}"
+        )
         assert slope < noise, f"step {k}: p is not a descent direction (slope {slope:.3e})"
         # Armijo with c = 1e-4, allowing the difference's round-off of the energy values
         tol = 1e-13 * scale
         assert E1 <= E0 + 1e-4 * alpha * slope + tol, (
-            f"step {k}: E {E0:.12e} -> {E1:.12e}, alpha {alpha:.3e}, slope {slope:.3e}")
+            f"step {k}: E {E0:.12e} -> {E1:.12e}, alpha {alpha:.3e}, slope {slope:.3e}"
+        )
 
 
 def _ipc_kappa(solver, x, x_hat, h, f_ext):
@@ -146,8 +155,10 @@ def _ipc_kappa(solver, x, x_hat, h, f_ext):
         a, b = fl.copy(), fl.copy()
         a[i] += e
         b[i] -= e
-        gel[i] = (solver.elastic.evaluate(a.reshape(-1, 3), energy_only=True)[0]
-                  - solver.elastic.evaluate(b.reshape(-1, 3), energy_only=True)[0]) / (2 * e)
+        gel[i] = (
+            solver.elastic.evaluate(a.reshape(-1, 3), energy_only=True)[0]
+            - solver.elastic.evaluate(b.reshape(-1, 3), energy_only=True)[0]
+        ) / (2 * e)
     ge = ge.ravel() + gel
     p0, n = solver.planes.planes[0]
     d = x @ n - p0 @ n
@@ -155,8 +166,9 @@ def _ipc_kappa(solver, x, x_hat, h, f_ext):
     gb = (_b1(d * d - c.thickness**2, s_hat) * 2 * d)[:, None] * n
     rest = solver.cloth.rest
     diag = float(np.linalg.norm(rest.max(axis=0) - rest.min(axis=0)))
-    return ipctk.initial_barrier_stiffness(diag, ipctk.ClampedLogBarrier(), c.dhat, float(m.mean()),
-                                           ge, gb.ravel(), 1e11, c.thickness)
+    return ipctk.initial_barrier_stiffness(
+        diag, ipctk.ClampedLogBarrier(), c.dhat, float(m.mean()), ge, gb.ravel(), 1e11, c.thickness
+    )
 
 
 # vertical velocities that put IPC's gradient balance above the range (falling: the top
@@ -196,8 +208,20 @@ def test_initial_barrier_stiffness_covers_both_clamps_and_the_balance():
 
 def _box_obj(path, half, centre):
     v = np.array([[x, y, z] for x in (-1, 1) for y in (-1, 1) for z in (-1, 1)], float) * half + centre
-    f = [(0, 1, 3), (0, 3, 2), (4, 6, 7), (4, 7, 5), (0, 4, 5), (0, 5, 1),
-         (2, 3, 7), (2, 7, 6), (0, 2, 6), (0, 6, 4), (1, 5, 7), (1, 7, 3)]
+    f = [
+        (0, 1, 3),
+        (0, 3, 2),
+        (4, 6, 7),
+        (4, 7, 5),
+        (0, 4, 5),
+        (0, 5, 1),
+        (2, 3, 7),
+        (2, 7, 6),
+        (0, 2, 6),
+        (0, 6, 4),
+        (1, 5, 7),
+        (1, 7, 3),
+    ]
     with open(path, "w") as fh:
         fh.writelines(f"v {float(p[0])!r} {float(p[1])!r} {float(p[2])!r}\n" for p in v)
         fh.writelines(f"f {a + 1} {b + 1} {c + 1}\n" for a, b, c in f)
@@ -211,10 +235,21 @@ def _thrown_at_a_box(L, tmp_path, steps=1, observe=None):
     mesh = _box_obj(tmp_path / f"box{L}.obj", np.array([0.1, 0.05, 0.1]) * L, np.array([0.0, -0.05, 0.0]) * L)
     data = {
         "solver": {"type": "cloth", "tolerance": 1e-3},
-        "objects": {"c": {"kind": "cloth", "generator": "cloth", "cloth_size": [0.3 * L, 0.3 * L],
-                          "cloth_resolution": [6, 6], "youngs_modulus": 1e5 / L, "poisson_ratio": 0.3,
-                          "thickness": 1e-3 * L, "density": 200.0 / L**3, "rotation": [0.0, 0.0, 5.0],
-                          "translation": [0.0, 0.03 * L, 0.0], "velocity": [0.0, -4.0 * L, 0.0]}},
+        "objects": {
+            "c": {
+                "kind": "cloth",
+                "generator": "cloth",
+                "cloth_size": [0.3 * L, 0.3 * L],
+                "cloth_resolution": [6, 6],
+                "youngs_modulus": 1e5 / L,
+                "poisson_ratio": 0.3,
+                "thickness": 1e-3 * L,
+                "density": 200.0 / L**3,
+                "rotation": [0.0, 0.0, 5.0],
+                "translation": [0.0, 0.03 * L, 0.0],
+                "velocity": [0.0, -4.0 * L, 0.0],
+            }
+        },
         "colliders": {"box": {"type": "mesh", "mesh": str(mesh)}},
         "contact": {"mu": 0.0, "dhat": 1e-3 * L, "thickness": 1e-3 * L, "eps_v": 1e-3 * L},
         "sim": {"dt": 0.01, "gravity": [0.0, -9.81 * L, 0.0]},

@@ -41,9 +41,7 @@ def _run(solver, s0, s1, steps, dt=0.01, each=None):
 
 
 def _incline(demos_dir, angle, mu, extra=()):
-    return load_scene(
-        demos_dir / "stick-slip.toml", incline_overrides(angle) + [f"contact.mu={mu}", *extra]
-    )
+    return load_scene(demos_dir / "stick-slip.toml", incline_overrides(angle) + [f"contact.mu={mu}", *extra])
 
 
 def _frame(angle):
@@ -101,9 +99,7 @@ def test_impulse_identity_with_contact(demos_dir):
 
 
 def _threshold_run(demos_dir, angle, mu, seconds=2.0, preconditioner="delassus"):
-    model, solver, s0, s1 = _build(
-        _incline(demos_dir, angle, mu, [f'contact.preconditioner="{preconditioner}"'])
-    )
+    model, solver, s0, s1 = _build(_incline(demos_dir, angle, mu, [f'contact.preconditioner="{preconditioner}"']))
     _, t = _frame(angle)
     c0 = (model.mass[:, None] * s0.positions).sum(0) / model.mass.sum()
     speeds = []
@@ -130,9 +126,7 @@ def test_stick_slip_threshold(demos_dir, angle):
     assert abs(speeds[-1]) < 1e-6
     disp, speeds = _threshold_run(demos_dir, angle, mu_star - 0.001)
     assert disp > 5e-3
-    assert (
-        speeds[-1] > speeds[len(speeds) // 2] > speeds[len(speeds) // 4] > 0
-    )  # speed keeps growing
+    assert speeds[-1] > speeds[len(speeds) // 2] > speeds[len(speeds) // 4] > 0  # speed keeps growing
     accel = (speeds[-1] - speeds[len(speeds) // 2]) / 1.0
     expected = G * (math.sin(th) - (mu_star - 0.001) * math.cos(th))
     assert accel == pytest.approx(expected, rel=0.1)
@@ -242,9 +236,7 @@ def test_stacked_boxes_object_contact():
     np.testing.assert_allclose(on_small, [0.0, m_small * G, 0.0], atol=1e-5 * m_small * G)
     floor = c.contacts.collider == 0
     F_floor = c.contacts.to_world(c.lam)[floor].sum(axis=0)
-    np.testing.assert_allclose(
-        F_floor, [0.0, model.mass.sum() * G, 0.0], atol=1e-5 * model.mass.sum() * G
-    )
+    np.testing.assert_allclose(F_floor, [0.0, model.mass.sum() * G, 0.0], atol=1e-5 * model.mass.sum() * G)
     assert np.any(c.contacts.collider == -1)
     assert st.max_penetration < 1e-5
     assert np.abs(s0.velocities).max() < 1e-5

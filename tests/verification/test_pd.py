@@ -143,18 +143,14 @@ def test_handles_are_respected_exactly(gs):
         solver.step(a, b, 0.01)
         idx, targets = model.handle_targets(b.time)
         assert np.array_equal(b.positions[idx], targets)
-        assert np.allclose(
-            b.velocities[idx], (targets - a.positions[idx]) / 0.01, rtol=0, atol=1e-12
-        )
+        assert np.allclose(b.velocities[idx], (targets - a.positions[idx]) / 0.01, rtol=0, atol=1e-12)
         a, b = b, a
     assert np.abs(a.positions - model.initial_positions).max() > 1e-3  # something moved
 
 
 def test_zero_mass_is_a_factorization_error():
     solver_cfg = {"type": "pd", "global_step": "cholesky"}
-    scene = scene_from_dict(
-        {"solver": solver_cfg, "objects": {"b": {"generator": "box", "resolution": [2, 2, 2]}}}
-    )
+    scene = scene_from_dict({"solver": solver_cfg, "objects": {"b": {"generator": "box", "resolution": [2, 2, 2]}}})
     model = Model.from_scene(scene)
     massless = dataclasses.replace(model, mass=np.zeros_like(model.mass))
     for gs in ("cholesky", "sparse-inverse", "auto", "jacobi"):
@@ -235,9 +231,7 @@ def test_tolerance_stops_early_and_reports_convergence():
 def test_residual_is_relative_gradient_norm():
     solver, model = make("cholesky", iterations=6)
     res = []
-    solver.iteration_callback = lambda k, q: res.append(
-        np.linalg.norm(solver.incremental_gradient(q))
-    )
+    solver.iteration_callback = lambda k, q: res.append(np.linalg.norm(solver.incremental_gradient(q)))
     a = model.initial_state()
     b = a.clone()
     st = solver.step(a, b, 0.01)
@@ -313,9 +307,7 @@ def test_host_interface_for_contact(gs, rng):
     if gs == "sparse-inverse":
         S, index = res
         Z = S @ B.toarray()[index]
-        assert np.allclose(
-            Z.T @ Z, B.toarray()[free].T @ np.linalg.solve(Aff, B.toarray()[free]), rtol=1e-10
-        )
+        assert np.allclose(Z.T @ Z, B.toarray()[free].T @ np.linalg.solve(Aff, B.toarray()[free]), rtol=1e-10)
     else:
         assert res is None
     assert g.contact_scaling == "notes"

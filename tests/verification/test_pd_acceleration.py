@@ -53,9 +53,7 @@ def test_accelerated_solve_reaches_the_plain_answer_in_fewer_iterations():
     state = twisted_state(8, E)
     out = {}
     for accel in ("none", "anderson"):
-        _, solver, dt = small_bar(
-            "solver.iterations=400", "solver.tolerance=1e-8", f'solver.acceleration="{accel}"', E
-        )
+        _, solver, dt = small_bar("solver.iterations=400", "solver.tolerance=1e-8", f'solver.acceleration="{accel}"', E)
         b = state.clone()
         st = solver.step(state, b, dt)
         assert st.converged, (accel, st)
@@ -96,9 +94,7 @@ def test_safeguard_never_lets_the_energy_increase():
     numpy) never increases from one accepted iterate to the next (beyond round-off,
     1e-12 of the energy)."""
     state = twisted_state()
-    _, solver, dt = small_bar(
-        "solver.iterations=30", "solver.weight_scale=0.3", 'solver.acceleration="anderson"'
-    )
+    _, solver, dt = small_bar("solver.iterations=30", "solver.weight_scale=0.3", 'solver.acceleration="anderson"')
     E, st = _accepted_energies(solver, state, dt)
     assert len(E) == 30
     assert st.extra["anderson_backtracks"] + st.extra["anderson_rejected"] > 0  # it acted
@@ -136,9 +132,7 @@ def test_bar_at_rest_stays_at_rest_with_acceleration():
     """No gravity, handles not moving: the rest shape is the minimiser of every step's
     incremental potential, so the accelerated iteration must leave it exactly (no
     extrapolation of round-off into motion): positions within 1e-12 m, velocities 0."""
-    model, solver, dt = small_bar(
-        "solver.iterations=8", 'solver.acceleration="anderson"', angular_velocity=0.0
-    )
+    model, solver, dt = small_bar("solver.iterations=8", 'solver.acceleration="anderson"', angular_velocity=0.0)
     a = model.initial_state()
     b = a.clone()
     for _ in range(5):

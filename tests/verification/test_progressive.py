@@ -34,18 +34,26 @@ from tisim.testing import ipc_report
 
 
 def _cloth(**kw):
-    o = {"kind": "cloth", "generator": "cloth", "cloth_size": [0.3, 0.3], "cloth_resolution": [4, 4],
-         "youngs_modulus": 1e5, "poisson_ratio": 0.3, "thickness": 1e-3, "density": 200.0}
+    o = {
+        "kind": "cloth",
+        "generator": "cloth",
+        "cloth_size": [0.3, 0.3],
+        "cloth_resolution": [4, 4],
+        "youngs_modulus": 1e5,
+        "poisson_ratio": 0.3,
+        "thickness": 1e-3,
+        "density": 200.0,
+    }
     o.update(kw)
     return o
 
 
 # A 5x5-vertex sheet thrown down onto a sphere: contact from the first step on.
 _ON_SPHERE = {
-    "solver": {"type": "cloth"}, "sim": {"dt": 0.01, "frames": 6},
+    "solver": {"type": "cloth"},
+    "sim": {"dt": 0.01, "frames": 6},
     "objects": {"c": _cloth(translation=[0.03, 0.13, 0.0], velocity=[0.0, -1.0, 0.0])},
-    "colliders": {"ball": {"type": "sphere", "position": [0, 0.06, 0], "radius": 0.06},
-                  "ground": {"type": "plane"}},
+    "colliders": {"ball": {"type": "sphere", "position": [0, 0.06, 0], "radius": 0.06}, "ground": {"type": "plane"}},
     "refine": {"levels": 2, "method": "loop"},
 }
 
@@ -59,9 +67,16 @@ def _single_threaded(tmp_path, code: str, timeout=240, threads=1, env=None) -> d
     """Run ``code`` in a fresh Taichi process with ``threads`` CPU threads (one unless
     told) and ``env`` set; it prints one JSON line last."""
     env = {k: v for k, v in os.environ.items() if k != "TISIM_SERIAL_LOOPS"} | dict(
-        TI_CPU_MAX_NUM_THREADS=str(threads), MPLBACKEND="Agg", **(env or {}))
-    r = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
-                       cwd=tmp_path, env=env, timeout=timeout)
+        TI_CPU_MAX_NUM_THREADS=str(threads), MPLBACKEND="Agg", **(env or {})
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=timeout,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     return json.loads(r.stdout.strip().splitlines()[-1])
 
@@ -77,7 +92,9 @@ def test_single_level_is_the_plain_cloth_solver_bit_for_bit(tmp_path):
     single-threaded kernels both are deterministic, so equality is exact (0.0), not a
     tolerance; contact (sphere, then ground) is active from the first step."""
     scene = json.dumps({**_ON_SPHERE, "refine": {"levels": 1, "method": "loop"}})
-    out = _single_threaded(tmp_path, f"""
+    out = _single_threaded(
+        tmp_path,
+        f"""
         import json, numpy as np
         from tisim import backend
         backend.init("cpu", "f64")
@@ -100,7 +117,8 @@ def test_single_level_is_the_plain_cloth_solver_bit_for_bit(tmp_path):
             dv.append(float(np.abs(st.velocities - ck.v).max()))
             contacts.append(stats.n_contacts)
         print(json.dumps({{"dx": dx, "dv": dv, "contacts": contacts}}))
-    """)
+    """,
+    )
     assert min(out["contacts"]) > 0, out  # the comparison includes contact on every step
     assert out["dx"] == [0.0] * 6, out
     assert out["dv"] == [0.0] * 6, out
@@ -124,10 +142,20 @@ def test_centres_of_mass_of_all_levels_coincide_under_gravity_alone(tmp_path, ga
     gain < 1 (separate position and velocity prolongation): the target's centre of mass
     is 2 c^t_l - c^{t-1}_l + (1 - g)(c^t_{l+1} - c^t_l), the same once the levels agree,
     so the equality must survive it."""
-    data = {"solver": {"type": "cloth"}, "sim": {"dt": 0.01, "frames": 6},
-            "objects": {"c": _cloth(cloth_size=[0.3, 0.2], cloth_resolution=[4, 3], translation=[0.03, 0.5, 0.0],
-                                    velocity=[0.3, 1.0, 0.0], angular_velocity=[3.0, 20.0, 5.0])},
-            "refine": {"levels": 3, "method": "loop", "position_gain": gain}}
+    data = {
+        "solver": {"type": "cloth"},
+        "sim": {"dt": 0.01, "frames": 6},
+        "objects": {
+            "c": _cloth(
+                cloth_size=[0.3, 0.2],
+                cloth_resolution=[4, 3],
+                translation=[0.03, 0.5, 0.0],
+                velocity=[0.3, 1.0, 0.0],
+                angular_velocity=[3.0, 20.0, 5.0],
+            )
+        },
+        "refine": {"levels": 3, "method": "loop", "position_gain": gain},
+    }
     sc = scene_from_dict(data, None)
     r = ProgressiveRefiner(sc, tmp_path, progress=False, export_meshes=False)
     assert r.hierarchy.mass == "consistent"
@@ -165,8 +193,10 @@ def test_refine_drape_follows_the_preview_and_never_intersects(tmp_path, demos_d
     (15x); asserted: below a quarter. Every frame of every level is checked by ipctk
     (no intersection, collision-free step from the previous frame, distance above the
     contact thickness) against the collider meshes where that frame left them."""
-    sc = load_scene(demos_dir / "refine-drape.toml",
-                    ["objects.cloth.cloth_resolution=[4,4]", "objects.cloth.translation=[0.15,0.62,0.0]"])
+    sc = load_scene(
+        demos_dir / "refine-drape.toml",
+        ["objects.cloth.cloth_resolution=[4,4]", "objects.cloth.translation=[0.15,0.62,0.0]"],
+    )
     frames = 14
     r = ProgressiveRefiner(sc, tmp_path, levels=2, progress=False)
     res = r.run(frames, direct=True)
@@ -182,11 +212,13 @@ def test_refine_drape_follows_the_preview_and_never_intersects(tmp_path, demos_d
         prev = None
         for f in range(frames + 1):
             ck, _ = r.load_checkpoint(level, f)
-            st = types.SimpleNamespace(positions=ck.x, time=ck.t,
-                                       warm={} if ck.obstacles is None else {"cloth_obstacles": ck.obstacles})
+            st = types.SimpleNamespace(
+                positions=ck.x, time=ck.t, warm={} if ck.obstacles is None else {"cloth_obstacles": ck.obstacles}
+            )
             V, F, planes = s.collision_state(st)
-            rep = ipc_report(V, F, prev, planes=planes, plane_rows=s.nc, edges=s.edges_all,
-                             colliders=s.analytic_colliders)
+            rep = ipc_report(
+                V, F, prev, planes=planes, plane_rows=s.nc, edges=s.edges_all, colliders=s.analytic_colliders
+            )
             assert not rep.intersecting, (level, f)
             assert rep.step_free in (None, True), (level, f)
             assert rep.min_distance > xi and rep.plane_distance > xi, (level, f, rep)
@@ -311,7 +343,9 @@ def test_resume_after_interruptions_is_bit_identical(tmp_path):
     an uninterrupted run's exactly (single-threaded kernels). Two substeps per frame, so
     the in-frame history of a resumed level is exercised too."""
     scene = json.dumps({**_ON_SPHERE, "sim": {"dt": 0.01, "frames": 3, "substeps": 2}})
-    out = _single_threaded(tmp_path, f"""
+    out = _single_threaded(
+        tmp_path,
+        f"""
         import json, os, random, numpy as np
         from tisim import backend
         backend.init("cpu", "f64")
@@ -349,7 +383,8 @@ def test_resume_after_interruptions_is_bit_identical(tmp_path):
             if open("A/" + name).read() != open("B/" + name).read():
                 diff.append([level, N, "mesh"])
         print(json.dumps({{"log": log, "diff": diff}}))
-    """)
+    """,
+    )
     log = out["log"]
     assert sum(e == "interrupted" for e, _ in log) >= 2, log  # it really was interrupted
     assert log[-2][0] == "completed", log
@@ -365,9 +400,17 @@ def test_two_multithreaded_refines_are_bit_identical(tmp_path):
     one thread on the CPU backend (backend.SERIAL_SUMS); with parallel atomic adds the
     same run on a 17 x 17 sheet differed from its twin from frame 1 on (2.9e-6 m after
     30 frames), which is why bit-exact resumes needed --deterministic."""
-    scene = json.dumps({**_ON_SPHERE, "objects": {"c": _cloth(
-        cloth_resolution=[12, 12], translation=[0.03, 0.13, 0.0], velocity=[0.0, -1.0, 0.0])}})
-    out = _single_threaded(tmp_path, f"""
+    scene = json.dumps(
+        {
+            **_ON_SPHERE,
+            "objects": {
+                "c": _cloth(cloth_resolution=[12, 12], translation=[0.03, 0.13, 0.0], velocity=[0.0, -1.0, 0.0])
+            },
+        }
+    )
+    out = _single_threaded(
+        tmp_path,
+        f"""
         import json, numpy as np
         from tisim import backend
         backend.init("cpu", "f64")
@@ -384,7 +427,9 @@ def test_two_multithreaded_refines_are_bit_identical(tmp_path):
         rows = list(csv.DictReader(open("A/level_1/stats.csv")))
         print(json.dumps({{"diff": diff,
                           "contacts": [int(r["n_contacts"]) for r in rows]}}))
-    """, threads=2)
+    """,
+        threads=2,
+    )
     assert min(out["contacts"][1:]) > 0, out  # contact in every frame compared
     assert out["diff"] == [], out
 
@@ -397,8 +442,14 @@ def test_bits_depend_on_the_loops_form_not_the_thread_count(tmp_path):
     there, ``backend.SERIAL_LOOPS``) and on two (TISIM_SERIAL_LOOPS=1): each pair gives
     every checkpoint array equal exactly. (Serial and parallel loops may differ in the
     last bits: LLVM optimises a serial loop's body differently.)"""
-    scene = json.dumps({**_ON_SPHERE, "objects": {"c": _cloth(
-        cloth_resolution=[12, 12], translation=[0.03, 0.13, 0.0], velocity=[0.0, -1.0, 0.0])}})
+    scene = json.dumps(
+        {
+            **_ON_SPHERE,
+            "objects": {
+                "c": _cloth(cloth_resolution=[12, 12], translation=[0.03, 0.13, 0.0], velocity=[0.0, -1.0, 0.0])
+            },
+        }
+    )
     code = """
         import json
         from tisim import backend
@@ -420,10 +471,18 @@ def test_bits_depend_on_the_loops_form_not_the_thread_count(tmp_path):
         print(json.dumps(out))
     """
     runs = {}
-    for name, threads, loops, twin in (("P2", 2, None, None), ("P1", 1, "0", "P2"),
-                                       ("S1", 1, None, None), ("S2", 2, "1", "S1")):
-        runs[name] = _single_threaded(tmp_path, code.format(scene=scene, name=name, twin=twin), threads=threads,
-                                      env={"TISIM_SERIAL_LOOPS": loops} if loops else None)
+    for name, threads, loops, twin in (
+        ("P2", 2, None, None),
+        ("P1", 1, "0", "P2"),
+        ("S1", 1, None, None),
+        ("S2", 2, "1", "S1"),
+    ):
+        runs[name] = _single_threaded(
+            tmp_path,
+            code.format(scene=scene, name=name, twin=twin),
+            threads=threads,
+            env={"TISIM_SERIAL_LOOPS": loops} if loops else None,
+        )
         assert runs[name]["ended"] == "completed", runs[name]
     assert [runs[k]["serial_loops"] for k in ("P2", "P1", "S1", "S2")] == [False, False, True, True], runs
     assert runs["P2"]["seen"] == [["running", False]] * 2 and runs["S1"]["seen"] == [["running", True]] * 2
@@ -440,7 +499,9 @@ def test_a_coarser_level_does_not_depend_on_when_the_finest_solver_is_built(tmp_
     (as interleaving all levels in one process on one core does) changed the preview by
     3.8 mm after 3 frames; now the preview is the same to the last bit."""
     scene = json.dumps({**_ON_SPHERE, "sim": {"dt": 0.01, "frames": 3, "substeps": 2}})
-    out = _single_threaded(tmp_path, f"""
+    out = _single_threaded(
+        tmp_path,
+        f"""
         import json, numpy as np
         from tisim import backend
         backend.init("cpu", "f64")
@@ -456,7 +517,8 @@ def test_a_coarser_level_does_not_depend_on_when_the_finest_solver_is_built(tmp_
             r.run_level(0, 3)
             x[early] = np.load(f"R{{int(early)}}/level_0/checkpoints/frame_00003.npz")["x"]
         print(json.dumps({{"diff": float(np.abs(x[True] - x[False]).max())}}))
-    """)
+    """,
+    )
     assert out["diff"] == 0.0, out
 
 
@@ -467,9 +529,12 @@ def test_pipelined_schedule_equals_the_sequential_one_bit_for_bit(tmp_path):
     (levels 0 and 1 interleaved in the refine's process, level 2 in its own, following
     level 1 through the checkpoints while it is still running) and as on 3 (a process
     per level). The workers report their own start-up, CPU time and thread count."""
-    scene = json.dumps({**_ON_SPHERE, "sim": {"dt": 0.01, "frames": 3, "substeps": 2},
-                        "refine": {"levels": 3, "method": "loop"}})
-    out = _single_threaded(tmp_path, f"""
+    scene = json.dumps(
+        {**_ON_SPHERE, "sim": {"dt": 0.01, "frames": 3, "substeps": 2}, "refine": {"levels": 3, "method": "loop"}}
+    )
+    out = _single_threaded(
+        tmp_path,
+        f"""
         import json, numpy as np
         from tisim import backend
         backend.init("cpu", "f64")
@@ -488,7 +553,9 @@ def test_pipelined_schedule_equals_the_sequential_one_bit_for_bit(tmp_path):
                           "levels": b.info["levels"], "groups": b.info["pipelined_groups"],
                           "schedule": b.info["schedule"]}}
         print(json.dumps(res))
-    """, timeout=900)  # fresh processes load every kernel: minutes on two loaded cores
+    """,
+        timeout=900,
+    )  # fresh processes load every kernel: minutes on two loaded cores
     assert out["ended"] == ["completed"], out
     for cores, groups in (("2", [[0, 1], [2]]), ("3", [[0], [1], [2]])):
         run = out[cores]

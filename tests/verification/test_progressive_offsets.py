@@ -37,13 +37,27 @@ OMEGA = np.array([1.0, 2.0, -0.5])
 
 @pytest.fixture(scope="module")
 def refiner(tmp_path_factory):
-    sc = scene_from_dict({
-        "solver": {"type": "cloth"}, "sim": {"dt": 0.01},
-        "objects": {"c": {"kind": "cloth", "generator": "sphere", "radius": 0.1, "sphere_subdivisions": 3,
-                          "youngs_modulus": 1e5, "poisson_ratio": 0.3, "thickness": 1e-3, "density": 200.0,
-                          "velocity": V.tolist(), "angular_velocity": OMEGA.tolist()}},
-        "refine": {"levels": 2, "method": "decimate", "coarse_vertices": [60, 120]},
-    })
+    sc = scene_from_dict(
+        {
+            "solver": {"type": "cloth"},
+            "sim": {"dt": 0.01},
+            "objects": {
+                "c": {
+                    "kind": "cloth",
+                    "generator": "sphere",
+                    "radius": 0.1,
+                    "sphere_subdivisions": 3,
+                    "youngs_modulus": 1e5,
+                    "poisson_ratio": 0.3,
+                    "thickness": 1e-3,
+                    "density": 200.0,
+                    "velocity": V.tolist(),
+                    "angular_velocity": OMEGA.tolist(),
+                }
+            },
+            "refine": {"levels": 2, "method": "decimate", "coarse_vertices": [60, 120]},
+        }
+    )
     return ProgressiveRefiner(sc, tmp_path_factory.mktemp("refine"), progress=False, export_meshes=False)
 
 
@@ -90,8 +104,15 @@ def test_prolonged_shell_gradient_with_frozen_offsets(refiner, rng):
     def f(x):
         return term.evaluate(P.U @ x + a0, energy_only=True, folded=False)[0]
 
-    check_gradient(f, lambda x: g0 if np.array_equal(x, x0) else ps.evaluate(x, hessian=False)[1],
-                   x0, eps=1e-7, rtol=1e-5, rng=1, full_max=0)
+    check_gradient(
+        f,
+        lambda x: g0 if np.array_equal(x, x0) else ps.evaluate(x, hessian=False)[1],
+        x0,
+        eps=1e-7,
+        rtol=1e-5,
+        rng=1,
+        full_max=0,
+    )
 
 
 @pytest.mark.parametrize("gain", [1.0, 0.5])

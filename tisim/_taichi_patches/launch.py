@@ -68,8 +68,12 @@ def install() -> bool:
     if getattr(K.__call__, "_tisim", False):
         return True
     taichi_call = K.__call__
-    if (not hasattr(K, "ensure_compiled") or not hasattr(K, "launch_kernel")
-            or not hasattr(primitive_types, "real_type_ids") or not hasattr(primitive_types, "integer_type_ids")):
+    if (
+        not hasattr(K, "ensure_compiled")
+        or not hasattr(K, "launch_kernel")
+        or not hasattr(primitive_types, "real_type_ids")
+        or not hasattr(primitive_types, "integer_type_ids")
+    ):
         log.debug("Taichi's kernel launch path left as it is: its internals are not 1.7's")
         return False
     from_cpp = getattr(kernel_impl, "handle_exception_from_cpp", None)
@@ -91,8 +95,7 @@ def install() -> bool:
                 if anno.needs_grad:
                     return False
                 kinds.append(("a", anno.dtype.ndim if isinstance(anno.dtype, MatrixType) else 0))
-            elif (isinstance(anno, MatrixType) and anno.ndim == 1
-                  and anno.dtype in primitive_types.real_types):
+            elif isinstance(anno, MatrixType) and anno.ndim == 1 and anno.dtype in primitive_types.real_types:
                 kinds.append(("v", anno))
             else:
                 return False
@@ -103,8 +106,14 @@ def install() -> bool:
         if plan is None:
             plan = self._tisim_plan = plan_of(self)
         rt = self.runtime
-        if (plan is False or kwargs or len(args) != len(plan["kinds"]) or rt.fwd_mode_manager
-                or rt.target_tape or self.autodiff_mode != NONE):
+        if (
+            plan is False
+            or kwargs
+            or len(args) != len(plan["kinds"])
+            or rt.fwd_mode_manager
+            or rt.target_tape
+            or self.autodiff_mode != NONE
+        ):
             counts["taichi"] += 1
             return taichi_call(self, *args, **kwargs)
         sig = []
@@ -115,11 +124,12 @@ def install() -> bool:
                         break
                     sig.append((v.element_type, len(v.shape)))
                 elif isinstance(v, np.ndarray) and v.flags.c_contiguous:
-                    sig.append((v.dtype, v.ndim, v.shape[v.ndim - extra:] if extra else ()))
+                    sig.append((v.dtype, v.ndim, v.shape[v.ndim - extra :] if extra else ()))
                 else:
                     break
-            elif ((kind == "f" and not isinstance(v, (float, int, np.floating, np.integer)))
-                  or (kind in ("i", "u") and not isinstance(v, (int, np.integer)))):
+            elif (kind == "f" and not isinstance(v, (float, int, np.floating, np.integer))) or (
+                kind in ("i", "u") and not isinstance(v, (int, np.integer))
+            ):
                 break  # Taichi's path raises its error
         else:
             sig = tuple(sig)

@@ -44,8 +44,11 @@ def _user_errors():
 
 def _setup_logging(debug: bool, quiet: bool = False) -> None:
     level = logging.DEBUG if debug else (logging.WARNING if quiet else logging.INFO)
-    logging.basicConfig(level=level, format="%(levelname)s: %(message)s" if not debug else
-                        "%(levelname)s %(name)s: %(message)s", force=True)
+    logging.basicConfig(
+        level=level,
+        format="%(levelname)s: %(message)s" if not debug else "%(levelname)s %(name)s: %(message)s",
+        force=True,
+    )
 
 
 def _quiet(quiet: bool, ctx: typer.Context) -> None:
@@ -174,8 +177,15 @@ def _run(
     from tisim.runner import run_scene
 
     result = run_scene(
-        scene, out_dir, frames=frames, viewer=viewer, export_meshes=export_meshes,
-        progress=not quiet, arch=arch, precision=precision, live=live,
+        scene,
+        out_dir,
+        frames=frames,
+        viewer=viewer,
+        export_meshes=export_meshes,
+        progress=not quiet,
+        arch=arch,
+        precision=precision,
+        live=live,
     )
     msg = f"{result.ended}: {result.frames_done} frames in {out_dir}/ (stats.csv, run.json"
     if result.video:
@@ -188,8 +198,10 @@ def _run(
     typer.echo(msg)
     stalls = result.info.get("stalls") or {}
     if stalls.get("stalled_steps") or "stalls" in (result.info.get("solver_info") or {}):
-        typer.echo(f"stalled steps: {stalls.get('stalled_steps', 0)} ({stalls.get('retries', 0)} retries; "
-                   f"{stalls.get('recovered', 0)} recovered, {stalls.get('failed', 0)} failed)")
+        typer.echo(
+            f"stalled steps: {stalls.get('stalled_steps', 0)} ({stalls.get('retries', 0)} retries; "
+            f"{stalls.get('recovered', 0)} recovered, {stalls.get('failed', 0)} failed)"
+        )
     if result.ended in ("diverged", "stalled"):
         typer.echo(f"error: {result.message}", err=True)
     return result.exit_code
@@ -200,11 +212,16 @@ def _run_file(scene_path: Path, **kw) -> int:
     from tisim.config import ConfigError
 
     if not scene_path.exists() and (demos_dir() / f"{scene_path}.toml").exists():
-        raise ConfigError("", f"no such scene file; {scene_path} is a demo: run it with "
-                              f"`tisim demo {scene_path}`", str(scene_path))
+        raise ConfigError(
+            "", f"no such scene file; {scene_path} is a demo: run it with `tisim demo {scene_path}`", str(scene_path)
+        )
     if scene_path.is_file() and scene_path.suffix.lower() in (".obj", ".ply", ".stl", ".off", ".msh", ".vtk"):
-        raise ConfigError("", "a mesh, not a scene: name it in a scene file (`mesh = ...` in an [objects.NAME] "
-                              "table), or refine a cloth mesh with `tisim refine`", str(scene_path))
+        raise ConfigError(
+            "",
+            "a mesh, not a scene: name it in a scene file (`mesh = ...` in an [objects.NAME] "
+            "table), or refine a cloth mesh with `tisim refine`",
+            str(scene_path),
+        )
     return _run(scene_path, **kw)
 
 
@@ -239,8 +256,9 @@ def _size_overrides(size: str | None) -> list[str]:
     # 8192: the largest image the renderer and the video encoder take everywhere (100000 x
     # 100000 aborted Taichi's renderer; 19200 x 10800 rendered for minutes and ffmpeg refused it)
     if len(parts) != 2 or not all(p.strip().isdigit() and 16 <= int(p) <= MAX_IMAGE_SIDE for p in parts):
-        raise ConfigError("--size", f"expected WIDTHxHEIGHT in pixels, each from 16 to {MAX_IMAGE_SIDE} "
-                                    f"(e.g. 1280x720), got {size!r}")
+        raise ConfigError(
+            "--size", f"expected WIDTHxHEIGHT in pixels, each from 16 to {MAX_IMAGE_SIDE} (e.g. 1280x720), got {size!r}"
+        )
     return [f"render.width={int(parts[0])}", f"render.height={int(parts[1])}"]
 
 
@@ -262,8 +280,9 @@ def _out_folder(path: Path, option: str = "--out") -> Path:
     if not parent.is_dir():
         raise ConfigError(option, f"cannot create the folder {str(path)!r}: {str(parent)!r} is a file")
     if not os.access(parent, os.W_OK | os.X_OK):
-        raise ConfigError(option, f"cannot create or write the folder {str(path)!r}: "
-                                  f"no permission to write in {str(parent)!r}")
+        raise ConfigError(
+            option, f"cannot create or write the folder {str(path)!r}: no permission to write in {str(parent)!r}"
+        )
     return path
 
 
@@ -292,12 +311,17 @@ _FRAMES = typer.Option(None, "--frames", "-n", help="Number of frames (default: 
 _HEADLESS = typer.Option(False, "--headless", help="No window: render off-screen to PNG frames + MP4.")
 _OUT = typer.Option(None, "--out", "-o", help="Output folder (default: out/<scene>).")
 _NO_RENDER = typer.Option(False, "--no-render", help="Write no images (stats and run.json only).")
-_EXPORT = typer.Option(False, "--export-meshes", help="Write every frame's meshes to meshes/: the solids' surface (.ply), each cloth with its UVs (.obj).")
+_EXPORT = typer.Option(
+    False,
+    "--export-meshes",
+    help="Write every frame's meshes to meshes/: the solids' surface (.ply), each cloth with its UVs (.obj).",
+)
 _ARCH = typer.Option("auto", "--arch", help="Taichi backend: auto, cpu, cuda, vulkan.")
 _PREC = typer.Option(None, "--precision", help="f64 (CPU default) or f32 (GPU default).")
 _SET = typer.Option([], "--set", "-s", help="Override a scene value: --set contact.mu=0.3 (repeatable).")
-_QUIET = typer.Option(False, "--quiet", "-q", help="No progress bar and no INFO lines: only warnings, errors "
-                                                     "and the result.")
+_QUIET = typer.Option(
+    False, "--quiet", "-q", help="No progress bar and no INFO lines: only warnings, errors and the result."
+)
 _SIZE = typer.Option(None, "--size", help="Image size in pixels, WxH (e.g. 1280x720; default: the scene's).")
 
 
@@ -318,8 +342,20 @@ def run(
 ):
     """Run a scene file."""
     _quiet(quiet, ctx)
-    code = _guard(_run_file, scene, frames=frames, headless=headless, out=out, no_render=no_render,
-                  export_meshes=export_meshes, arch=arch, precision=precision, sets=set, quiet=quiet, size=size)
+    code = _guard(
+        _run_file,
+        scene,
+        frames=frames,
+        headless=headless,
+        out=out,
+        no_render=no_render,
+        export_meshes=export_meshes,
+        arch=arch,
+        precision=precision,
+        sets=set,
+        quiet=quiet,
+        size=size,
+    )
     raise typer.Exit(code)
 
 
@@ -328,8 +364,9 @@ def demo(
     ctx: typer.Context,
     name: str | None = typer.Argument(None, help="Demo name (see --list)."),
     list_: bool = typer.Option(False, "--list", "-l", help="List the demos with their descriptions."),
-    about: bool = typer.Option(False, "--about", help="Print the demo's description and what to look for in "
-                                                     "it, without running it."),
+    about: bool = typer.Option(
+        False, "--about", help="Print the demo's description and what to look for in it, without running it."
+    ),
     frames: int | None = _FRAMES,
     headless: bool = _HEADLESS,
     out: Path | None = _OUT,
@@ -365,33 +402,54 @@ def demo(
         reason = live_unavailable_reason() if progressive else None
         if reason is not None:
             # as every demo does without a display: run headless, and say so once
-            log.warning("no live preview (%s): running the coarse mesh headless "
-                            "(tisim refine %s refines it)", reason, name)
+            log.warning(
+                "no live preview (%s): running the coarse mesh headless (tisim refine %s refines it)", reason, name
+            )
             headless = True
         elif progressive:
             # a progressive scene's demo is its coarse preview, live with the panel, as
             # `tisim preview` shows it; --headless / --no-render keep the plain run
             if export_meshes:
-                log.warning("--export-meshes: the live preview writes no meshes "
-                                "(use --headless, or 'tisim refine %s')", name)
+                log.warning(
+                    "--export-meshes: the live preview writes no meshes (use --headless, or 'tisim refine %s')", name
+                )
 
             def go() -> int:
                 sets = [*set, *_size_overrides(size), *([f"sim.frames={frames}"] if frames else [])]
-                return _preview_live(path, sets, out_root=out if out is not None else Path("out"), arch=arch,
-                                     precision=precision, command=f"tisim demo {name}",
-                                     instead=f"--headless, or 'tisim refine {name}'")
+                return _preview_live(
+                    path,
+                    sets,
+                    out_root=out if out is not None else Path("out"),
+                    arch=arch,
+                    precision=precision,
+                    command=f"tisim demo {name}",
+                    instead=f"--headless, or 'tisim refine {name}'",
+                )
 
             raise typer.Exit(_guard(go))
-    code = _guard(_run, path, frames=frames, headless=headless, out=out, no_render=no_render,
-                  export_meshes=export_meshes, arch=arch, precision=precision, sets=set, quiet=quiet, size=size)
+    code = _guard(
+        _run,
+        path,
+        frames=frames,
+        headless=headless,
+        out=out,
+        no_render=no_render,
+        export_meshes=export_meshes,
+        arch=arch,
+        precision=precision,
+        sets=set,
+        quiet=quiet,
+        size=size,
+    )
     raise typer.Exit(code)
 
 
 @app.command()
 def compare(
     scene: Path = typer.Argument(..., help="A scene file, or the name of a demo."),
-    integrators: str = typer.Option("admm,implicit-euler,xpbd", "--integrators", "-i",
-                                    help="Comma-separated solver names."),
+    integrators: str = typer.Option(
+        "admm,implicit-euler,xpbd", "--integrators", "-i", help="Comma-separated solver names."
+    ),
     frames: int | None = _FRAMES,
     out: Path | None = _OUT,
     arch: str = _ARCH,
@@ -415,8 +473,9 @@ def compare(
         sc = load_scene(path, set)
         chosen = list(dict.fromkeys(s.strip() for s in integrators.split(",") if s.strip()))  # once each
         if not chosen:
-            raise ConfigError("--integrators", f"expected one or more of {', '.join(comparable_integrators())}, "
-                                               f"got {integrators!r}")
+            raise ConfigError(
+                "--integrators", f"expected one or more of {', '.join(comparable_integrators())}, got {integrators!r}"
+            )
         check_comparable(sc, chosen)  # a cloth scene, an integrator compare does not run
         out_dir = _out_folder(out if out is not None else Path("out") / f"{sc.name}-compare")
         from tisim import backend
@@ -432,8 +491,10 @@ def compare(
         from tisim.compare import format_table
 
         typer.echo("\n".join(format_table(summary)))  # with the energy each integrator integrated
-        typer.echo(f"wrote {out_dir}/ (per-integrator stats.csv{', frames/, NAME.mp4' if render else ''}, "
-                   "energy/momentum plots)")
+        typer.echo(
+            f"wrote {out_dir}/ (per-integrator stats.csv{', frames/, NAME.mp4' if render else ''}, "
+            "energy/momentum plots)"
+        )
         if summary.get("side_by_side"):
             typer.echo(f"side by side: {summary['side_by_side']}")
         codes = []
@@ -453,15 +514,23 @@ def compare(
 def sweep(
     ctx: typer.Context,
     scene: Path = typer.Argument(..., help="A scene file, or the name of a demo."),
-    vary: list[str] = typer.Option([], "--vary", "-v", help="KEY=START:STOP:COUNT or KEY=V1,V2,... "
-                                   "(repeatable: the runs are every combination)."),
-    metric: list[str] = typer.Option([], "--metric", "-m", help="Plot this metric: final_displacement, "
-                                     "max_penetration, energy_drift, frame_ms, or COLUMN:min|max|last|mean "
-                                     "of stats.csv (repeatable; default: the four)."),
-    workers: int | None = typer.Option(None, "--workers", "-w", min=1,
-                                          help="Local worker processes (default: one per core)."),
-    scheduler: str | None = typer.Option(None, "--scheduler", help="An existing Dask scheduler, "
-                                            "e.g. tcp://host:8786 (default: a local cluster)."),
+    vary: list[str] = typer.Option(
+        [], "--vary", "-v", help="KEY=START:STOP:COUNT or KEY=V1,V2,... (repeatable: the runs are every combination)."
+    ),
+    metric: list[str] = typer.Option(
+        [],
+        "--metric",
+        "-m",
+        help="Plot this metric: final_displacement, "
+        "max_penetration, energy_drift, frame_ms, or COLUMN:min|max|last|mean "
+        "of stats.csv (repeatable; default: the four).",
+    ),
+    workers: int | None = typer.Option(
+        None, "--workers", "-w", min=1, help="Local worker processes (default: one per core)."
+    ),
+    scheduler: str | None = typer.Option(
+        None, "--scheduler", help="An existing Dask scheduler, e.g. tcp://host:8786 (default: a local cluster)."
+    ),
     timeout: float = typer.Option(10.0, "--timeout", min=0.1, help="Seconds to reach the scheduler."),
     frames: int | None = _FRAMES,
     out: Path | None = typer.Option(None, "--out", "-o", help="Output folder (default: out/<scene>-sweep)."),
@@ -484,17 +553,31 @@ def sweep(
         varies = [parse_vary(v) for v in vary]
         metrics = [parse_metric(m) for m in metric]
         out_dir = _out_folder(out if out is not None else Path("out") / f"{path.stem}-sweep")
-        res = do_sweep(path, varies, out_dir, sets=set, metrics=metrics, frames=frames, workers=workers,
-                       scheduler=scheduler, timeout=timeout, arch=arch, precision=precision, progress=not quiet,
-                       quiet_dask=not _DEBUG["on"])
+        res = do_sweep(
+            path,
+            varies,
+            out_dir,
+            sets=set,
+            metrics=metrics,
+            frames=frames,
+            workers=workers,
+            scheduler=scheduler,
+            timeout=timeout,
+            arch=arch,
+            precision=precision,
+            progress=not quiet,
+            quiet_dask=not _DEBUG["on"],
+        )
         counts = ", ".join(f"{n} {k}" for k, n in res.counts().items())
         typer.echo(f"{len(res.rows)} runs ({counts}); ran {res.ran}, skipped {res.skipped} finished before")
         typer.echo(f"wrote {out_dir}/ (sweep.csv, sweep.png, sweep.json, runs/*/stats.csv and run.json)")
         bad = [(r["ended"], r.get("error")) for r in res.rows if r["ended"] != "completed"]
         if bad:  # every row is written; the exit code is the one run gives such a run
             what = ", ".join(f"{n} {k}" for k, n in res.counts().items() if k != "completed")
-            typer.echo(f"error: {len(bad)} of {len(res.rows)} runs did not complete ({what}): "
-                       f"see {out_dir / 'sweep.csv'}", err=True)
+            typer.echo(
+                f"error: {len(bad)} of {len(res.rows)} runs did not complete ({what}): see {out_dir / 'sweep.csv'}",
+                err=True,
+            )
         if res.interrupted:
             return 130
         # a run that raised on the user's mistake (a cloth that starts inside a collider at
@@ -508,25 +591,35 @@ def sweep(
 def refine(
     ctx: typer.Context,
     source: Path = typer.Argument(..., help="A cloth scene (TOML), or a cloth mesh file (.obj, .ply, ...)."),
-    levels: int | None = typer.Option(None, "--levels", "-L", min=1, max=6,
-                                         help="Levels including the preview (default: the scene's, 3)."),
+    levels: int | None = typer.Option(
+        None, "--levels", "-L", min=1, max=6, help="Levels including the preview (default: the scene's, 3)."
+    ),
     frames: int | None = _FRAMES,
-    out: Path | None = typer.Option(None, "--out", "-o",
-                                       help="Output folder (default: out/<scene>-refine)."),
+    out: Path | None = typer.Option(None, "--out", "-o", help="Output folder (default: out/<scene>-refine)."),
     schedule: str | None = typer.Option(None, "--schedule", help="sequential or pipelined."),
-    direct: bool = typer.Option(False, "--direct", help="Also simulate the coarsest and finest meshes "
-                                                        "directly, for the speed-up and consistency."),
+    direct: bool = typer.Option(
+        False,
+        "--direct",
+        help="Also simulate the coarsest and finest meshes directly, for the speed-up and consistency.",
+    ),
     resume: bool = typer.Option(False, "--resume", help="Continue an interrupted refine from its checkpoints."),
-    deterministic: bool = typer.Option(False, "--deterministic",
-                                       help="Single-threaded Taichi kernels, their loops compiled serial: "
-                                            "the sequential schedule then gives the pipelined one's bits on 2 "
-                                            "cores. Reruns and --resume repeat bit for bit without it."),
-    drape_on: str | None = typer.Option(None, "--drape-on",
-                                           help="For a mesh file: sphere (the default), ground or box."),
+    deterministic: bool = typer.Option(
+        False,
+        "--deterministic",
+        help="Single-threaded Taichi kernels, their loops compiled serial: "
+        "the sequential schedule then gives the pipelined one's bits on 2 "
+        "cores. Reruns and --resume repeat bit for bit without it.",
+    ),
+    drape_on: str | None = typer.Option(
+        None, "--drape-on", help="For a mesh file: sphere (the default), ground or box."
+    ),
     pin: str | None = typer.Option(None, "--pin", help="For a mesh file: corners or top-edge."),
     wind: str | None = typer.Option(None, "--wind", help="For a mesh file: wind velocity 'vx,vy,vz' in m/s."),
-    remesh: bool = typer.Option(False, "--remesh", help="Remesh the cloth isotropically first (keeps its border, "
-                                                        "holes and UVs): for a mesh of sliver triangles."),
+    remesh: bool = typer.Option(
+        False,
+        "--remesh",
+        help="Remesh the cloth isotropically first (keeps its border, holes and UVs): for a mesh of sliver triangles.",
+    ),
     headless: bool = _HEADLESS,
     no_render: bool = _NO_RENDER,
     arch: str = _ARCH,
@@ -539,10 +632,28 @@ def refine(
     _quiet(quiet, ctx)
     from tisim.cli.refine import refine_command
 
-    raise typer.Exit(_guard(refine_command, source, levels=levels, frames=frames, out=out, schedule=schedule,
-                            direct=direct, resume=resume, deterministic=deterministic, drape_on=drape_on,
-                            pin=pin, wind=wind, remesh=remesh, no_render=no_render, arch=arch,
-                            precision=precision, sets=set, quiet=quiet))
+    raise typer.Exit(
+        _guard(
+            refine_command,
+            source,
+            levels=levels,
+            frames=frames,
+            out=out,
+            schedule=schedule,
+            direct=direct,
+            resume=resume,
+            deterministic=deterministic,
+            drape_on=drape_on,
+            pin=pin,
+            wind=wind,
+            remesh=remesh,
+            no_render=no_render,
+            arch=arch,
+            precision=precision,
+            sets=set,
+            quiet=quiet,
+        )
+    )
 
 
 @app.command()
@@ -565,14 +676,22 @@ def preview(
             path = demos_dir() / f"{scene}.toml"
         if not path.exists():
             raise ConfigError("", "no such scene file", str(path))
-        return _preview_live(path, list(set), out_root=out, arch=arch, precision=precision,
-                             command="tisim preview", instead="'tisim refine' headless")
+        return _preview_live(
+            path,
+            list(set),
+            out_root=out,
+            arch=arch,
+            precision=precision,
+            command="tisim preview",
+            instead="'tisim refine' headless",
+        )
 
     raise typer.Exit(_guard(go))
 
 
-def _preview_live(path: Path, sets: list[str], *, out_root: Path, arch: str, precision: str | None,
-                  command: str, instead: str) -> int:
+def _preview_live(
+    path: Path, sets: list[str], *, out_root: Path, arch: str, precision: str | None, command: str, instead: str
+) -> int:
     """The live coarse preview with its panel (``tisim preview``, and ``tisim demo`` on a
     progressive scene); a scene it cannot preview, or no display or Vulkan: one line and
     exit code 2, before any window."""
@@ -583,15 +702,26 @@ def _preview_live(path: Path, sets: list[str], *, out_root: Path, arch: str, pre
     sc = load_scene(path, list(sets))
     if not any(o.kind == "cloth" for o in sc.objects.values()):
         # it said "refine.object: the scene has 0 cloth objects: name one"
-        raise ConfigError("", f"{command} needs a progressive cloth scene: a cloth object (kind = 'cloth', with "
-                              "solver.type = 'cloth'), whose levels the scene's [refine] table sets; this scene has "
-                              "no cloth object (tisim run runs it)", sc.path)
+        raise ConfigError(
+            "",
+            f"{command} needs a progressive cloth scene: a cloth object (kind = 'cloth', with "
+            "solver.type = 'cloth'), whose levels the scene's [refine] table sets; this scene has "
+            "no cloth object (tisim run runs it)",
+            sc.path,
+        )
     pv.cloth_object(sc)  # several cloths: refine.object names the one to preview
     reason = pv.live_unavailable_reason()
     if reason is not None:
         _die(f"{command} needs a live window: {reason} (use {instead})")
-    pv.run_preview(path, list(sets), viewer=pv.make_preview_viewer(), out_root=out_root, arch=arch,
-                   precision=precision, echo=typer.echo)
+    pv.run_preview(
+        path,
+        list(sets),
+        viewer=pv.make_preview_viewer(),
+        out_root=out_root,
+        arch=arch,
+        precision=precision,
+        echo=typer.echo,
+    )
     return 0
 
 
@@ -618,7 +748,9 @@ def info():
     typer.echo(f"METIS:   {'yes' if metis_available() else 'no (AMD/RCM ordering)'}")
     from tisim.linalg import pardiso
 
-    typer.echo(f"PARDISO: {'yes (cloth Newton systems)' if pardiso.available() else 'no (cloth uses CHOLMOD; pip install mkl)'}")
+    typer.echo(
+        f"PARDISO: {'yes (cloth Newton systems)' if pardiso.available() else 'no (cloth uses CHOLMOD; pip install mkl)'}"
+    )
     try:
         import imageio_ffmpeg
 

@@ -51,8 +51,10 @@ def _refine_loops_as(previous: dict) -> None:
     from tisim import backend
 
     if backend.is_initialized() and backend.SERIAL_LOOPS != (want == "1"):
-        log.warning("--resume: Taichi is already initialised in this process; its kernel loops may "
-                        "differ from the interrupted run's")
+        log.warning(
+            "--resume: Taichi is already initialised in this process; its kernel loops may "
+            "differ from the interrupted run's"
+        )
     os.environ["TISIM_SERIAL_LOOPS"] = want
 
 
@@ -68,8 +70,7 @@ def _refine_threads(single: bool) -> None:
     from tisim import backend
 
     if backend.is_initialized() and os.environ.get("TI_CPU_MAX_NUM_THREADS") != "1":
-        log.warning("--deterministic: Taichi is already initialised in this process; "
-                        "its kernels stay multi-threaded")
+        log.warning("--deterministic: Taichi is already initialised in this process; its kernels stay multi-threaded")
     os.environ["TI_CPU_MAX_NUM_THREADS"] = "1"
 
 
@@ -147,8 +148,11 @@ class _Refine:
         if path.suffix.lower() not in _MESH_SUFFIXES:
             for flag, given in (("--drape-on", o.drape_on), ("--pin", o.pin), ("--wind", o.wind)):
                 if given is not None:
-                    raise ConfigError(flag, f"applies to a mesh file; {path.name} is a scene: set it there "
-                                            "(colliders, objects.NAME.pin, [wind])")
+                    raise ConfigError(
+                        flag,
+                        f"applies to a mesh file; {path.name} is a scene: set it there "
+                        "(colliders, objects.NAME.pin, [wind])",
+                    )
         return path
 
     def _mesh_scene_text(self, path: Path) -> str:
@@ -188,8 +192,10 @@ class _Refine:
         if o.resume and scene_file.exists():
             # continue the refine that is there, with the scene it ran (perhaps edited)
             same = _without_frames(scene_file.read_text()) == _without_frames(text)
-            typer.echo(f"resuming with the scene {scene_file} as it is"
-                       + ("" if same else " (not as these options would write it)"))
+            typer.echo(
+                f"resuming with the scene {scene_file} as it is"
+                + ("" if same else " (not as these options would write it)")
+            )
             return scene_file
         if scene_file.exists() and _without_frames(scene_file.read_text()) != _without_frames(text):
             # the user may have edited it (more than the frame count, which only -n changed)
@@ -221,8 +227,9 @@ class _Refine:
         sc = load_scene(path, o.sets)
         if o.remesh:
             # every cloth object not remeshed already (a scene's own target length stays)
-            extra = [f"objects.{k}.remesh=true" for k, o_ in sc.objects.items()
-                     if o_.kind == "cloth" and o_.remesh is False]
+            extra = [
+                f"objects.{k}.remesh=true" for k, o_ in sc.objects.items() if o_.kind == "cloth" and o_.remesh is False
+            ]
             if extra:
                 sc = load_scene(path, [*o.sets, *extra])
         return sc
@@ -243,13 +250,11 @@ class _Refine:
             # Taichi takes its share of the cores too (set before Taichi starts)
             for k, v in pipeline_threads(len(pipeline_groups(o.levels or sc.refine.levels))).items():
                 os.environ.setdefault(k, v)
-        r = ProgressiveRefiner(sc, out_dir, levels=o.levels, arch=o.arch, precision=o.precision,
-                               progress=not o.quiet)
+        r = ProgressiveRefiner(sc, out_dir, levels=o.levels, arch=o.arch, precision=o.precision, progress=not o.quiet)
         for line in self.said:
             typer.echo(line)
         counts = ", ".join(f"{lv.vertex_count}" for lv in r.hierarchy.levels)
-        typer.echo(f"{r.L + 1} levels ({counts} vertices), {n} frames, schedule "
-                   f"{o.schedule or sc.refine.schedule}")
+        typer.echo(f"{r.L + 1} levels ({counts} vertices), {n} frames, schedule {o.schedule or sc.refine.schedule}")
         res = r.run(n, resume=o.resume, direct=o.direct, schedule=o.schedule, announce=_announcer(r))
         if res.nothing_to_do:
             typer.echo(f"{res.message} in {out_dir}/")
@@ -275,13 +280,17 @@ class _Refine:
         c = res.info.get("consistency", {})
         for k, v in c.items():
             if k.startswith("level_"):
-                typer.echo(f"{k}: centre of mass within {100 * v['com_distance_max_rel']:.2f}% of the diagonal "
-                           "of the preview's")
+                typer.echo(
+                    f"{k}: centre of mass within {100 * v['com_distance_max_rel']:.2f}% of the diagonal "
+                    "of the preview's"
+                )
         if "direct" in res.info:
             d = res.info["direct"]
-            typer.echo(f"direct: coarse {d['level_0_median_ms']:.0f} ms/frame, fine "
-                       f"{d[f'level_{r.L}_median_ms']:.0f} ms/frame; direct coarse vs fine centre of mass "
-                       f"{100 * d['direct_com_distance_max_rel']:.2f}% of the diagonal")
+            typer.echo(
+                f"direct: coarse {d['level_0_median_ms']:.0f} ms/frame, fine "
+                f"{d[f'level_{r.L}_median_ms']:.0f} ms/frame; direct coarse vs fine centre of mass "
+                f"{100 * d['direct_com_distance_max_rel']:.2f}% of the diagonal"
+            )
         typer.echo(f"wrote {out_dir}/ (level_*/, consistency.csv, consistency.png, run.json)")
 
 
@@ -293,7 +302,9 @@ def _announcer(r):
         if not li.get("frames"):  # a resume found all its frames (and no earlier timings)
             typer.echo(f"{what} done: {folder}/ (its frames were there already)")
             return
-        typer.echo(f"{what} done: {folder}/ ({li.get('median_ms', float('nan')):.0f} ms/frame median, "
-                   f"{li.get('seconds', float('nan')):.1f} s)")
+        typer.echo(
+            f"{what} done: {folder}/ ({li.get('median_ms', float('nan')):.0f} ms/frame median, "
+            f"{li.get('seconds', float('nan')):.1f} s)"
+        )
 
     return announce

@@ -302,8 +302,22 @@ class Collider:
             return c + self.radius * V @ R.T, F
         if self.kind == "box":
             V = np.array([[(i & 1) * 2 - 1, (i >> 1 & 1) * 2 - 1, (i >> 2 & 1) * 2 - 1] for i in range(8)], float)
-            F = np.array([[0, 2, 1], [1, 2, 3], [4, 5, 6], [5, 7, 6], [0, 1, 4], [1, 5, 4],
-                          [2, 6, 3], [3, 6, 7], [0, 4, 2], [2, 4, 6], [1, 3, 5], [3, 7, 5]])
+            F = np.array(
+                [
+                    [0, 2, 1],
+                    [1, 2, 3],
+                    [4, 5, 6],
+                    [5, 7, 6],
+                    [0, 1, 4],
+                    [1, 5, 4],
+                    [2, 6, 3],
+                    [3, 6, 7],
+                    [0, 4, 2],
+                    [2, 4, 6],
+                    [1, 3, 5],
+                    [3, 7, 5],
+                ]
+            )
             return c + (V * self.half_extents) @ R.T, F
         if self.kind == "cylinder":
             a = R @ self.axis

@@ -94,12 +94,7 @@ def bending_gradient(
     ti.loop_config(serialize=backend.SERIAL_SUMS)
     for h in range(hinges.shape[0]):
         xe0, xe1, xo0, xo1 = hinge_positions(x, hinges, h)
-        c = (
-            2.0
-            * data[h, B_K]
-            * data[h, B_WEIGHT]
-            * (dihedral_angle(xe0, xe1, xo0, xo1) - data[h, B_THETA])
-        )
+        c = 2.0 * data[h, B_K] * data[h, B_WEIGHT] * (dihedral_angle(xe0, xe1, xo0, xo1) - data[h, B_THETA])
         g0, g1, g2, g3 = dihedral_gradient(xe0, xe1, xo0, xo1)
         g[hinges[h, 0]] += c * g0
         g[hinges[h, 1]] += c * g1
@@ -168,9 +163,7 @@ def bending_hessian(
         # face 0 = (e0, e1, o0), face 1 = (e1, e0, o1), dN/da = [c - b]_x cyclically.
         U = [[xo0 - xe1, xe0 - xo0, xe1 - xe0], [xe1 - xo1, xo1 - xe0, xe0 - xe1]]
         cd = c * dtheta
-        QK = [
-            [ti.Matrix.zero(float, 3, 3) for _ in ti.static(range(3))] for _ in ti.static(range(2))
-        ]
+        QK = [[ti.Matrix.zero(float, 3, 3) for _ in ti.static(range(3))] for _ in ti.static(range(2))]
         EA = [ti.Matrix.zero(float, 3, 3) for _ in ti.static(range(2))]
         PB = [ti.Matrix.zero(float, 3, 3) for _ in ti.static(range(2))]
         if ti.static(full):
@@ -207,7 +200,10 @@ def bending_hessian(
 
 @ti.kernel
 def bending_gauss_newton_factors(
-    x: ti.types.ndarray(), hinges: ti.types.ndarray(), data: ti.types.ndarray(), count: ti.i32,
+    x: ti.types.ndarray(),
+    hinges: ti.types.ndarray(),
+    data: ti.types.ndarray(),
+    count: ti.i32,
     out: ti.types.ndarray(),
 ):
     """out[h, 0:12] = grad theta of hinge h (e0, e1, o0, o1 blocks), out[h, 12] = c = 2 k w:

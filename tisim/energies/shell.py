@@ -154,9 +154,7 @@ class ShellRest:
         return len(self.theta_bar)
 
 
-def shell_rest(
-    vertices: np.ndarray, faces: np.ndarray, hinges: np.ndarray | None = None
-) -> ShellRest:
+def shell_rest(vertices: np.ndarray, faces: np.ndarray, hinges: np.ndarray | None = None) -> ShellRest:
     """Rest data of a triangle mesh.
 
     vertices: (n, 3) rest positions, metres. faces: (m, 3). hinges: (h, 4) rows
@@ -179,13 +177,9 @@ def shell_rest(
     # det a_bar = (2 A)^2; a relative floor catches slivers and repeated vertices
     bad = ~(det > 1e-24 * np.maximum(a11 * a22, np.finfo(np.float64).tiny))
     if np.any(bad):
-        raise ValueError(
-            f"degenerate rest triangles (zero area): faces {np.flatnonzero(bad)[:10].tolist()}"
-        )
+        raise ValueError(f"degenerate rest triangles (zero area): faces {np.flatnonzero(bad)[:10].tolist()}")
     a_bar = np.stack([np.stack([a11, a12], -1), np.stack([a12, a22], -1)], -2)
-    a_inv = (
-        np.stack([np.stack([a22, -a12], -1), np.stack([-a12, a11], -1)], -2) / det[:, None, None]
-    )
+    a_inv = np.stack([np.stack([a22, -a12], -1), np.stack([-a12, a11], -1)], -2) / det[:, None, None]
     area = 0.5 * np.sqrt(det)
     # Cholesky a_bar = L L^T: L = [[l00, 0], [l10, l11]]; G = L^-T
     l00 = np.sqrt(a11)
@@ -200,8 +194,7 @@ def shell_rest(
         e = xe1 - xe0
         elen = np.linalg.norm(e, axis=1)
         hinge_area = 0.5 * (
-            np.linalg.norm(np.cross(e, xo0 - xe0), axis=1)
-            + np.linalg.norm(np.cross(xe0 - xe1, xo1 - xe1), axis=1)
+            np.linalg.norm(np.cross(e, xo0 - xe0), axis=1) + np.linalg.norm(np.cross(xe0 - xe1, xo1 - xe1), axis=1)
         )
         if np.any(~(hinge_area > 0.0)) or np.any(~(elen > 0.0)):
             raise ValueError("degenerate rest hinge (zero edge length or area)")
@@ -233,9 +226,7 @@ def assemble_dense(local: np.ndarray, stencils: np.ndarray, vertex_count: int) -
     return H
 
 
-def _per_element(
-    value, count: int, name: str, *, positive: bool = True, allow_zero: bool = False
-) -> np.ndarray:
+def _per_element(value, count: int, name: str, *, positive: bool = True, allow_zero: bool = False) -> np.ndarray:
     """A scalar or (count,) array as (count,) float64, validated."""
     a = np.asarray(value, dtype=np.float64)
     if a.ndim == 0:
@@ -340,8 +331,7 @@ class _NdarrayEnergy:
         """Dense (3n, 3n) Hessian at X assembled from the local Hessians, N/m."""
         self.local_hessians(self._load(X), **kwargs)
         return sum(
-            assemble_dense(download(arr), stencils, self.vertex_count)
-            for arr, stencils in self._hessian_parts()
+            assemble_dense(download(arr), stencils, self.vertex_count) for arr, stencils in self._hessian_parts()
         )
 
 
@@ -365,9 +355,7 @@ class ShellEnergy(_NdarrayEnergy):
     no kernel recompiles for a new object either).
     """
 
-    def __init__(
-        self, vertex_count: int, faces, hinges, rest: ShellRest, mu, lam, thickness, bending_k
-    ):
+    def __init__(self, vertex_count: int, faces, hinges, rest: ShellRest, mu, lam, thickness, bending_k):
         import taichi as ti
 
         from tisim import backend
@@ -376,10 +364,7 @@ class ShellEnergy(_NdarrayEnergy):
         faces = self._check_faces(faces)
         hg = np.asarray(hinges, dtype=np.int64).reshape(-1, 4)
         m, h = len(faces), len(hg)
-        if (
-            max(faces.max(), hg.max(initial=-1)) >= vertex_count
-            or min(faces.min(), hg.min(initial=0)) < 0
-        ):
+        if max(faces.max(), hg.max(initial=-1)) >= vertex_count or min(faces.min(), hg.min(initial=0)) < 0:
             raise ValueError(f"faces/hinges index vertices outside 0..{vertex_count - 1}")
         self._alloc_common(vertex_count, faces, np.zeros((m, K.MEMBRANE_COLS)))
         real = backend.real()
@@ -401,9 +386,7 @@ class ShellEnergy(_NdarrayEnergy):
         self._hinge_np = np.zeros((h, K.BENDING_COLS))
         self.update(rest=rest, mu=mu, lam=lam, thickness=thickness, bending_k=bending_k)
 
-    def update(
-        self, *, rest: ShellRest | None = None, mu=None, lam=None, thickness=None, bending_k=None
-    ) -> None:
+    def update(self, *, rest: ShellRest | None = None, mu=None, lam=None, thickness=None, bending_k=None) -> None:
         """Change rest data and/or parameters in place (same ndarrays, no recompilation).
 
         Arguments as in the constructor; None keeps the current value. mu and
@@ -498,9 +481,7 @@ class ShellEnergy(_NdarrayEnergy):
 
         K.membrane_hessian(x, self.faces, self.face_data, self.membrane_hessians)
         if self.hinge_count:
-            K.bending_hessian(
-                x, self.hinges, self.hinge_data, self.bending_hessians, not project_bending
-            )
+            K.bending_hessian(x, self.hinges, self.hinge_data, self.bending_hessians, not project_bending)
 
     def _hessian_parts(self):
         parts = [(self.membrane_hessians, self.face_stencils)]
@@ -543,9 +524,7 @@ class StrainLimit(_NdarrayEnergy):
         m = len(faces)
         s_hat = s_max - 1.0 if s_hat is None else float(s_hat)
         if not (s_max > 0.0 and 0.0 < s_hat <= s_max):
-            raise ValueError(
-                f"strain limit needs 0 < s_hat <= s_max, got s_max={s_max}, s_hat={s_hat}"
-            )
+            raise ValueError(f"strain limit needs 0 < s_hat <= s_max, got s_max={s_max}, s_hat={s_hat}")
         self.s_max = float(s_max)
         self.s_hat = float(s_hat)
         self._alloc_common(vertex_count, faces, np.zeros((m, K.STRAIN_COLS)))
@@ -597,9 +576,7 @@ class StrainLimit(_NdarrayEnergy):
         """Fill ``hessians`` (m, 9, 9) with the raw Hessians of Phi, N/m (zero where inactive)."""
         from tisim.energies import shell_kernels as K
 
-        K.strain_hessian(
-            x, self.faces, self.face_data, self.hessians, self.s_max, self.s_hat, self._tol
-        )
+        K.strain_hessian(x, self.faces, self.face_data, self.hessians, self.s_max, self.s_hat, self._tol)
 
     def infeasible_count(self, x) -> int:
         """Number of faces with sigma_1 >= s_max (or a non-finite deformation)."""

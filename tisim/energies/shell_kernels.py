@@ -76,7 +76,6 @@ S_G00, S_G01, S_G11, S_AREA, S_KAPPA = 0, 1, 2, 3, 4
 STRAIN_COLS = 5
 
 
-
 # ---------------------------------------------------------------------------
 # shared helpers
 
@@ -147,9 +146,7 @@ def membrane_psi(F, area, mu, lam, tau):
     psi = ti.math.inf
     if det > 0.0:
         lnJ = 0.5 * tm.log(det)
-        psi = (
-            tau * area * (0.5 * mu * (C[0, 0] + C[1, 1] - 2.0 - 2.0 * lnJ) + 0.5 * lam * lnJ * lnJ)
-        )
+        psi = tau * area * (0.5 * mu * (C[0, 0] + C[1, 1] - 2.0 - 2.0 * lnJ) + 0.5 * lam * lnJ * lnJ)
     return psi
 
 
@@ -179,9 +176,7 @@ def membrane_energy(
     for f in range(faces.shape[0]):
         BG = face_frame(data, f)
         F = deformation(x, faces, f, BG)
-        out[0] += membrane_psi(
-            F, data[f, M_AREA], data[f, M_MU], data[f, M_LAM], data[f, M_THICK]
-        )
+        out[0] += membrane_psi(F, data[f, M_AREA], data[f, M_MU], data[f, M_LAM], data[f, M_THICK])
 
 
 @ti.kernel
@@ -196,9 +191,7 @@ def membrane_gradient(
     for f in range(faces.shape[0]):
         BG = face_frame(data, f)
         F = deformation(x, faces, f, BG)
-        P, _S, _A, _beta, _kap = membrane_stress(
-            F, data[f, M_AREA], data[f, M_MU], data[f, M_LAM], data[f, M_THICK]
-        )
+        P, _S, _A, _beta, _kap = membrane_stress(F, data[f, M_AREA], data[f, M_MU], data[f, M_LAM], data[f, M_THICK])
         scatter_gradient(g, faces, f, BG, P)
 
 
@@ -241,9 +234,7 @@ def membrane_hessian(
     for f in range(faces.shape[0]):
         BG = face_frame(data, f)
         F = deformation(x, faces, f, BG)
-        H00, H01, H11 = membrane_blocks(
-            F, data[f, M_AREA], data[f, M_MU], data[f, M_LAM], data[f, M_THICK]
-        )
+        H00, H01, H11 = membrane_blocks(F, data[f, M_AREA], data[f, M_MU], data[f, M_LAM], data[f, M_THICK])
         store_face_hessian(out, f, BG, H00, H01, H11)
 
 
@@ -261,9 +252,7 @@ def membrane_hessian_f(
     for f in range(faces.shape[0]):
         BG = face_frame(data, f)
         F = deformation(x, faces, f, BG)
-        H00, H01, H11 = membrane_blocks(
-            F, data[f, M_AREA], data[f, M_MU], data[f, M_LAM], data[f, M_THICK]
-        )
+        H00, H01, H11 = membrane_blocks(F, data[f, M_AREA], data[f, M_MU], data[f, M_LAM], data[f, M_THICK])
         store_f_hessian(out, f, H00, H01, H11)
 
 
@@ -643,10 +632,24 @@ def shell_hessian_f(
         q1 = _mode(u3, v1)
         q2 = _mode(u3, v2)
         H += wo1 * q1.outer_product(q1) + wo2 * q2.outer_product(q2)
-        H = _add_block(H, 2.0 * g1 + 4.0 * l1 * h11, 4.0 * s1 * s2 * h12, 2.0 * g2 + 4.0 * l2 * h22,
-                       _mode(u1, v1), _mode(u2, v2), project)
-        H = _add_block(H, 2.0 * g2 + 2.0 * l1 * gamma, 2.0 * s1 * s2 * gamma, 2.0 * g1 + 2.0 * l2 * gamma,
-                       _mode(u1, v2), _mode(u2, v1), project)
+        H = _add_block(
+            H,
+            2.0 * g1 + 4.0 * l1 * h11,
+            4.0 * s1 * s2 * h12,
+            2.0 * g2 + 4.0 * l2 * h22,
+            _mode(u1, v1),
+            _mode(u2, v2),
+            project,
+        )
+        H = _add_block(
+            H,
+            2.0 * g2 + 2.0 * l1 * gamma,
+            2.0 * s1 * s2 * gamma,
+            2.0 * g1 + 2.0 * l2 * gamma,
+            _mode(u1, v2),
+            _mode(u2, v1),
+            project,
+        )
         for i in ti.static(range(6)):
             for j in ti.static(range(6)):
                 out[f, i, j] = H[i, j]

@@ -84,8 +84,9 @@ def _jittered(lo, hi, h: float, rng, jitter: float = 0.3) -> np.ndarray:
     return p + rng.uniform(-jitter * h, jitter * h, p.shape)
 
 
-def sliver_disk(vertex_count: int = 1500, radius: float = 0.3, slivers: int = 12, height: float = 4e-4,
-                seed: int = 0) -> TriMesh:
+def sliver_disk(
+    vertex_count: int = 1500, radius: float = 0.3, slivers: int = 12, height: float = 4e-4, seed: int = 0
+) -> TriMesh:
     """An irregular Delaunay disk of about ``vertex_count`` vertices with ``slivers``
     sliver triangles ``height`` m high."""
     rng = np.random.default_rng(seed)
@@ -120,9 +121,23 @@ def _resample(poly: np.ndarray, h: float) -> np.ndarray:
     return np.array(out)
 
 
-SHIRT = np.array([[-0.12, -0.3], [0.12, -0.3], [0.12, 0.05], [0.22, -0.05], [0.3, 0.05], [0.15, 0.2],
-                  [0.05, 0.2], [0.0, 0.16], [-0.05, 0.2], [-0.15, 0.2], [-0.3, 0.05], [-0.22, -0.05],
-                  [-0.12, 0.05]])
+SHIRT = np.array(
+    [
+        [-0.12, -0.3],
+        [0.12, -0.3],
+        [0.12, 0.05],
+        [0.22, -0.05],
+        [0.3, 0.05],
+        [0.15, 0.2],
+        [0.05, 0.2],
+        [0.0, 0.16],
+        [-0.05, 0.2],
+        [-0.15, 0.2],
+        [-0.3, 0.05],
+        [-0.22, -0.05],
+        [-0.12, 0.05],
+    ]
+)
 
 
 def shirt(h: float = 0.0125, slivers: int = 30, height: float = 1e-4, seed: int = 1) -> TriMesh:
@@ -161,8 +176,10 @@ def holey_sheet(size: float = 0.5, h: float = 0.0125, slit_width: float = 5e-4, 
     x0, x1, zc = 0.05, 0.2, -0.22
     keep &= ~((p[:, 0] > x0 - 0.5 * h) & (p[:, 0] < x1 + 0.5 * h) & (np.abs(p[:, 1] - zc) < 0.5 * h))
     xs = np.linspace(x0, x1, int((x1 - x0) / h) + 1)
-    rims += [np.stack([xs, np.full_like(xs, zc - slit_width / 2)], 1),
-             np.stack([xs, np.full_like(xs, zc + slit_width / 2)], 1)]
+    rims += [
+        np.stack([xs, np.full_like(xs, zc - slit_width / 2)], 1),
+        np.stack([xs, np.full_like(xs, zc + slit_width / 2)], 1),
+    ]
     p2 = np.concatenate(rims + [p[keep]])
 
     def solid(cc):
@@ -243,8 +260,7 @@ def scan_sheet(size: float = 0.5, h: float = 0.0135, noise: float = 2e-3, seed: 
     return _to_mesh(p, tris, y=y, source="scan_sheet")
 
 
-def sliver_sheet(size: float = 0.4, h: float = 0.02, slivers: int = 10, height: float = 1e-4,
-                 seed: int = 5) -> TriMesh:
+def sliver_sheet(size: float = 0.4, h: float = 0.02, slivers: int = 10, height: float = 1e-4, seed: int = 5) -> TriMesh:
     """A jittered square sheet of edge length ~h (about (size / h)^2 vertices) with
     ``slivers`` interior sliver triangles ``height`` m high: small enough for quick
     remeshing tests."""

@@ -49,6 +49,7 @@ def _warn(src: str, note: str) -> None:
     _WARNED.add(key)
     log.warning("%s: %s", src, note)
 
+
 # A face is degenerate when 2A <= DEGENERATE_TOL * (its longest edge)^2 (a
 # sliver or a repeated point; same tolerance as tisim.geometry.io) or when
 # A <= AREA_TOL * L^2 with L the diagonal of the mesh's bounding box (a face
@@ -100,16 +101,12 @@ class ClothMesh:
                 raise MeshError(f"texture coordinate {bad} is NaN or infinite", self.source)
             fuv = _as_cells(self.face_uv, 3, len(uv), "face_uvs", self.source)
             if len(fuv) != len(f):
-                raise MeshError(
-                    f"face_uv has {len(fuv)} rows but there are {len(f)} faces", self.source
-                )
+                raise MeshError(f"face_uv has {len(fuv)} rows but there are {len(f)} faces", self.source)
             object.__setattr__(self, "uv", uv)
             object.__setattr__(self, "face_uv", fuv)
 
     @classmethod
-    def from_arrays(
-        cls, vertices, faces, *, uv=None, face_uv=None, source: str | None = None
-    ) -> ClothMesh:
+    def from_arrays(cls, vertices, faces, *, uv=None, face_uv=None, source: str | None = None) -> ClothMesh:
         """Validate (``validate_cloth``: errors, orientation fix, unreferenced
         vertices dropped) and build; ``face_uv`` follows any flipped face."""
         x, f, _, flip = _validate(vertices, faces, source)
@@ -253,9 +250,7 @@ def _check_faces_geometry(x, f, source, names: _Names) -> np.ndarray:
     repeated = (f[:, 0] == f[:, 1]) | (f[:, 1] == f[:, 2]) | (f[:, 0] == f[:, 2])
     p = x[f]
     area = 0.5 * np.linalg.norm(np.cross(p[:, 1] - p[:, 0], p[:, 2] - p[:, 0]), axis=1)
-    longest2 = np.max(
-        [np.sum((p[:, a] - p[:, b]) ** 2, axis=1) for a, b in ((0, 1), (1, 2), (2, 0))], axis=0
-    )
+    longest2 = np.max([np.sum((p[:, a] - p[:, b]) ** 2, axis=1) for a, b in ((0, 1), (1, 2), (2, 0))], axis=0)
     used = np.unique(f)
     scale2 = float(np.sum(np.ptp(x[used], axis=0) ** 2))
     degenerate = repeated | (2 * area <= DEGENERATE_TOL * longest2) | (area <= AREA_TOL * scale2)
@@ -263,9 +258,7 @@ def _check_faces_geometry(x, f, source, names: _Names) -> np.ndarray:
         j = int(np.argmax(degenerate))
         more = f"; {int(degenerate.sum())} degenerate faces" if degenerate.sum() > 1 else ""
         why = "repeated vertex" if repeated[j] else f"area {area[j]:.3g} m^2"
-        raise MeshError(
-            f"{names.face(j, f'vertices {_ints(f[j])}')} is degenerate ({why}{more})", source
-        )
+        raise MeshError(f"{names.face(j, f'vertices {_ints(f[j])}')} is degenerate ({why}{more})", source)
 
     # vertices at the same place: an unwelded mesh (every triangle with its own corners,
     # as some exporters write), which the contact check would report as the cloth
@@ -277,7 +270,8 @@ def _check_faces_geometry(x, f, source, names: _Names) -> np.ndarray:
         a, b = sorted(int(used[i]) for i in close[np.lexsort(close.T[::-1])][0])
         raise MeshError(
             f"{names.vertex(a)} and {names.vertex(b)} are at the same place ({len(close)} such pairs): "
-            "the mesh is not welded; merge its vertices by distance in the modelling tool", source
+            "the mesh is not welded; merge its vertices by distance in the modelling tool",
+            source,
         )
 
     srt = np.sort(f, axis=1)
@@ -290,8 +284,7 @@ def _check_faces_geometry(x, f, source, names: _Names) -> np.ndarray:
     if np.any(dup):
         b = int(np.argmax(dup))
         raise MeshError(
-            f"{names.face(int(twin[b]))} and {names.face(b)} are duplicates "
-            f"(both use vertices {_ints(srt[b])})",
+            f"{names.face(int(twin[b]))} and {names.face(b)} are duplicates (both use vertices {_ints(srt[b])})",
             source,
         )
 
@@ -312,7 +305,6 @@ def _check_manifold(f, source, names: _Names) -> None:
             "a cloth edge belongs to at most two faces",
             source,
         )
-
 
 
 def _validate(vertices, faces, source: str | None, names: _Names | None = None):
@@ -340,9 +332,7 @@ def _validate(vertices, faces, source: str | None, names: _Names | None = None):
     if np.any(bad):
         i = int(np.argmax(bad))
         more = f"; {int(bad.sum())} such vertices" if bad.sum() > 1 else ""
-        raise MeshError(
-            f"{names.vertex(i)} has a NaN or infinite coordinate ({_fmt(x[i])}{more})", source
-        )
+        raise MeshError(f"{names.vertex(i)} has a NaN or infinite coordinate ({_fmt(x[i])}{more})", source)
 
     out = (f < 0) | (f >= n)
     if np.any(out):
@@ -375,8 +365,7 @@ def _validate(vertices, faces, source: str | None, names: _Names | None = None):
     bowties = topology.nonmanifold_vertices(f)
     if len(bowties):
         note = (
-            f"{len(bowties)} non-manifold vertices where separate sheets touch "
-            f"(first: {names.vertex(int(bowties[0]))})"
+            f"{len(bowties)} non-manifold vertices where separate sheets touch (first: {names.vertex(int(bowties[0]))})"
         )
         _warn(src, note)
         notes.append(note)
@@ -440,8 +429,7 @@ def _read_meshio(path: Path, src: str):
     x = mesh_io._points(mesh, src)
     if any(b.type.startswith(("tetra", "hexahedron", "wedge", "pyramid")) for b in mesh.cells):
         raise MeshError(
-            f"contains volume cells ({mesh_io._cell_types(mesh)}); a cloth needs a triangle "
-            "surface",
+            f"contains volume cells ({mesh_io._cell_types(mesh)}); a cloth needs a triangle surface",
             src,
         )
     f = mesh_io._cells(mesh, "triangle")
@@ -518,9 +506,7 @@ def _read_obj(path: Path, src: str):
             except ValueError:
                 t = []
             if not t:
-                raise MeshError(
-                    f"line {ln}: cannot read {line.strip()!r} as a texture coordinate", src
-                )
+                raise MeshError(f"line {ln}: cannot read {line.strip()!r} as a texture coordinate", src)
             uvs.append(t + [0.0] * (2 - len(t)))
         elif tag == "f":
             if len(tok) < 4:
@@ -629,4 +615,3 @@ __all__ = [
     "save_cloth_obj",
     "validate_cloth",
 ]
-

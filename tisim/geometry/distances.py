@@ -70,8 +70,9 @@ def point_triangle_distances(p, a, b, c) -> np.ndarray:
     p, a, b, c = (np.asarray(v, dtype=np.float64).reshape(-1, 3) for v in (p, a, b, c))
     n = np.cross(b - a, c - a)
     nn = np.einsum("ij,ij->i", n, n)
-    edge = np.minimum(np.minimum(_point_segment_many(p, a, b), _point_segment_many(p, b, c)),
-                      _point_segment_many(p, c, a))
+    edge = np.minimum(
+        np.minimum(_point_segment_many(p, a, b), _point_segment_many(p, b, c)), _point_segment_many(p, c, a)
+    )
     ok = nn > 0.0
     out = edge
     if ok.any():
@@ -96,8 +97,14 @@ def segment_segment_distances(a0, a1, b0, b1) -> np.ndarray:
     c = np.einsum("ij,ij->i", d1, r)
     b = np.einsum("ij,ij->i", d1, d2)
     denom = a * e - b * b
-    out = np.minimum.reduce([_point_segment_many(a0, b0, b1), _point_segment_many(a1, b0, b1),
-                             _point_segment_many(b0, a0, a1), _point_segment_many(b1, a0, a1)])
+    out = np.minimum.reduce(
+        [
+            _point_segment_many(a0, b0, b1),
+            _point_segment_many(a1, b0, b1),
+            _point_segment_many(b0, a0, a1),
+            _point_segment_many(b1, a0, a1),
+        ]
+    )
     ok = (a > 0.0) & (e > 0.0) & (denom > 1e-14 * a * e)
     if ok.any():
         a_, b_, c_, e_, f_, dn = a[ok], b[ok], c[ok], e[ok], f[ok], denom[ok]

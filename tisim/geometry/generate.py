@@ -55,16 +55,14 @@ def box(
 
     i, j, k = np.meshgrid(np.arange(nx), np.arange(ny), np.arange(nz), indexing="ij")
     i, j, k = i.ravel(), j.ravel(), k.ravel()
-    corners = np.stack(
-        [vid(i + (c & 1), j + (c >> 1 & 1), k + (c >> 2 & 1)) for c in range(8)], axis=1
-    )
+    corners = np.stack([vid(i + (c & 1), j + (c >> 1 & 1), k + (c >> 2 & 1)) for c in range(8)], axis=1)
     if tets_per_cell == 6:
         tets = corners[:, _CUBE_TETS].reshape(-1, 4)
     else:  # alternate the split so that the diagonals of shared faces agree
         parity = (i + j + k) % 2
-        tets = np.where(
-            (parity == 0)[:, None, None], corners[:, _five_tets(0)], corners[:, _five_tets(1)]
-        ).reshape(-1, 4)
+        tets = np.where((parity == 0)[:, None, None], corners[:, _five_tets(0)], corners[:, _five_tets(1)]).reshape(
+            -1, 4
+        )
     mesh = TetMesh(vertices, tets)
     vol = mesh.signed_volumes()
     flip = vol < 0
@@ -204,9 +202,7 @@ def _bcc_lattice(lo: np.ndarray, hi: np.ndarray, h: float):
         hi_i[a] = nb[a] - 1
         lo_i[b] = lo_i[c] = 1
         hi_i[b], hi_i[c] = nb[b] - 1, nb[c] - 1
-        grid = np.stack(
-            np.meshgrid(*[np.arange(lo_i[d], hi_i[d]) for d in range(3)], indexing="ij"), -1
-        ).reshape(-1, 3)
+        grid = np.stack(np.meshgrid(*[np.arange(lo_i[d], hi_i[d]) for d in range(3)], indexing="ij"), -1).reshape(-1, 3)
         if len(grid) == 0:
             continue
         p0, p1 = bid(grid), bid(grid + ea)
@@ -306,9 +302,7 @@ def _isosurface_stuffing(phi, cut, lo, hi, h: float, count_only: bool = False):
     # Only tets touching the inside matter.
     tets = tets[np.any(val[tets] <= 0, axis=1)]
 
-    e_all = np.sort(
-        tets[:, [[0, 1], [0, 2], [0, 3], [1, 2], [1, 3], [2, 3]]].reshape(-1, 2), axis=1
-    )
+    e_all = np.sort(tets[:, [[0, 1], [0, 2], [0, 3], [1, 2], [1, 3], [2, 3]]].reshape(-1, 2), axis=1)
     # Unique edges through a scalar key: much faster than np.unique(axis=0).
     key = np.sort(e_all[:, 0] * len(points) + e_all[:, 1])
     key = key[np.r_[True, key[1:] != key[:-1]]]

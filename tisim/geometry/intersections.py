@@ -31,9 +31,7 @@ class Intersection(NamedTuple):
     edge_in_other: bool = False
 
 
-def find_intersections(
-    x, faces, edges, other=None, *, tol: float | None = None
-) -> list[Intersection]:
+def find_intersections(x, faces, edges, other=None, *, tol: float | None = None) -> list[Intersection]:
     """Edge-triangle pairs that intersect, for rejecting an initial state.
 
     x: (n, 3) metres; faces: (m, 3); edges: (e, 2) (e.g. ``ClothMesh.edges``).

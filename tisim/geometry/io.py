@@ -44,9 +44,7 @@ def _extension(path: Path) -> str:
 
 
 def _unknown_format(ext: str, src: str) -> MeshError:
-    return MeshError(
-        f"unknown mesh format '{ext}'; supported: {', '.join(supported_extensions())}", src
-    )
+    return MeshError(f"unknown mesh format '{ext}'; supported: {', '.join(supported_extensions())}", src)
 
 
 def _one_line(err: BaseException) -> str:
@@ -138,9 +136,7 @@ def _check_indices(cells: np.ndarray, n: int, what: str, src: str | None) -> Non
         raise MeshError(f"{what} {bad} references a vertex outside 0..{n - 1}", src)
 
 
-def _drop_unreferenced(
-    vertices: np.ndarray, cells: np.ndarray, src: str
-) -> tuple[np.ndarray, np.ndarray]:
+def _drop_unreferenced(vertices: np.ndarray, cells: np.ndarray, src: str) -> tuple[np.ndarray, np.ndarray]:
     used = np.zeros(len(vertices), dtype=bool)
     used[cells.ravel()] = True
     dropped = int(len(vertices) - used.sum())
@@ -174,8 +170,7 @@ def validate_tets(vertices, tets, source: str | None = None) -> TetMesh:
     bad = ~np.all(np.isfinite(x), axis=1)
     if np.any(bad):
         raise MeshError(
-            f"{int(bad.sum())} vertices have NaN or infinite coordinates "
-            f"(first: vertex {int(np.argmax(bad))})",
+            f"{int(bad.sum())} vertices have NaN or infinite coordinates (first: vertex {int(np.argmax(bad))})",
             source,
         )
     if len(t) == 0:
@@ -213,8 +208,7 @@ def validate_triangles(vertices, faces, source: str | None = None) -> TriMesh:
     bad = ~np.all(np.isfinite(x), axis=1)
     if np.any(bad):
         raise MeshError(
-            f"{int(bad.sum())} vertices have NaN or infinite coordinates "
-            f"(first: vertex {int(np.argmax(bad))})",
+            f"{int(bad.sum())} vertices have NaN or infinite coordinates (first: vertex {int(np.argmax(bad))})",
             source,
         )
     if len(f) == 0:
@@ -270,9 +264,7 @@ def load_tet_mesh(path, *, max_volume: float | None = None, quality: dict | None
         return validate_tets(x, tets, src)
     tris = _cells(mesh, "triangle")
     if len(tris) == 0:
-        raise MeshError(
-            f"contains no tetrahedra and no triangles to fill (cells: {_cell_types(mesh)})", src
-        )
+        raise MeshError(f"contains no tetrahedra and no triangles to fill (cells: {_cell_types(mesh)})", src)
     from tisim.geometry.tetrahedralize import tetrahedralize
 
     surface = validate_triangles(*_merge_duplicates(x, tris, src), source=src)

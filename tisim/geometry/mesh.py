@@ -108,9 +108,5 @@ def tet_signed_volumes(x: np.ndarray, tets: np.ndarray) -> np.ndarray:
     tt = np.asarray(tets).T
     c = [np.ascontiguousarray(x[:, k])[tt] for k in range(3)]  # c[k][j]: coordinate k of vertex j
     a, b, d = ([c[k][j] - c[k][0] for k in range(3)] for j in (1, 2, 3))
-    det = (
-        a[0] * (b[1] * d[2] - b[2] * d[1])
-        - a[1] * (b[0] * d[2] - b[2] * d[0])
-        + a[2] * (b[0] * d[1] - b[1] * d[0])
-    )
+    det = a[0] * (b[1] * d[2] - b[2] * d[1]) - a[1] * (b[0] * d[2] - b[2] * d[0]) + a[2] * (b[0] * d[1] - b[1] * d[0])
     return det / 6.0

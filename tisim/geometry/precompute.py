@@ -73,6 +73,4 @@ def gradient_operator(tets: np.ndarray, grad: np.ndarray, vertex_count: int) -> 
     rows = (3 * np.arange(m)[:, None, None] + np.arange(3)[None, None, :]).repeat(4, axis=1)
     cols = np.broadcast_to(tets[:, :, None], (m, 4, 3))
     vals = grad  # (m, 4, 3): d(grad u)_k / d u_a = grad[e, a, k]
-    return sp.csr_matrix(
-        (vals.ravel(), (rows.ravel(), cols.ravel())), shape=(3 * m, vertex_count)
-    )
+    return sp.csr_matrix((vals.ravel(), (rows.ravel(), cols.ravel())), shape=(3 * m, vertex_count))

@@ -49,14 +49,20 @@ def _check_result(x_in, f_in, x, f, h: float, source: str | None) -> None:
         raise MeshError("remeshing (gpytoolbox.remesh_botsch) returned no triangles", source)
     if counts.max() > 2:
         e = edges[int(np.argmax(counts))]
-        raise MeshError(f"remeshing (gpytoolbox.remesh_botsch) made a non-manifold edge ({e[0]}, {e[1]}) of "
-                        f"{int(counts.max())} triangles: use the mesh as it is (remesh = false)", source)
+        raise MeshError(
+            f"remeshing (gpytoolbox.remesh_botsch) made a non-manifold edge ({e[0]}, {e[1]}) of "
+            f"{int(counts.max())} triangles: use the mesh as it is (remesh = false)",
+            source,
+        )
     heights = triangle_heights(x, f)
     if heights.min() < _DEGENERATE * h:
         j = int(np.argmin(heights))
-        raise MeshError(f"remeshing (gpytoolbox.remesh_botsch) made a degenerate triangle {j} "
-                        f"({heights[j]:.3g} m high for a target edge length of {h:.3g} m): "
-                        "use the mesh as it is (remesh = false) or another target length", source)
+        raise MeshError(
+            f"remeshing (gpytoolbox.remesh_botsch) made a degenerate triangle {j} "
+            f"({heights[j]:.3g} m high for a target edge length of {h:.3g} m): "
+            "use the mesh as it is (remesh = false) or another target length",
+            source,
+        )
     # a fold: a new triangle facing against the input at its centroid's closest point
     from tisim.geometry.hierarchy import closest_on_surface
 
@@ -66,16 +72,22 @@ def _check_result(x_in, f_in, x, f, h: float, source: str | None) -> None:
     q = x_in[f_in[host]]
     facing = np.einsum("ij,ij->i", normal, np.cross(q[:, 1] - q[:, 0], q[:, 2] - q[:, 0]))
     if (facing <= 0).any():
-        raise MeshError(f"remeshing (gpytoolbox.remesh_botsch) folded {int((facing <= 0).sum())} triangles over "
-                        f"(target edge length {h:.3g} m): use the mesh as it is (remesh = false) or a shorter "
-                        "target length", source)
+        raise MeshError(
+            f"remeshing (gpytoolbox.remesh_botsch) folded {int((facing <= 0).sum())} triangles over "
+            f"(target edge length {h:.3g} m): use the mesh as it is (remesh = false) or a shorter "
+            "target length",
+            source,
+        )
     border = np.unique(topology.boundary_edges(f_in))
     if len(border):
         kept = {tuple(p) for p in x.tolist()}
         lost = [int(i) for i in border if tuple(x_in[i].tolist()) not in kept]
         if lost:
-            raise MeshError(f"remeshing (gpytoolbox.remesh_botsch) moved border vertex {lost[0]} "
-                            f"({len(lost)} of {len(border)} moved)", source)
+            raise MeshError(
+                f"remeshing (gpytoolbox.remesh_botsch) moved border vertex {lost[0]} "
+                f"({len(lost)} of {len(border)} moved)",
+                source,
+            )
 
 
 def remesh(mesh: ClothMesh, target_edge_length: float | None = None, *, iterations: int = 10) -> ClothMesh:
@@ -116,8 +128,11 @@ def remesh(mesh: ClothMesh, target_edge_length: float | None = None, *, iteratio
     edges, counts = topology.edge_face_counts(f_in)
     if counts.max(initial=0) > 2:
         e = edges[int(np.argmax(counts))]
-        raise MeshError(f"cannot remesh: edge ({e[0]}, {e[1]}) is shared by {int(counts.max())} triangles "
-                        "(remeshing needs each edge on at most two)", src)
+        raise MeshError(
+            f"cannot remesh: edge ({e[0]}, {e[1]}) is shared by {int(counts.max())} triangles "
+            "(remeshing needs each edge on at most two)",
+            src,
+        )
     try:
         import gpytoolbox
     except ImportError as err:  # pragma: no cover - a declared dependency
@@ -134,18 +149,31 @@ def remesh(mesh: ClothMesh, target_edge_length: float | None = None, *, iteratio
         level = Level.from_mesh(x_in, f_in, 1.0, uv=mesh.uv, face_uv=mesh.face_uv)
         input_uv = vertex_uv(level)
         if input_uv is None:
-            log.warning("%s: the mesh has UV seams (a vertex with two texture coordinates): the remeshed cloth "
-                        "has no UVs", src or "remesh")
+            log.warning(
+                "%s: the mesh has UV seams (a vertex with two texture coordinates): the remeshed cloth has no UVs",
+                src or "remesh",
+            )
         else:
             uv = uv_at(level, input_uv, x)
             face_uv = f
     out = ClothMesh.from_arrays(x, f, uv=uv, face_uv=face_uv, source=src)
     before, after = triangle_heights(x_in, f_in).min(), triangle_heights(out.vertices, out.faces).min()
-    log.info("remeshed %s: %d -> %d vertices, target edge length %.3g m, smallest triangle height %.3g -> %.3g m",
-             src or "the cloth", len(x_in), out.vertex_count, h, before, after)
+    log.info(
+        "remeshed %s: %d -> %d vertices, target edge length %.3g m, smallest triangle height %.3g -> %.3g m",
+        src or "the cloth",
+        len(x_in),
+        out.vertex_count,
+        h,
+        before,
+        after,
+    )
     if after < before:
         # the border is kept as it is: a thin triangle against it can get thinner
-        log.warning("%s: remeshing left a thinner triangle than the mesh had (%.3g m high, was %.3g m), next "
-                    "to the border, which it keeps: the mesh may run better as it is (remesh = false)",
-                    src or "remesh", after, before)
+        log.warning(
+            "%s: remeshing left a thinner triangle than the mesh had (%.3g m high, was %.3g m), next "
+            "to the border, which it keeps: the mesh may run better as it is (remesh = false)",
+            src or "remesh",
+            after,
+            before,
+        )
     return out

@@ -88,8 +88,7 @@ def tetrahedralize(
         )
     if np.any(counts > 2):
         raise MeshError(
-            f"surface is not manifold ({int(np.sum(counts > 2))} edges shared by more "
-            "than two triangles)",
+            f"surface is not manifold ({int(np.sum(counts > 2))} edges shared by more than two triangles)",
             src,
         )
     used = np.unique(faces)
@@ -165,9 +164,16 @@ def warn_slivers(mesh: TetMesh, key: str) -> int:
     ang = min_dihedral_angles(mesh.vertices, mesh.tets)
     bad = int(np.count_nonzero(ang < SLIVER_DIHEDRAL))
     if bad:
-        log.warning("%s (%s): %d of %d tets are slivers (smallest dihedral angle %.2g degrees, below %g); "
-                    "remesh it, or give a closed surface for TetGen to fill", key, mesh.source, bad, len(ang),
-                    float(ang.min()), SLIVER_DIHEDRAL)
+        log.warning(
+            "%s (%s): %d of %d tets are slivers (smallest dihedral angle %.2g degrees, below %g); "
+            "remesh it, or give a closed surface for TetGen to fill",
+            key,
+            mesh.source,
+            bad,
+            len(ang),
+            float(ang.min()),
+            SLIVER_DIHEDRAL,
+        )
     return bad
 
 

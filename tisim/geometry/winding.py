@@ -19,14 +19,18 @@ def winding_numbers(points, vertices, faces, *, chunk: int = 1 << 16) -> np.ndar
     out = np.zeros(len(p))
     step = max(1, chunk // max(len(tri), 1))
     for s in range(0, len(p), step):
-        a = tri[None, :, 0] - p[s:s + step, None]
-        b = tri[None, :, 1] - p[s:s + step, None]
-        c = tri[None, :, 2] - p[s:s + step, None]
+        a = tri[None, :, 0] - p[s : s + step, None]
+        b = tri[None, :, 1] - p[s : s + step, None]
+        c = tri[None, :, 2] - p[s : s + step, None]
         la, lb, lc = (np.linalg.norm(v, axis=2) for v in (a, b, c))
         num = np.einsum("kmi,kmi->km", a, np.cross(b, c))
-        den = (la * lb * lc + np.einsum("kmi,kmi->km", a, b) * lc + np.einsum("kmi,kmi->km", b, c) * la
-               + np.einsum("kmi,kmi->km", c, a) * lb)
-        out[s:s + step] = 2.0 * np.arctan2(num, den).sum(axis=1) / (4.0 * np.pi)
+        den = (
+            la * lb * lc
+            + np.einsum("kmi,kmi->km", a, b) * lc
+            + np.einsum("kmi,kmi->km", b, c) * la
+            + np.einsum("kmi,kmi->km", c, a) * lb
+        )
+        out[s : s + step] = 2.0 * np.arctan2(num, den).sum(axis=1) / (4.0 * np.pi)
     return out
 
 

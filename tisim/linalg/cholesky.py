@@ -92,8 +92,7 @@ def _check_matrix(A) -> sp.csc_matrix:
     if np.any(d <= 0):
         i = int(np.argmin(d))
         raise FactorizationError(
-            f"matrix is not positive definite: diagonal entry {i} is {d[i]:.3g} "
-            "(zero mass or stiffness?)"
+            f"matrix is not positive definite: diagonal entry {i} is {d[i]:.3g} (zero mass or stiffness?)"
         )
     asym = abs(A - A.T).max() if A.nnz else 0.0
     if asym > 1e-10 * abs(A).max():
@@ -166,9 +165,7 @@ def _factorize_scipy(A: sp.csc_matrix, ordering: str) -> Factor:
         used = "rcm"
     Ap = A[perm][:, perm].tocsc()
     try:
-        lu = spla.splu(
-            Ap, permc_spec="NATURAL", diag_pivot_thresh=0.0, options={"SymmetricMode": True}
-        )
+        lu = spla.splu(Ap, permc_spec="NATURAL", diag_pivot_thresh=0.0, options={"SymmetricMode": True})
     except RuntimeError as e:
         raise FactorizationError(f"matrix is singular ({e})") from None
     if not (np.array_equal(lu.perm_r, np.arange(n)) and np.array_equal(lu.perm_c, np.arange(n))):

@@ -49,11 +49,18 @@ class NotPositiveDefinite(PardisoError):
 
 
 _ERRORS = {
-    -1: "input inconsistent", -2: "not enough memory", -3: "reordering problem",
+    -1: "input inconsistent",
+    -2: "not enough memory",
+    -3: "reordering problem",
     -4: "zero pivot, numerical factorization or iterative refinement problem",
-    -5: "unclassified internal error", -6: "reordering failed", -7: "diagonal matrix is singular",
-    -8: "32-bit integer overflow", -9: "not enough memory for OOC", -10: "error opening OOC files",
-    -11: "read/write error with OOC files", -12: "pardiso_64 called from 32-bit library",
+    -5: "unclassified internal error",
+    -6: "reordering failed",
+    -7: "diagonal matrix is singular",
+    -8: "32-bit integer overflow",
+    -9: "not enough memory for OOC",
+    -10: "error opening OOC files",
+    -11: "read/write error with OOC files",
+    -12: "pardiso_64 called from 32-bit library",
 }
 
 
@@ -96,8 +103,13 @@ _INT = np.int32
 
 def same_pattern(A: sp.spmatrix, pattern) -> bool:
     """Whether compressed matrix A has the pattern ``(indptr, indices)`` (None: no)."""
-    return (pattern is not None and A.indptr.shape == pattern[0].shape and A.indices.shape == pattern[1].shape
-            and np.array_equal(A.indptr, pattern[0]) and np.array_equal(A.indices, pattern[1]))
+    return (
+        pattern is not None
+        and A.indptr.shape == pattern[0].shape
+        and A.indices.shape == pattern[1].shape
+        and np.array_equal(A.indptr, pattern[0])
+        and np.array_equal(A.indices, pattern[1])
+    )
 
 
 def _ptr(a: np.ndarray):
@@ -148,8 +160,9 @@ def block_upper_map(A: sp.csr_matrix, b: int = 3):
         if not np.array_equal(ix[which == i], lead):
             return none
     triples = lead.reshape(-1, b)
-    if (triples[:, 0] % b).any() or not np.array_equal(triples - triples[:, :1],
-                                                       np.broadcast_to(np.arange(b), triples.shape)):
+    if (triples[:, 0] % b).any() or not np.array_equal(
+        triples - triples[:, :1], np.broadcast_to(np.arange(b), triples.shape)
+    ):
         return none
     per_row = count[:, 0] // b  # blocks per block row
     brow = np.repeat(np.arange(nb, dtype=np.int64), per_row)
@@ -304,7 +317,8 @@ class Pardiso:
         NotPositiveDefinite on a zero or negative pivot. The analysis depends on the
         pattern alone, so results do not depend on earlier matrices."""
         if self._block_of(U) != self._block or not same_pattern(
-                U, None if self._indptr is None else (self._indptr, self._indices)):
+            U, None if self._indptr is None else (self._indptr, self._indices)
+        ):
             self.analyse(U)
         self._data = np.ascontiguousarray(U.data.reshape(-1), dtype=self._real)
         self._call(22)

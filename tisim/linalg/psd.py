@@ -273,9 +273,7 @@ class PSDProjector:
             return
         shape = tuple(A.shape)
         if len(shape) != 3 or shape[1] != self.dim or shape[2] != self.dim or shape[0] < count:
-            raise ValueError(
-                f"A has shape {shape}; expected (>= {count}, {self.dim}, {self.dim})"
-            )
+            raise ValueError(f"A has shape {shape}; expected (>= {count}, {self.dim}, {self.dim})")
         self._launch(A, count)
 
     def compile(self, A) -> None:

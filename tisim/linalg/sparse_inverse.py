@@ -54,8 +54,7 @@ class SparseInverseTooLarge(MemoryError):
         self.limit_mb = limit_mb
         self.nnz = nnz
         super().__init__(
-            f"sparse inverse would need {predicted_mb:.1f} MB (nnz(S) = {nnz:,}) "
-            f"but the limit is {limit_mb:.1f} MB"
+            f"sparse inverse would need {predicted_mb:.1f} MB (nnz(S) = {nnz:,}) but the limit is {limit_mb:.1f} MB"
         )
 
 
@@ -128,9 +127,7 @@ def predict_nnz(parent: np.ndarray) -> int:
     return int(etree_depths(parent).sum())
 
 
-def predict_memory_mb(
-    nnz: int, n: int, value_bytes: int = 8, index_bytes: int = 4, copies: int = 2
-) -> float:
+def predict_memory_mb(nnz: int, n: int, value_bytes: int = 8, index_bytes: int = 4, copies: int = 2) -> float:
     """MB (1e6 bytes) to store ``copies`` CSR copies of an n x n matrix with nnz entries
     (S and S^T are both kept so that neither product is a transposed one)."""
     one = nnz * (value_bytes + index_bytes) + (n + 1) * 8
@@ -166,10 +163,7 @@ class SparseInverse:
     @property
     def memory_both_mb(self) -> float:
         """MB of S and S^T together."""
-        return (
-            self.memory_mb
-            + (self.ST.data.nbytes + self.ST.indices.nbytes + self.ST.indptr.nbytes) / 1e6
-        )
+        return self.memory_mb + (self.ST.data.nbytes + self.ST.indices.nbytes + self.ST.indptr.nbytes) / 1e6
 
     def solve(self, b: np.ndarray) -> np.ndarray:
         """A^-1 b = P^T S^T S P b on the host, b of shape (n,) or (n, k)."""

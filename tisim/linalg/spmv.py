@@ -156,9 +156,7 @@ def csr_matvec3_scatter_add(
 
 
 @ti.kernel
-def gather3(
-    src: ti.types.ndarray(ndim=2), index: ti.types.ndarray(ndim=1), dst: ti.types.ndarray(ndim=2)
-):
+def gather3(src: ti.types.ndarray(ndim=2), index: ti.types.ndarray(ndim=1), dst: ti.types.ndarray(ndim=2)):
     """dst[i] = src[index[i]] for i < len(index)."""
     for i in range(index.shape[0]):
         j = index[i]

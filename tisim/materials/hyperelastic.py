@@ -210,11 +210,7 @@ def _dpiola(name, F, mu, lam):
     if name == "neo-hookean":
         C = _cofactor(F)
         lp = l5 + m5
-        return (
-            m5 * _I4
-            + lp * _outer(C, C)
-            + (lp * (J[:, None, None, None, None] - 1.0) - m5) * _det_hessian(F)
-        )
+        return m5 * _I4 + lp * _outer(C, C) + (lp * (J[:, None, None, None, None] - 1.0) - m5) * _det_hessian(F)
     if name == "symmetric-dirichlet":
         ok = J != 0.0
         A = _inv_T(F, ok)
@@ -332,9 +328,7 @@ def energy_density_sigma(name: str, sigma, mu, lam) -> np.ndarray:
         elif name == "neo-hookean":
             psi = 0.5 * mu * (s2 - 3.0) - mu * (J - 1.0) + 0.5 * (lam + mu) * (J - 1.0) ** 2
         elif name == "symmetric-dirichlet":
-            psi = np.where(
-                J != 0.0, 0.5 * mu * (s2 + np.sum(1.0 / (s * s), axis=1)) - 3.0 * mu, np.inf
-            )
+            psi = np.where(J != 0.0, 0.5 * mu * (s2 + np.sum(1.0 / (s * s), axis=1)) - 3.0 * mu, np.inf)
         else:
             ok = J > 0.0
             logJ = np.log(np.where(ok, J, 1.0))
@@ -395,10 +389,7 @@ def hessian_sigma(name: str, sigma, mu, lam) -> np.ndarray:
             inv = 1.0 / s
             if name == "neo-hookean-log":
                 logJ = np.log(np.where(ok, J2, np.nan))
-                H = (
-                    eye * (m2 + (m2 - l2 * logJ) * inv[:, :, None] ** 2)
-                    + l2 * inv[:, :, None] * inv[:, None, :]
-                )
+                H = eye * (m2 + (m2 - l2 * logJ) * inv[:, :, None] ** 2) + l2 * inv[:, :, None] * inv[:, None, :]
             else:
                 H = m2 * eye * (1.0 + inv[:, :, None] ** 2)
             H = np.where(ok, H, np.nan)

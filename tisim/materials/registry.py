@@ -78,12 +78,8 @@ REGISTRY: dict[str, Material] = {
             False,
             True,
         ),
-        Material(
-            "symmetric-dirichlet", "mu/2 (||F||^2 + ||F^-1||^2) - 3 mu", False, True, False, False
-        ),
-        Material(
-            "symmetric-gradient", "mu/2 ||F||^2 - mu log J - 3 mu/2", False, True, False, False
-        ),
+        Material("symmetric-dirichlet", "mu/2 (||F||^2 + ||F^-1||^2) - 3 mu", False, True, False, False),
+        Material("symmetric-gradient", "mu/2 ||F||^2 - mu log J - 3 mu/2", False, True, False, False),
     )
 }
 assert tuple(REGISTRY) == _h.MATERIAL_NAMES
@@ -94,9 +90,7 @@ def get(name: str) -> Material:
     try:
         return REGISTRY[name]
     except KeyError:
-        raise KeyError(
-            f"unknown material {name!r}: expected one of {', '.join(REGISTRY)}"
-        ) from None
+        raise KeyError(f"unknown material {name!r}: expected one of {', '.join(REGISTRY)}") from None
 
 
 def names() -> tuple[str, ...]:

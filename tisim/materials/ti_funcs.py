@@ -243,24 +243,16 @@ def matrix_to_quat(R):
     q = ti.Vector([1.0, 0.0, 0.0, 0.0])
     if t >= R[0, 0] and t >= R[1, 1] and t >= R[2, 2]:
         s = 2.0 * ti.sqrt(ti.max(1.0 + t, 0.0))
-        q = ti.Vector(
-            [0.25 * s, (R[2, 1] - R[1, 2]) / s, (R[0, 2] - R[2, 0]) / s, (R[1, 0] - R[0, 1]) / s]
-        )
+        q = ti.Vector([0.25 * s, (R[2, 1] - R[1, 2]) / s, (R[0, 2] - R[2, 0]) / s, (R[1, 0] - R[0, 1]) / s])
     elif R[0, 0] >= R[1, 1] and R[0, 0] >= R[2, 2]:
         s = 2.0 * ti.sqrt(ti.max(1.0 + R[0, 0] - R[1, 1] - R[2, 2], 0.0))
-        q = ti.Vector(
-            [(R[2, 1] - R[1, 2]) / s, 0.25 * s, (R[0, 1] + R[1, 0]) / s, (R[0, 2] + R[2, 0]) / s]
-        )
+        q = ti.Vector([(R[2, 1] - R[1, 2]) / s, 0.25 * s, (R[0, 1] + R[1, 0]) / s, (R[0, 2] + R[2, 0]) / s])
     elif R[1, 1] >= R[2, 2]:
         s = 2.0 * ti.sqrt(ti.max(1.0 + R[1, 1] - R[0, 0] - R[2, 2], 0.0))
-        q = ti.Vector(
-            [(R[0, 2] - R[2, 0]) / s, (R[0, 1] + R[1, 0]) / s, 0.25 * s, (R[1, 2] + R[2, 1]) / s]
-        )
+        q = ti.Vector([(R[0, 2] - R[2, 0]) / s, (R[0, 1] + R[1, 0]) / s, 0.25 * s, (R[1, 2] + R[2, 1]) / s])
     else:
         s = 2.0 * ti.sqrt(ti.max(1.0 + R[2, 2] - R[0, 0] - R[1, 1], 0.0))
-        q = ti.Vector(
-            [(R[1, 0] - R[0, 1]) / s, (R[0, 2] + R[2, 0]) / s, (R[1, 2] + R[2, 1]) / s, 0.25 * s]
-        )
+        q = ti.Vector([(R[1, 0] - R[0, 1]) / s, (R[0, 2] + R[2, 0]) / s, (R[1, 2] + R[2, 1]) / s, 0.25 * s])
     return q.normalized()
 
 
@@ -334,9 +326,7 @@ def polar_rotation_quat(F, q_guess, iterations):
         R = quat_to_matrix(q)
         g = ti.Vector([0.0, 0.0, 0.0])
         for i in ti.static(range(3)):
-            g += ti.Vector([R[0, i], R[1, i], R[2, i]]).cross(
-                ti.Vector([F[0, i], F[1, i], F[2, i]])
-            )
+            g += ti.Vector([R[0, i], R[1, i], R[2, i]]).cross(ti.Vector([F[0, i], F[1, i], F[2, i]]))
         T = F @ R.transpose()
         tr = T.trace()
         M = tr * ti.Matrix.identity(float, 3) - 0.5 * (T + T.transpose())
@@ -353,12 +343,7 @@ def polar_rotation_quat(F, q_guess, iterations):
             best_gain = _axis_gain(gn, best_n.dot(M @ best_n))
         m2 = M[0, 0] * M[1, 1] - M[0, 1] * M[1, 0]
         floor = 1e-8 * fnorm
-        if (
-            gn > 0.0
-            and M[0, 0] > floor
-            and m2 > floor * floor
-            and M.determinant() > floor * floor * floor
-        ):
+        if gn > 0.0 and M[0, 0] > floor and m2 > floor * floor and M.determinant() > floor * floor * floor:
             n = (M.inverse() @ g).normalized()
             gain = _axis_gain(n.dot(g), n.dot(M @ n))
             if gain >= best_gain:

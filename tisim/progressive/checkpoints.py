@@ -32,16 +32,28 @@ class Checkpoints:
         p = self.checkpoint_path(level, frame)
         p.parent.mkdir(parents=True, exist_ok=True)
         tmp = p.with_name(f".{p.stem}.{os.getpid()}.{uuid.uuid4().hex[:6]}.tmp.npz")
-        np.savez(tmp, x=st.x, v=st.v, t=st.t, kappa=st.kappa, kappa_max=st.kappa_max,
-                 obstacles=st.obstacles if st.obstacles is not None else np.zeros((0, 3)),
-                 steps=np.stack(steps) if steps else np.zeros((0,) + st.x.shape))
+        np.savez(
+            tmp,
+            x=st.x,
+            v=st.v,
+            t=st.t,
+            kappa=st.kappa,
+            kappa_max=st.kappa_max,
+            obstacles=st.obstacles if st.obstacles is not None else np.zeros((0, 3)),
+            steps=np.stack(steps) if steps else np.zeros((0,) + st.x.shape),
+        )
         os.replace(tmp, p)
 
     def load_checkpoint(self, level: int, frame: int):
         with np.load(self.checkpoint_path(level, frame)) as d:
-            st = LevelState(x=d["x"].copy(), v=d["v"].copy(), t=float(d["t"]), kappa=float(d["kappa"]),
-                            kappa_max=float(d["kappa_max"]) if "kappa_max" in d else math.inf,
-                            obstacles=d["obstacles"].copy() if len(d["obstacles"]) else None)
+            st = LevelState(
+                x=d["x"].copy(),
+                v=d["v"].copy(),
+                t=float(d["t"]),
+                kappa=float(d["kappa"]),
+                kappa_max=float(d["kappa_max"]) if "kappa_max" in d else math.inf,
+                obstacles=d["obstacles"].copy() if len(d["obstacles"]) else None,
+            )
             return st, list(d["steps"])
 
     def last_checkpoint(self, level: int) -> int:
@@ -99,15 +111,21 @@ class Checkpoints:
             vertices = [lv.vertex_count for lv in self.hierarchy.levels]
             had = (prev.get("hierarchy") or {}).get("vertices")
             if had is not None and list(had) != vertices:
-                raise ConfigError("", f"cannot resume: the refine there has {len(had)} levels of "
-                                      f"{', '.join(map(str, had))} vertices, this one {len(vertices)} of "
-                                      f"{', '.join(map(str, vertices))}{again}", str(self.out))
+                raise ConfigError(
+                    "",
+                    f"cannot resume: the refine there has {len(had)} levels of "
+                    f"{', '.join(map(str, had))} vertices, this one {len(vertices)} of "
+                    f"{', '.join(map(str, vertices))}{again}",
+                    str(self.out),
+                )
             if isinstance(prev.get("scene"), dict):
-                key, was, now = _first_difference(prev["scene"], json.loads(json.dumps(self.scene.to_dict())),
-                                                  ignore=_RESUME_MAY_CHANGE)
+                key, was, now = _first_difference(
+                    prev["scene"], json.loads(json.dumps(self.scene.to_dict())), ignore=_RESUME_MAY_CHANGE
+                )
                 if key is not None:
-                    raise ConfigError("", f"cannot resume: {key} was {was!r} there and is {now!r} now{again}",
-                                      str(self.out))
+                    raise ConfigError(
+                        "", f"cannot resume: {key} was {was!r} there and is {now!r} now{again}", str(self.out)
+                    )
         for level in range(self.L + 1):
             last = self.last_checkpoint(level)
             if last < 0:
@@ -116,8 +134,12 @@ class Checkpoints:
                 n = len(d["x"])
             want = self.hierarchy.levels[level].vertex_count
             if n != want:
-                raise ConfigError("", f"cannot resume: level {level}'s checkpoints have {n} vertices, this refine's "
-                                      f"level {level} has {want}{again}", str(self.out))
+                raise ConfigError(
+                    "",
+                    f"cannot resume: level {level}'s checkpoints have {n} vertices, this refine's "
+                    f"level {level} has {want}{again}",
+                    str(self.out),
+                )
 
     def _level_entry(self, level: int, li: dict) -> dict:
         """``level``'s entry in run.json: ``li``, or the resumed refine's entry when this
@@ -129,8 +151,7 @@ class Checkpoints:
     def _with_earlier(self, levels: list[dict]) -> list[dict]:
         """``levels`` and the resumed refine's entries of the levels not among them, by level."""
         have = {e["level"] for e in levels}
-        return sorted(levels + [e for k, e in self._earlier_levels.items() if k not in have],
-                      key=lambda e: e["level"])
+        return sorted(levels + [e for k, e in self._earlier_levels.items() if k not in have], key=lambda e: e["level"])
 
 
 class _Trajectory:

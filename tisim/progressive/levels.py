@@ -96,8 +96,9 @@ def build_levels(scene, model, count: int | None = None):
         method = "loop" if oc.generator in ("cloth", "sphere") else "decimate"
     # the object's own masses (the plain cloth solver's), so a one-level refine is that
     # solver exactly and a mesh-file finest level keeps them
-    base = hy.Level(np.asarray(cp.rest, dtype=np.float64), mesh.faces, np.asarray(cp.mass, dtype=np.float64),
-                    mesh.uv, mesh.face_uv)
+    base = hy.Level(
+        np.asarray(cp.rest, dtype=np.float64), mesh.faces, np.asarray(cp.mass, dtype=np.float64), mesh.uv, mesh.face_uv
+    )
     try:
         if method in ("loop", "midpoint"):
             H = hy.build_hierarchy(base, levels, method=method, mass=rc.mass)
@@ -106,23 +107,33 @@ def build_levels(scene, model, count: int | None = None):
             if rc.method == "auto" and levels > 1 and base.vertex_count < need:
                 # too coarse to decimate: refine upward, the mesh is the preview
                 H = hy.build_hierarchy(base, levels, method="loop", mass=rc.mass)
-                log.info("%s has %d vertices, too few to decimate into %d levels (%d needed): it is the "
-                         "preview, and Loop subdivision makes the finer levels (%s vertices)",
-                         oc.mesh, base.vertex_count, levels, need,
-                         ", ".join(str(lv.vertex_count) for lv in H.levels[1:]))
+                log.info(
+                    "%s has %d vertices, too few to decimate into %d levels (%d needed): it is the "
+                    "preview, and Loop subdivision makes the finer levels (%s vertices)",
+                    oc.mesh,
+                    base.vertex_count,
+                    levels,
+                    need,
+                    ", ".join(str(lv.vertex_count) for lv in H.levels[1:]),
+                )
             else:
-                H = hy.build_hierarchy(base, levels, method="decimate", coarse_vertices=tuple(rc.coarse_vertices),
-                                       mass=rc.mass)
+                H = hy.build_hierarchy(
+                    base, levels, method="decimate", coarse_vertices=tuple(rc.coarse_vertices), mass=rc.mass
+                )
         else:
             if len(rc.meshes) != levels - 1:
-                raise ConfigError("refine.meshes", f"expected {levels - 1} coarser meshes for {levels} levels, "
-                                  f"got {len(rc.meshes)}", scene.path)
+                raise ConfigError(
+                    "refine.meshes",
+                    f"expected {levels - 1} coarser meshes for {levels} levels, got {len(rc.meshes)}",
+                    scene.path,
+                )
             user = []
             for i, f in enumerate(rc.meshes):
                 m = load_cloth_mesh(str(scene.mesh_file(f, f"refine.meshes[{i}]")))
                 user.append(hy.Level.from_mesh(_transform(m.vertices, oc, scene), m.faces, rho, m.uv, m.face_uv))
             H = hy.from_meshes(user + [base], mass=rc.mass)
     except MeshError as e:
-        raise MeshError(str(e).split(": ", 1)[-1] if scene.path and str(e).startswith(scene.path) else str(e),
-                        scene.path) from None
+        raise MeshError(
+            str(e).split(": ", 1)[-1] if scene.path and str(e).startswith(scene.path) else str(e), scene.path
+        ) from None
     return H, oc, name

@@ -39,10 +39,22 @@ def run_pipelined(self, frames, resume, info, announce):
     with _environment(threads):
         for (level,) in groups[1:]:
             (self.level_dir(level) / "worker_error.txt").unlink(missing_ok=True)
-            pr = ctx.Process(target=_pipeline_worker,
-                             args=(type(self), self.scene, str(self.out), level, frames, resume, self.binfo.arch,
-                                   self.binfo.precision, self.hierarchy.level_count, self.export_meshes,
-                                   time.time()))
+            pr = ctx.Process(
+                target=_pipeline_worker,
+                args=(
+                    type(self),
+                    self.scene,
+                    str(self.out),
+                    level,
+                    frames,
+                    resume,
+                    self.binfo.arch,
+                    self.binfo.precision,
+                    self.hierarchy.level_count,
+                    self.export_meshes,
+                    time.time(),
+                ),
+            )
             pr.start()
             procs[level] = pr
     info["pipelined_threads"] = {k: os.environ.get(k, v) for k, v in threads.items()}
@@ -53,8 +65,10 @@ def run_pipelined(self, frames, resume, info, announce):
         here = groups[0]
         name = f"level {here[0]}" if len(here) == 1 else f"levels {here[0]}-{here[-1]}"
         bar = _bar(self.progress, frames, name)
-        running = {lv: self.level_frames(lv, frames, resume=resume,
-                                         bar=bar.advance if bar and lv == here[-1] else None) for lv in here}
+        running = {
+            lv: self.level_frames(lv, frames, resume=resume, bar=bar.advance if bar and lv == here[-1] else None)
+            for lv in here
+        }
         try:
             while running:  # one frame of each level in turn, coarsest first
                 for lv in list(running):
@@ -72,8 +86,15 @@ def run_pipelined(self, frames, resume, info, announce):
         cpu = _cpu_seconds() - c0
         for lv in here:
             li, sec = done[lv]
-            li.update(level=lv, seconds=sec, process_s=sec, cpu_s=cpu, levels_in_process=here,
-                      vertices=self.hierarchy.levels[lv].vertex_count, faces=self.hierarchy.levels[lv].face_count)
+            li.update(
+                level=lv,
+                seconds=sec,
+                process_s=sec,
+                cpu_s=cpu,
+                levels_in_process=here,
+                vertices=self.hierarchy.levels[lv].vertex_count,
+                faces=self.hierarchy.levels[lv].face_count,
+            )
             li = self._level_entry(lv, li)
             info["levels"].append(li)
             if announce is not None:
@@ -89,8 +110,12 @@ def run_pipelined(self, frames, resume, info, announce):
                 why = f": {err.read_text()}" if err.exists() else ""
                 raise FloatingPointError(f"level {level} failed in its process (exit code {pr.exitcode}){why}")
             li = json.loads((self.level_dir(level) / "level.json").read_text())
-            li.update(level=level, seconds=seconds[-1], vertices=self.hierarchy.levels[level].vertex_count,
-                      faces=self.hierarchy.levels[level].face_count)
+            li.update(
+                level=level,
+                seconds=seconds[-1],
+                vertices=self.hierarchy.levels[level].vertex_count,
+                faces=self.hierarchy.levels[level].face_count,
+            )
             li = self._level_entry(level, li)
             info["levels"].append(li)
             if announce is not None:
@@ -157,15 +182,15 @@ def _load_plotting() -> None:
         pass
 
 
-
 def _pipeline_worker(refiner_class, scene, out, level, frames, resume, arch, precision, count, export, spawned):
     """One level of the pipelined schedule in its own process. Its level.json records
     ``startup_s`` (from the spawn until ready to step: interpreter, imports, Taichi, the
     levels and the solver; the kernels load at the first step, inside the first frame),
     ``process_s`` (spawn to end) and ``cpu_s`` (the process's CPU time, all threads)."""
     try:
-        r = refiner_class(scene, out, levels=count, arch=arch, precision=precision, progress=False,
-                               export_meshes=export)
+        r = refiner_class(
+            scene, out, levels=count, arch=arch, precision=precision, progress=False, export_meshes=export
+        )
         r.solver(level)
         ready = time.time() - spawned
         li = r.run_level(level, frames, resume=resume)
@@ -174,10 +199,13 @@ def _pipeline_worker(refiner_class, scene, out, level, frames, resume, arch, pre
         err.parent.mkdir(parents=True, exist_ok=True)
         err.write_text(f"{type(e).__name__}: {e}")
         raise SystemExit(1) from None
-    li.update(startup_s=ready, process_s=time.time() - spawned, cpu_s=_cpu_seconds(),
-              threads=os.environ.get("TI_CPU_MAX_NUM_THREADS"))
+    li.update(
+        startup_s=ready,
+        process_s=time.time() - spawned,
+        cpu_s=_cpu_seconds(),
+        threads=os.environ.get("TI_CPU_MAX_NUM_THREADS"),
+    )
     (r.level_dir(level) / "level.json").write_text(json.dumps(li))
-
 
 
 def _cpu_seconds() -> float:
@@ -192,9 +220,13 @@ def _cpu_seconds() -> float:
 
 def _merge(a, b):
     return dataclasses.replace(
-        b, iterations=a.iterations + b.iterations, ccd_clamps=a.ccd_clamps + b.ccd_clamps,
-        min_distance=min(a.min_distance, b.min_distance), max_strain=max(a.max_strain, b.max_strain),
-        converged=a.converged and b.converged)
+        b,
+        iterations=a.iterations + b.iterations,
+        ccd_clamps=a.ccd_clamps + b.ccd_clamps,
+        min_distance=min(a.min_distance, b.min_distance),
+        max_strain=max(a.max_strain, b.max_strain),
+        converged=a.converged and b.converged,
+    )
 
 
 def _bar(enabled, total, name):

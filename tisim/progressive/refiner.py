@@ -49,9 +49,19 @@ class ProgressiveRefiner(Checkpoints):
     consistency.png, run.json and, when rendering, a side-by-side MP4 of all levels.
     """
 
-    def __init__(self, scene, out_dir, *, levels: int | None = None, arch: str = "auto",
-                 precision: str | None = None, render: bool = False, progress: bool = True,
-                 export_meshes: bool = True, on_level_done=None):
+    def __init__(
+        self,
+        scene,
+        out_dir,
+        *,
+        levels: int | None = None,
+        arch: str = "auto",
+        precision: str | None = None,
+        render: bool = False,
+        progress: bool = True,
+        export_meshes: bool = True,
+        on_level_done=None,
+    ):
         from tisim import backend
         from tisim.model import Model
 
@@ -89,9 +99,18 @@ class ProgressiveRefiner(Checkpoints):
             from tisim.solvers.cloth.solver import ShellTerm
 
             cp = cloth_part_for_level(self.hierarchy.finest, self.oc)
-            self._fine_term = ShellTerm(cp.vertex_count, cp.faces, cp.hinges, cp.rest, cp.face_mu, cp.face_lam,
-                                        cp.face_thickness, cp.hinge_k, bending=self.scene.solver.bending,
-                                        lumped_bending=self.scene.solver.bending_hessian == "lumped")
+            self._fine_term = ShellTerm(
+                cp.vertex_count,
+                cp.faces,
+                cp.hinges,
+                cp.rest,
+                cp.face_mu,
+                cp.face_lam,
+                cp.face_thickness,
+                cp.hinge_k,
+                bending=self.scene.solver.bending,
+                lumped_bending=self.scene.solver.bending_hessian == "lumped",
+            )
         return self._fine_term
 
     def solver(self, level: int, *, direct: bool = False):
@@ -116,12 +135,17 @@ class ProgressiveRefiner(Checkpoints):
         made_here = level < self.L and self.hierarchy.method == "decimate"
         try:
             # every level's start must be valid for the barrier, coarse ones made here too
-            s.check_start(self.initial_state(level).x, s.obstacles.positions(0.0, self.model.initial_positions),
-                          advice="give the preview more vertices (refine.coarse_vertices)" if made_here
-                          else "separate them")
+            s.check_start(
+                self.initial_state(level).x,
+                s.obstacles.positions(0.0, self.model.initial_positions),
+                advice="give the preview more vertices (refine.coarse_vertices)" if made_here else "separate them",
+            )
         except MeshError as err:
-            raise MeshError(f"hierarchy level {level} of {self.L} ({lv.vertex_count} vertices, "
-                            f"{self.hierarchy.method}): {err.detail}", err.path) from None
+            raise MeshError(
+                f"hierarchy level {level} of {self.L} ({lv.vertex_count} vertices, "
+                f"{self.hierarchy.method}): {err.detail}",
+                err.path,
+            ) from None
         self._solvers[key] = s
         return s
 
@@ -147,8 +171,9 @@ class ProgressiveRefiner(Checkpoints):
         return LevelState(x=self.hierarchy.levels[level].vertices.copy(), v=np.ascontiguousarray(v))
 
     # ------------------------------------------------------------------ stepping
-    def step_level(self, level: int, st: LevelState, x_hat: np.ndarray, tolerance: float | None,
-                   solver=None, handles=None):
+    def step_level(
+        self, level: int, st: LevelState, x_hat: np.ndarray, tolerance: float | None, solver=None, handles=None
+    ):
         """One implicit step of ``level`` from ``st`` towards ``x_hat``; returns the new
         LevelState and the solver's StepResult."""
         s = solver if solver is not None else self.solver(level)
@@ -168,10 +193,17 @@ class ProgressiveRefiner(Checkpoints):
             tgt = np.concatenate([hd.targets(t1) for hd in active])
         else:
             idx, tgt = np.zeros(0, np.int64), np.zeros((0, 3))
-        res = s.solve(st.x, x_hat, h, f_ext=f_ext, obstacles=(obs_start, obs_target), held=(idx, tgt),
-                      tolerance=tolerance)
-        new = LevelState(x=res.x, v=(res.x - st.x) / h, t=t1, kappa=s.kappa, kappa_max=s.kappa_max,
-                         obstacles=s._last_obstacles.copy())
+        res = s.solve(
+            st.x, x_hat, h, f_ext=f_ext, obstacles=(obs_start, obs_target), held=(idx, tgt), tolerance=tolerance
+        )
+        new = LevelState(
+            x=res.x,
+            v=(res.x - st.x) / h,
+            t=t1,
+            kappa=s.kappa,
+            kappa_max=s.kappa_max,
+            obstacles=s._last_obstacles.copy(),
+        )
         return new, res
 
     def inertial_target(self, P, xl: np.ndarray, xl_prev: np.ndarray, x: np.ndarray) -> np.ndarray:
@@ -192,7 +224,6 @@ class ProgressiveRefiner(Checkpoints):
 
     def tolerance(self, level: int) -> float | None:
         return None if level == self.L else self.scene.refine.intermediate_tolerance
-
 
     # ------------------------------------------------------------------ one level
     def run_level(self, level: int, frames: int, *, resume: bool = False, bar=None) -> dict:
@@ -274,9 +305,13 @@ class ProgressiveRefiner(Checkpoints):
             stats.close()
         # first_frame_s: in a fresh process it includes loading every kernel (Taichi's
         # Python front end and its offline cache), several seconds on two cores
-        return {"frames": frames - start, "median_ms": float(np.median(wall)) if wall else math.nan,
-                "mean_ms": float(np.mean(wall)) if wall else math.nan, "total_s": float(np.sum(wall) / 1e3),
-                "first_frame_s": float(wall[0] / 1e3) if wall else math.nan}
+        return {
+            "frames": frames - start,
+            "median_ms": float(np.median(wall)) if wall else math.nan,
+            "mean_ms": float(np.mean(wall)) if wall else math.nan,
+            "total_s": float(np.sum(wall) / 1e3),
+            "first_frame_s": float(wall[0] / 1e3) if wall else math.nan,
+        }
 
     def _row(self, level, frame, st: LevelState, res, ms, second) -> dict:
         s = self.solver(level)
@@ -286,18 +321,37 @@ class ProgressiveRefiner(Checkpoints):
         com = (m[:, None] * st.x).sum(axis=0) / m.sum()
         ke = 0.5 * float((m * (st.v**2).sum(axis=1)).sum())
         pot = s.potential_energy(st.x)
-        row = {"frame": frame, "time": st.t, "wall_ms": ms, "kinetic": ke, "potential": pot,
-               "total_energy": ke + pot, "px": p[0], "py": p[1], "pz": p[2], "lx": L[0], "ly": L[1], "lz": L[2],
-               "com_x": com[0], "com_y": com[1], "com_z": com[2], "vcom_x": p[0] / m.sum(),
-               "vcom_y": p[1] / m.sum(), "vcom_z": p[2] / m.sum(), "min_volume_ratio": math.nan,
-               "iterations": res.iterations if res else 0, "residual": res.residual if res else math.nan,
-               "n_contacts": res.n_contacts if res else 0, "max_penetration": 0.0 if res else math.nan,
-               "converged": res.converged if res else True,
-               "newton_iterations": res.iterations if res else 0,
-               "min_distance": res.min_distance if res else math.nan,
-               "ccd_clamps": res.ccd_clamps if res else 0,
-               "max_strain": res.max_strain if res else math.nan,
-               "second_difference": second if second is not None else math.nan}
+        row = {
+            "frame": frame,
+            "time": st.t,
+            "wall_ms": ms,
+            "kinetic": ke,
+            "potential": pot,
+            "total_energy": ke + pot,
+            "px": p[0],
+            "py": p[1],
+            "pz": p[2],
+            "lx": L[0],
+            "ly": L[1],
+            "lz": L[2],
+            "com_x": com[0],
+            "com_y": com[1],
+            "com_z": com[2],
+            "vcom_x": p[0] / m.sum(),
+            "vcom_y": p[1] / m.sum(),
+            "vcom_z": p[2] / m.sum(),
+            "min_volume_ratio": math.nan,
+            "iterations": res.iterations if res else 0,
+            "residual": res.residual if res else math.nan,
+            "n_contacts": res.n_contacts if res else 0,
+            "max_penetration": 0.0 if res else math.nan,
+            "converged": res.converged if res else True,
+            "newton_iterations": res.iterations if res else 0,
+            "min_distance": res.min_distance if res else math.nan,
+            "ccd_clamps": res.ccd_clamps if res else 0,
+            "max_strain": res.max_strain if res else math.nan,
+            "second_difference": second if second is not None else math.nan,
+        }
         return row
 
     def _export(self, level: int, frame: int, x: np.ndarray) -> None:
@@ -311,21 +365,31 @@ class ProgressiveRefiner(Checkpoints):
         save_cloth_obj(self.level_dir(level) / "meshes" / f"{self.name}_{frame:05d}.obj", x, mesh)
 
     # ------------------------------------------------------------------ whole refine
-    def run(self, frames: int, *, resume: bool = False, direct: bool = False, schedule: str | None = None,
-            announce=None) -> RefineResult:
+    def run(
+        self, frames: int, *, resume: bool = False, direct: bool = False, schedule: str | None = None, announce=None
+    ) -> RefineResult:
         """Preview first, then every finer level; consistency, plot, run.json."""
         schedule = schedule or self.scene.refine.schedule
-        info = {"scene": self.scene.to_dict(), "scene_file": self.scene.path, "levels": [],
-                "schedule": schedule, "hierarchy_s": self.hierarchy_s,
-                "hierarchy": {"method": self.hierarchy.method, "mass": self.hierarchy.mass,
-                              "vertices": [lv.vertex_count for lv in self.hierarchy.levels],
-                              "faces": [lv.face_count for lv in self.hierarchy.levels]},
-                "arch": self.binfo.arch, "precision": self.binfo.precision,
-                # "1": single-threaded Taichi, so a rerun or --resume is bit-identical
-                "cpu_threads": os.environ.get("TI_CPU_MAX_NUM_THREADS"),
-                # kernel loops compiled serial (backend.SERIAL_LOOPS): a --resume compiles them
-                # the same way, for the same bits
-                "serial_loops": backend.SERIAL_LOOPS}
+        info = {
+            "scene": self.scene.to_dict(),
+            "scene_file": self.scene.path,
+            "levels": [],
+            "schedule": schedule,
+            "hierarchy_s": self.hierarchy_s,
+            "hierarchy": {
+                "method": self.hierarchy.method,
+                "mass": self.hierarchy.mass,
+                "vertices": [lv.vertex_count for lv in self.hierarchy.levels],
+                "faces": [lv.face_count for lv in self.hierarchy.levels],
+            },
+            "arch": self.binfo.arch,
+            "precision": self.binfo.precision,
+            # "1": single-threaded Taichi, so a rerun or --resume is bit-identical
+            "cpu_threads": os.environ.get("TI_CPU_MAX_NUM_THREADS"),
+            # kernel loops compiled serial (backend.SERIAL_LOOPS): a --resume compiles them
+            # the same way, for the same bits
+            "serial_loops": backend.SERIAL_LOOPS,
+        }
         from tisim.outputs import machine, versions
 
         info["machine"] = machine()
@@ -338,7 +402,7 @@ class ProgressiveRefiner(Checkpoints):
         # refused in one line leaves the folder as it was (it emptied the levels' frames,
         # meshes and checkpoints first). A finer level of the pipelined schedule checks in
         # its own process.
-        for level in (pipeline_groups(self.L + 1, self.pipeline_cores)[0] if pipelined else range(self.L + 1)):
+        for level in pipeline_groups(self.L + 1, self.pipeline_cores)[0] if pipelined else range(self.L + 1):
             self.solver(level)
         if resume:
             previous = read_json(self.out / "run.json") or {}
@@ -351,13 +415,17 @@ class ProgressiveRefiner(Checkpoints):
                     return RefineResult(self.out, "completed", frames, [], previous, message, nothing_to_do=True)
         # a resume keeps the timings of the levels it does not step (read before run.json is rewritten)
         earlier = read_json(self.out / "run.json") if resume else None
-        self._earlier_levels = {e["level"]: e for e in (earlier or {}).get("levels") or []
-                                if isinstance(e, dict) and isinstance(e.get("level"), int)}
+        self._earlier_levels = {
+            e["level"]: e
+            for e in (earlier or {}).get("levels") or []
+            if isinstance(e, dict) and isinstance(e.get("level"), int)
+        }
         info["resumed_from"] = self.prepare_outputs(resume)
         # written now and again at the end: a refine killed on the way leaves its settings
         # for --resume
-        _write_json(self.out / "run.json", {**info, "levels": self._with_earlier([]), "ended": "running",
-                                            "message": ""})
+        _write_json(
+            self.out / "run.json", {**info, "levels": self._with_earlier([]), "ended": "running", "message": ""}
+        )
         try:
             if schedule == "pipelined" and self.L > 0:
                 seconds = self._run_pipelined(frames, resume, info, announce)
@@ -371,9 +439,12 @@ class ProgressiveRefiner(Checkpoints):
                         if bar:
                             bar.stop()
                     seconds.append(time.perf_counter() - t0)
-                    li.update(level=level, seconds=seconds[-1],
-                              vertices=self.hierarchy.levels[level].vertex_count,
-                              faces=self.hierarchy.levels[level].face_count)
+                    li.update(
+                        level=level,
+                        seconds=seconds[-1],
+                        vertices=self.hierarchy.levels[level].vertex_count,
+                        faces=self.hierarchy.levels[level].face_count,
+                    )
                     li = self._level_entry(level, li)
                     info["levels"].append(li)
                     if announce is not None:

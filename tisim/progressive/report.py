@@ -36,8 +36,12 @@ def write_consistency(out: Path, L: int, diagonal: float) -> dict:
         w = csv.writer(f)
         head = ["frame", "time"]
         for level in range(1, L + 1):
-            head += [f"com_distance_{level}", f"com_distance_rel_{level}", f"kinetic_{level}",
-                     f"kinetic_difference_{level}"]
+            head += [
+                f"com_distance_{level}",
+                f"com_distance_rel_{level}",
+                f"kinetic_{level}",
+                f"kinetic_difference_{level}",
+            ]
         w.writerow(["frame", "time", "kinetic_0"] + head[2:])
         for i in range(n):
             row = [i, cols[0]["time"][i], cols[0]["ke"][i]]
@@ -47,12 +51,14 @@ def write_consistency(out: Path, L: int, diagonal: float) -> dict:
             w.writerow(row)
     for level in range(1, L + 1):
         d = np.linalg.norm(cols[level]["com"][:n] - cols[0]["com"][:n], axis=1)
-        summary[f"level_{level}"] = {"com_distance_max": float(d.max()),
-                                     "com_distance_max_rel": float(d.max() / diagonal),
-                                     "kinetic_difference_max": float(np.abs(cols[level]["ke"][:n]
-                                                                            - cols[0]["ke"][:n]).max())}
-    summary["second_difference_max"] = {f"level_{k}": float(np.nanmax(c["second"])) if np.isfinite(
-        c["second"]).any() else None for k, c in cols.items()}
+        summary[f"level_{level}"] = {
+            "com_distance_max": float(d.max()),
+            "com_distance_max_rel": float(d.max() / diagonal),
+            "kinetic_difference_max": float(np.abs(cols[level]["ke"][:n] - cols[0]["ke"][:n]).max()),
+        }
+    summary["second_difference_max"] = {
+        f"level_{k}": float(np.nanmax(c["second"])) if np.isfinite(c["second"]).any() else None for k, c in cols.items()
+    }
     try:
         # a Figure of its own, not pyplot (which would switch a notebook's backend)
         from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -98,10 +104,17 @@ def render_levels(refiner, frames: int) -> dict:
         d = refiner.level_dir(level)
         writer = FrameWriter(d, fps=fps, video_name=f"level_{level}.mp4")
         r = OffscreenRenderer(writer)
-        r.open(ViewInfo(faces=lv.faces, vertex_count=lv.vertex_count,
-                        colliders=[c for c in refiner.model.colliders if c.visible], camera=scene.camera,
-                        render=scene.render, title=f"level {level}",
-                        face_colors=checker_colors(lv.faces, lv.uv, lv.face_uv, scene.render.color)))
+        r.open(
+            ViewInfo(
+                faces=lv.faces,
+                vertex_count=lv.vertex_count,
+                colliders=[c for c in refiner.model.colliders if c.visible],
+                camera=scene.camera,
+                render=scene.render,
+                title=f"level {level}",
+                face_colors=checker_colors(lv.faces, lv.uv, lv.face_uv, scene.render.color),
+            )
+        )
         for f in range(frames + 1):
             if not refiner.checkpoint_path(level, f).exists():
                 break
@@ -112,7 +125,6 @@ def render_levels(refiner, frames: int) -> dict:
         images[level] = sorted((d / "frames").glob("frame_*.png"))
     n = min(len(v) for v in images.values()) if images else 0
     if n:
-
         from tisim.render.video import write_side_by_side
 
         levels = sorted(images)
@@ -121,11 +133,15 @@ def render_levels(refiner, frames: int) -> dict:
         for k in levels:
             lv = refiner.hierarchy.levels[k]
             what = " (preview)" if k == 0 else (" (finest)" if k == refiner.L else "")
-            head = [f"level {k}{what}", f"{lv.vertex_count} vertices",
-                    f"{ms[k]:.0f} ms/frame" if math.isfinite(ms.get(k, math.nan)) else "ms/frame: n/a"]
+            head = [
+                f"level {k}{what}",
+                f"{lv.vertex_count} vertices",
+                f"{ms[k]:.0f} ms/frame" if math.isfinite(ms.get(k, math.nan)) else "ms/frame: n/a",
+            ]
             labels.append([[*head, f"t = {i * scene.sim.dt * scene.sim.substeps:.2f} s"] for i in range(n)])
-        path = write_side_by_side([images[k][:n] for k in levels], labels, refiner.out / "side_by_side",
-                                  fps=fps, video_name="levels.mp4")
+        path = write_side_by_side(
+            [images[k][:n] for k in levels], labels, refiner.out / "side_by_side", fps=fps, video_name="levels.mp4"
+        )
         out["side_by_side"] = str(path) if path else None
     return out
 

@@ -30,8 +30,11 @@ class ProlongedShell:
         (3i+a, 3j+b) adds U[i, I] U[j, J] to (3I+a, 3J+b)): two sparse mat-vecs instead
         of two sparse-sparse products with their symbolic passes."""
         r = self._restrict
-        if r is None or not (r[0] is Hf.indptr or np.array_equal(r[0], Hf.indptr)) or not (
-                r[1] is Hf.indices or np.array_equal(r[1], Hf.indices)):
+        if (
+            r is None
+            or not (r[0] is Hf.indptr or np.array_equal(r[0], Hf.indptr))
+            or not (r[1] is Hf.indices or np.array_equal(r[1], Hf.indices))
+        ):
             r = self._restrict = _restriction_map(Hf, self.P.U)
         apply, indptr, indices = r[2], r[3], r[4]
         nc = 3 * self.n
@@ -133,8 +136,12 @@ def _restriction_map(Hf: sp.csr_matrix, U: sp.csr_matrix):
     p = np.arange(len(bi), dtype=np.int64) - start[bi]  # a block's place in its block row
     a = np.arange(3, dtype=np.int64)
     # the block (I, J)'s value (a, b) goes to row 3I + a of C's CSR, at place 3p + b there
-    dest = (9 * start[bi])[:, None, None] + (3 * per_row[bi])[:, None, None] * a[None, :, None] \
-        + (3 * p)[:, None, None] + a[None, None, :]
+    dest = (
+        (9 * start[bi])[:, None, None]
+        + (3 * per_row[bi])[:, None, None] * a[None, :, None]
+        + (3 * p)[:, None, None]
+        + a[None, None, :]
+    )
     cperm = np.empty(9 * len(bi), dtype=np.int64)
     cperm[dest.ravel()] = np.arange(9 * len(bi))
     indices = np.empty(9 * len(bi), dtype=np.int32)

@@ -184,9 +184,7 @@ class Viewer(Protocol):
 
     def open(self, info: ViewInfo) -> None: ...
 
-    def draw(
-        self, frame: int, time: float, positions: np.ndarray, extra_points: np.ndarray | None = None
-    ) -> None: ...
+    def draw(self, frame: int, time: float, positions: np.ndarray, extra_points: np.ndarray | None = None) -> None: ...
 
     def poll(self) -> ViewerEvents: ...
 
@@ -206,9 +204,7 @@ class NullViewer:
     def open(self, info: ViewInfo) -> None:
         self.info = info
 
-    def draw(
-        self, frame: int, time: float, positions: np.ndarray, extra_points: np.ndarray | None = None
-    ) -> None:
+    def draw(self, frame: int, time: float, positions: np.ndarray, extra_points: np.ndarray | None = None) -> None:
         self.frames_drawn += 1
 
     def poll(self) -> ViewerEvents:
@@ -280,9 +276,7 @@ def _probe_vulkan() -> bool:
         return False
     with tempfile.TemporaryDirectory() as tmp:  # GGUI leaves imgui.ini in its cwd
         try:
-            r = subprocess.run(
-                [sys.executable, "-c", _PROBE], cwd=tmp, capture_output=True, text=True, timeout=120
-            )
+            r = subprocess.run([sys.executable, "-c", _PROBE], cwd=tmp, capture_output=True, text=True, timeout=120)
         except (OSError, subprocess.TimeoutExpired) as exc:
             log.info("Vulkan probe failed: %s", exc)
             return False

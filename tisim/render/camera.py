@@ -231,9 +231,7 @@ def vertex_normals(positions: np.ndarray, faces: np.ndarray) -> np.ndarray:
     # bincount is several times faster than np.add.at for scatter-adds
     for c in range(3):
         w = fn[:, c]
-        vn[:, c] = (
-            np.bincount(f[:, 0], w, n) + np.bincount(f[:, 1], w, n) + np.bincount(f[:, 2], w, n)
-        )
+        vn[:, c] = np.bincount(f[:, 0], w, n) + np.bincount(f[:, 1], w, n) + np.bincount(f[:, 2], w, n)
     length = np.linalg.norm(vn, axis=1)
     out = np.tile(np.array([0.0, 1.0, 0.0]), (n, 1))
     ok = length > 0

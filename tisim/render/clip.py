@@ -21,8 +21,7 @@ class Clip:
     def _repr_html_(self) -> str:
         data = base64.b64encode(self.path.read_bytes()).decode("ascii")
         w = f' width="{int(self.width)}"' if self.width else ""
-        return (f'<video controls loop autoplay muted playsinline{w} '
-                f'src="data:video/mp4;base64,{data}"></video>')
+        return f'<video controls loop autoplay muted playsinline{w} src="data:video/mp4;base64,{data}"></video>'
 
     def __fspath__(self) -> str:
         return str(self.path)

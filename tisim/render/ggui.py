@@ -227,9 +227,7 @@ class GGUIViewer:
     process's shared window (tests pass an adapter around an off-screen window).
     """
 
-    def __init__(
-        self, *, pick_radius_px: float = 12.0, show_panel: bool = True, window: Any = None
-    ):
+    def __init__(self, *, pick_radius_px: float = 12.0, show_panel: bool = True, window: Any = None):
         self.pick_radius_px = pick_radius_px
         self.show_panel = show_panel
         self._given_window = window
@@ -324,8 +322,10 @@ class GGUIViewer:
     def overlay_lines(self) -> list[str]:
         """The overlay's text: time and frame, FPS, energy where the solver reports it."""
         c = self.controller
-        lines = [f"t = {self._time:.3f} s   frame {self._frame}",
-                 f"{self._fps:.1f} FPS" + ("   (paused)" if c is not None and c.paused else "")]
+        lines = [
+            f"t = {self._time:.3f} s   frame {self._frame}",
+            f"{self._fps:.1f} FPS" + ("   (paused)" if c is not None and c.paused else ""),
+        ]
         e = self.readout.get("energy")
         if e is not None and math.isfinite(e):
             lines.append(f"energy {e:.4g} J")
@@ -379,9 +379,7 @@ class GGUIViewer:
             self.controller.mouse_release(key, px, py)
 
     # drawing ----------------------------------------------------------------
-    def draw(
-        self, frame: int, time: float, positions: np.ndarray, extra_points: np.ndarray | None = None
-    ) -> None:
+    def draw(self, frame: int, time: float, positions: np.ndarray, extra_points: np.ndarray | None = None) -> None:
         from tisim.render.offscreen import setup_camera_and_lights
 
         if self._closed:

@@ -122,9 +122,14 @@ def preview_frames(path: Path, sets: list[str]):
     session = PreviewSession(path, sets)
     sc = session.scene
     lv = session.refiner.hierarchy.levels[0]
-    info = ViewInfo(faces=session.faces, vertex_count=len(session.state.x),
-                    colliders=[c for c in session.refiner.model.colliders if c.visible], camera=sc.camera,
-                    render=sc.render, face_colors=checker_colors(lv.faces, lv.uv, lv.face_uv, sc.render.color))
+    info = ViewInfo(
+        faces=session.faces,
+        vertex_count=len(session.state.x),
+        colliders=[c for c in session.refiner.model.colliders if c.visible],
+        camera=sc.camera,
+        render=sc.render,
+        face_colors=checker_colors(lv.faces, lv.uv, lv.face_uv, sc.render.color),
+    )
     info.ground = drawn_ground(session.state.x, info.colliders, session.refiner.model.gravity)
     n = sc.sim.frames
     wanted = [0, n // 2, n - 1]
@@ -138,5 +143,3 @@ def preview_frames(path: Path, sets: list[str]):
         session.step()
     v.close()
     return images, wanted, object_colors(info)
-
-

@@ -376,9 +376,11 @@ class SceneDrawer:
             corner_colors = np.repeat(np.asarray(info.face_colors, dtype=np.float64), 3, axis=0)
         else:
             vc = info.vertex_colors()
-            corner_colors = (np.broadcast_to(np.asarray(info.render.color, dtype=np.float64),
-                                             (3 * len(info.faces), 3))
-                             if vc is None else vc[np.asarray(info.faces).reshape(-1)])
+            corner_colors = (
+                np.broadcast_to(np.asarray(info.render.color, dtype=np.float64), (3 * len(info.faces), 3))
+                if vc is None
+                else vc[np.asarray(info.faces).reshape(-1)]
+            )
         if info.held_vertices is not None and len(info.held_vertices) and len(info.faces):
             from tisim.render.base import CLAMP_COLOR
 
@@ -400,10 +402,21 @@ class SceneDrawer:
 
             point, normal = info.ground
             z = np.zeros(3)
-            colliders.append(Collider(name="ground (drawn)", kind="plane", position=np.asarray(point, float),
-                                      normal=np.asarray(normal, float), radius=0.0, axis=np.array([0.0, 1.0, 0.0]),
-                                      length=0.0, half_extents=z, rotation=np.eye(3), velocity=z,
-                                      angular_velocity=z))
+            colliders.append(
+                Collider(
+                    name="ground (drawn)",
+                    kind="plane",
+                    position=np.asarray(point, float),
+                    normal=np.asarray(normal, float),
+                    radius=0.0,
+                    axis=np.array([0.0, 1.0, 0.0]),
+                    length=0.0,
+                    half_extents=z,
+                    rotation=np.eye(3),
+                    velocity=z,
+                    angular_velocity=z,
+                )
+            )
         for c in colliders:
             if not getattr(c, "visible", True):
                 continue
@@ -414,9 +427,7 @@ class SceneDrawer:
             colors = None
             if c.kind in ("cylinder", "sphere"):
                 pattern = collider_pattern(c, V[F].mean(axis=1), 0.0).repeat(3)
-                colors = np.where(
-                    pattern[:, None] == 1, np.array(COLLIDER_STRIPE), np.array(COLLIDER_COLOR)
-                )
+                colors = np.where(pattern[:, None] == 1, np.array(COLLIDER_STRIPE), np.array(COLLIDER_COLOR))
             fields = _MeshFields(len(V), F, colors, COLLIDER_COLOR)
             fields.update(V, nrm)
             self.colliders.append((c, fields, c.is_moving(), COLLIDER_COLOR))
@@ -429,9 +440,7 @@ class SceneDrawer:
         casters = [(info.vertex_count, info.faces)]
         casters += [(f.vertex_count, f.faces) for _, f, _, _ in self.colliders]
         for _ in self.grounds:
-            self._shadows.append(
-                [_shadow_fields(nv, F, L) for nv, F in casters]
-            )
+            self._shadows.append([_shadow_fields(nv, F, L) for nv, F in casters])
         self._shadow_on = False
         # (floor, caster) pairs whose shadow is drawn and cannot change: a still collider
         # over a still floor (the light is fixed in the world), projected once
@@ -472,9 +481,7 @@ class SceneDrawer:
             nrm = d / np.maximum(np.linalg.norm(d, axis=1, keepdims=True), 1e-300)
         return V, F, nrm
 
-    def update(
-        self, positions: np.ndarray, time: float, extra_points: np.ndarray | None = None
-    ) -> None:
+    def update(self, positions: np.ndarray, time: float, extra_points: np.ndarray | None = None) -> None:
         x = np.asarray(positions, dtype=np.float64).reshape(-1, 3)
         if len(x) != self.info.vertex_count:
             raise ValueError(f"expected {self.info.vertex_count} positions, got {len(x)}")
@@ -567,9 +574,7 @@ class SceneDrawer:
         for _, fields, _, color in self.colliders:
             fields.draw(scene, color)
         if self._point_count:
-            scene.particles(
-                self._points, radius=self.radius, color=POINT_COLOR, index_count=self._point_count
-            )
+            scene.particles(self._points, radius=self.radius, color=POINT_COLOR, index_count=self._point_count)
         if self._marker_on:
             scene.lines(self._marker, width=2.0, color=DRAG_COLOR)
             scene.particles(
@@ -629,8 +634,9 @@ class OffscreenRenderer:
     Needs Vulkan (``vulkan_available()``), lavapipe is enough.
     """
 
-    def __init__(self, frames: FrameWriter | None = None, *, stride: int = 1, overlay: bool = False,
-                 slowdown: float = 1.0):
+    def __init__(
+        self, frames: FrameWriter | None = None, *, stride: int = 1, overlay: bool = False, slowdown: float = 1.0
+    ):
         self.frames = frames
         self.stride = max(1, int(stride))  # render every stride-th frame (videos at most 60 fps)
         self.overlay = bool(overlay)  # write the text block of panel.overlay_lines into each frame
@@ -674,9 +680,7 @@ class OffscreenRenderer:
         if self._drawer is None:
             raise RuntimeError("OffscreenRenderer is not open")
 
-    def draw(
-        self, frame: int, time: float, positions: np.ndarray, extra_points: np.ndarray | None = None
-    ) -> None:
+    def draw(self, frame: int, time: float, positions: np.ndarray, extra_points: np.ndarray | None = None) -> None:
         self._check_open()
         if frame % self.stride:
             return
@@ -745,8 +749,7 @@ class OffscreenRenderer:
         self._window = None
 
 
-def recording_viewer(scene, out_dir, video_name: str | None = None,
-                     frames: int | None = None):
+def recording_viewer(scene, out_dir, video_name: str | None = None, frames: int | None = None):
     """The off-screen renderer a headless run records with: PNG frames in
     ``out_dir/frames`` and ``out_dir/NAME.mp4`` (or ``video_name``) (``tisim run
     --headless``). The video plays at most 60 fps and lasts at least 3 s for a run of
@@ -757,5 +760,9 @@ def recording_viewer(scene, out_dir, video_name: str | None = None,
 
     sim_fps = 1.0 / (scene.sim.dt * scene.sim.substeps)
     vt = video_timing(sim_fps, frames or scene.sim.frames, scene.render.fps)
-    return OffscreenRenderer(FrameWriter(out_dir, fps=vt.fps, video_name=video_name or f"{scene.name}.mp4"),
-                             stride=vt.stride, overlay=scene.render.overlay, slowdown=vt.slowdown)
+    return OffscreenRenderer(
+        FrameWriter(out_dir, fps=vt.fps, video_name=video_name or f"{scene.name}.mp4"),
+        stride=vt.stride,
+        overlay=scene.render.overlay,
+        slowdown=vt.slowdown,
+    )

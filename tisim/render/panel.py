@@ -63,15 +63,14 @@ def slider_range(t) -> tuple[float, float]:
     return float(t.low) * f, float(t.high) * f
 
 
-def overlay_lines(time: float, frame: int, params=(), *, energy: float | None = None,
-                  rate: str = "") -> list[str]:
+def overlay_lines(time: float, frame: int, params=(), *, energy: float | None = None, rate: str = "") -> list[str]:
     """The overlay's text block: time and frame, ``rate`` (FPS, or the video's slow-motion
     factor), the key parameters (``params``: Tunables, shown as the panel shows them, two
     to a line) and the total energy (J) where the solver reports one."""
     lines = [f"t = {time:.3f} s   frame {frame}" + (f"   {rate}" if rate else "")]
     shown = [label(t.name, t.value) for t in params if t.name != "grab.stiffness"]
     for i in range(0, len(shown), 2):
-        lines.append("   ".join(shown[i:i + 2]))
+        lines.append("   ".join(shown[i : i + 2]))
     if energy is not None and math.isfinite(energy):
         lines.append(f"energy {energy:.4g} J")
     return lines

@@ -90,8 +90,9 @@ class ReplayViewer:
     def open(self, info: ViewInfo) -> None:
         self.info = info
         r = info.render
-        self.controller = InputController(OrbitCamera.from_config(info.camera), r.width, r.height, info.faces,
-                                          pick_radius_px=self.pick_radius_px)
+        self.controller = InputController(
+            OrbitCamera.from_config(info.camera), r.width, r.height, info.faces, pick_radius_px=self.pick_radius_px
+        )
         self.tunables = {t.name: t for t in info.tunables}
         self.values = {t.name: float(t.value) for t in info.tunables}
         self._closed = False
@@ -237,8 +238,9 @@ def random_events(seed: int, count: int, *, width: int, height: int, tunables=()
             out.append(InputEvent(at, "press", button, x=x, y=y))
             for _ in range(int(rng.integers(1, 5))):
                 x, y = px()
-                out.append(InputEvent(at, "move", x=x, y=y, shift=bool(rng.random() < 0.2),
-                                      ctrl=bool(rng.random() < 0.2)))
+                out.append(
+                    InputEvent(at, "move", x=x, y=y, shift=bool(rng.random() < 0.2), ctrl=bool(rng.random() < 0.2))
+                )
             out.append(InputEvent(at, "release", button, x=x, y=y))
         at += int(rng.integers(0, 2))
     out = out[:count]

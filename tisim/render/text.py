@@ -63,8 +63,9 @@ def draw_text(
     x0 = ox if "left" in anchor else w - ox - width - 2 * pad
     y0 = oy if "top" in anchor else h - oy - height - 2 * pad
     if background is not None:
-        draw.rectangle([x0, y0, x0 + width + 2 * pad, y0 + height + 2 * pad],
-                       fill=(*background, int(round(255 * opacity))))
+        draw.rectangle(
+            [x0, y0, x0 + width + 2 * pad, y0 + height + 2 * pad], fill=(*background, int(round(255 * opacity)))
+        )
     for i, line in enumerate(lines):
         draw.text((x0 + pad, y0 + pad + i * (size + spacing)), line, font=font, fill=(*color, 255))
     out = np.asarray(Image.alpha_composite(base, layer).convert("RGB"))

@@ -1,8 +1,8 @@
 """The surface every solver exposes.
 
-    solver = SolverX(model, config)              # precomputation here
-    stats = solver.step(state_in, state_out, dt) # StepStats
-    solver.reset(state); solver.notify_model_changed(what)
+solver = SolverX(model, config)              # precomputation here
+stats = solver.step(state_in, state_out, dt) # StepStats
+solver.reset(state); solver.notify_model_changed(what)
 """
 
 from __future__ import annotations

@@ -62,14 +62,33 @@ def solver_class(name: str):
     return _load(_entry(name).solver)
 
 
-register("pd", "tisim.solvers.pd.solver:SolverPD", "tisim.solvers.pd.config:PDConfig",
-         "real-time local-global (projective dynamics) with sparse-inverse global step and NCP contact")
-register("admm", "tisim.solvers.admm.solver:SolverADMM", "tisim.solvers.admm.config:ADMMConfig",
-         "variational midpoint integrator solved by ADMM (momentum-exact, inversion-free)")
-register("implicit-euler", "tisim.solvers.baselines.implicit_euler:SolverImplicitEuler",
-         "tisim.solvers.baselines.config:ImplicitEulerConfig",
-         "baseline: backward Euler, Newton with line search and projected Hessians")
-register("xpbd", "tisim.solvers.baselines.xpbd:SolverXPBD", "tisim.solvers.baselines.config:XPBDConfig",
-         "baseline: extended position-based dynamics")
-register("cloth", "tisim.solvers.cloth.solver:SolverCloth", "tisim.solvers.cloth.config:ClothConfig",
-         "cloth and shells: implicit Euler by projected Newton with C-IPC contact (intersection-free)")
+register(
+    "pd",
+    "tisim.solvers.pd.solver:SolverPD",
+    "tisim.solvers.pd.config:PDConfig",
+    "real-time local-global (projective dynamics) with sparse-inverse global step and NCP contact",
+)
+register(
+    "admm",
+    "tisim.solvers.admm.solver:SolverADMM",
+    "tisim.solvers.admm.config:ADMMConfig",
+    "variational midpoint integrator solved by ADMM (momentum-exact, inversion-free)",
+)
+register(
+    "implicit-euler",
+    "tisim.solvers.baselines.implicit_euler:SolverImplicitEuler",
+    "tisim.solvers.baselines.config:ImplicitEulerConfig",
+    "baseline: backward Euler, Newton with line search and projected Hessians",
+)
+register(
+    "xpbd",
+    "tisim.solvers.baselines.xpbd:SolverXPBD",
+    "tisim.solvers.baselines.config:XPBDConfig",
+    "baseline: extended position-based dynamics",
+)
+register(
+    "cloth",
+    "tisim.solvers.cloth.solver:SolverCloth",
+    "tisim.solvers.cloth.config:ClothConfig",
+    "cloth and shells: implicit Euler by projected Newton with C-IPC contact (intersection-free)",
+)

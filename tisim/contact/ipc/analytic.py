@@ -104,8 +104,9 @@ class Sphere(_Shape):
         Dq = None
         if jacobian:
             P = np.eye(3)[None] - n[:, :, None] * n[:, None, :]
-            Dq = np.where((rr > self.r)[:, None, None], (self.r / np.maximum(rr, 1e-300))[:, None, None] * P,
-                          np.eye(3)[None])
+            Dq = np.where(
+                (rr > self.r)[:, None, None], (self.r / np.maximum(rr, 1e-300))[:, None, None] * P, np.eye(3)[None]
+            )
         return rr - self.r, n, Dq
 
 
@@ -195,8 +196,9 @@ class Cylinder(_Shape):
             aa = np.outer(a, a)
             P = np.eye(3) - aa
             uu = u[:, :, None] * u[:, None, :]
-            rad = np.where((rr > self.r)[:, None, None],
-                           (self.r / np.maximum(rr, 1e-300))[:, None, None] * (P[None] - uu), P[None])
+            rad = np.where(
+                (rr > self.r)[:, None, None], (self.r / np.maximum(rr, 1e-300))[:, None, None] * (P[None] - uu), P[None]
+            )
             ax = (ds < 0).astype(np.float64)[:, None, None] * aa[None]
             Dq = rad + ax
         return d, n, Dq

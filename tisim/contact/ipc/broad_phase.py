@@ -117,8 +117,6 @@ def _overlap(lo_a, hi_a, lo_b, hi_b):
     )
 
 
-
-
 @ti.kernel
 def _vertex_boxes(
     X: ti.types.ndarray(),
@@ -317,9 +315,7 @@ def _scan_total(a: ti.types.ndarray(), upto: ti.i32, out: ti.types.ndarray()):
 
 
 @ti.kernel
-def _fill_entries(
-    raw: ti.types.ndarray(), total: ti.i32, buckets: ti.types.ndarray(), entries: ti.types.ndarray()
-):
+def _fill_entries(raw: ti.types.ndarray(), total: ti.i32, buckets: ti.types.ndarray(), entries: ti.types.ndarray()):
     """Scatter the entries into their buckets (one thread per entry, atomic cursors; the
     order within a bucket is fixed afterwards by ``_sort_buckets``)."""
     mask = buckets.shape[0] - 1
@@ -372,11 +368,33 @@ def _sort_buckets(buckets: ti.types.ndarray(), entries: ti.types.ndarray(), firs
 
 @ti.func
 def _visit(
-    is_point, a0, a1, box, lo_a, hi_a, stats: ti.template(), origin, inv_cell,
-    buckets: ti.template(), entries: ti.template(), static_grid: ti.template(),
-    lo: ti.template(), hi: ti.template(), faces: ti.template(), edges: ti.template(), n, nf,
-    i, query_counts: ti.template(), found: ti.template(), cap, write, ee_base,
-    pt: ti.template(), ee: ti.template(), rank,
+    is_point,
+    a0,
+    a1,
+    box,
+    lo_a,
+    hi_a,
+    stats: ti.template(),
+    origin,
+    inv_cell,
+    buckets: ti.template(),
+    entries: ti.template(),
+    static_grid: ti.template(),
+    lo: ti.template(),
+    hi: ti.template(),
+    faces: ti.template(),
+    edges: ti.template(),
+    n,
+    nf,
+    i,
+    query_counts: ti.template(),
+    found: ti.template(),
+    cap,
+    write,
+    ee_base,
+    pt: ti.template(),
+    ee: ti.template(),
+    rank,
 ):
     """Visit the cells of query box (lo_a, hi_a) clipped to the grid's domain,
     stats[2:5] .. stats[5:8], in one grid: count (write = 0, keeping the first cap
@@ -732,8 +750,7 @@ class BroadPhase:
         for name, a in (("x", x), ("dx", dx)):
             if a is not None and (len(a.shape) != 1 or a.shape[0] < n):
                 raise ValueError(
-                    f"{name} must be a ti.Vector.ndarray(3, real, n) with n >= {n}, "
-                    f"got shape {tuple(a.shape)}"
+                    f"{name} must be a ti.Vector.ndarray(3, real, n) with n >= {n}, got shape {tuple(a.shape)}"
                 )
         t0 = time.perf_counter()
         if dx is None:

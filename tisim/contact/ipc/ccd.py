@@ -94,9 +94,7 @@ def _point_triangle_distance_sq(p, t0, t1, t2):
     if nn > _PARALLEL_SIN2 * e0.dot(e0) * e1.dot(e1):
         # the projection of p lies inside iff it is left of all three edges
         inside = (
-            e0.cross(p - t0).dot(n) >= 0
-            and (t2 - t1).cross(p - t1).dot(n) >= 0
-            and (t0 - t2).cross(p - t2).dot(n) >= 0
+            e0.cross(p - t0).dot(n) >= 0 and (t2 - t1).cross(p - t1).dot(n) >= 0 and (t0 - t2).cross(p - t2).dot(n) >= 0
         )
         if inside:
             h = (p - t0).dot(n)
@@ -235,9 +233,7 @@ def edge_edge_ccd_capped(ea0, ea1, eb0, eb1, dea0, dea1, deb0, deb1, thickness, 
     ua1 = dea1 - mean
     ub0 = deb0 - mean
     ub1 = deb1 - mean
-    l_p = ti.sqrt(ti.max(ua0.norm_sqr(), ua1.norm_sqr())) + ti.sqrt(
-        ti.max(ub0.norm_sqr(), ub1.norm_sqr())
-    )
+    l_p = ti.sqrt(ti.max(ua0.norm_sqr(), ua1.norm_sqr())) + ti.sqrt(ti.max(ub0.norm_sqr(), ub1.norm_sqr()))
     return _additive_ccd(ea0, ea1, eb0, eb1, ua0, ua1, ub0, ub1, l_p, thickness, t_max, True)
 
 
@@ -358,9 +354,7 @@ def max_step(x, dx, pt, n_pt: int, ee, n_ee: int, thickness: float) -> float:
     """
     n_pt, n_ee = int(n_pt), int(n_ee)
     if n_pt > pt.shape[0] or n_ee > ee.shape[0]:
-        raise ValueError(
-            f"n_pt={n_pt}, n_ee={n_ee} exceed the pair arrays' rows {pt.shape[0]}, {ee.shape[0]}"
-        )
+        raise ValueError(f"n_pt={n_pt}, n_ee={n_ee} exceed the pair arrays' rows {pt.shape[0]}, {ee.shape[0]}")
     if x.shape != dx.shape:
         raise ValueError(f"x and dx shapes differ: {tuple(x.shape)} vs {tuple(dx.shape)}")
     out, capped = _Workspace.get()
@@ -394,9 +388,7 @@ class CCD:
         if not thickness >= 0:
             raise ValueError(f"thickness must be >= 0, got {thickness}")
         self.thickness = float(thickness)
-        self.broad_phase = BroadPhase(
-            vertex_count, faces, edges, vertex_active, initial_capacity=initial_capacity
-        )
+        self.broad_phase = BroadPhase(vertex_count, faces, edges, vertex_active, initial_capacity=initial_capacity)
         self._out = ti.ndarray(backend.real(), 1)
         self._capped = ti.ndarray(ti.i32, 1)
         self.last_timings: dict[str, float] = {}
@@ -413,9 +405,7 @@ class CCD:
         bp = self.broad_phase
         n_pt, n_ee = bp.detect(x, inflation, dx, 1.0)
         t1 = time.perf_counter()
-        alpha = _reduce(
-            x, dx, bp.pt, n_pt, bp.ee, n_ee, self.thickness, self._out, self._capped
-        )
+        alpha = _reduce(x, dx, bp.pt, n_pt, bp.ee, n_ee, self.thickness, self._out, self._capped)
         t2 = time.perf_counter()
         self.last_timings = {"broad_phase": t1 - t0, "narrow_phase": t2 - t1}
         self.last_counts = (n_pt, n_ee)

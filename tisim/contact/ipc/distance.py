@@ -658,11 +658,7 @@ def edge_edge_distance_hessian_add(ea0, ea1, eb0, eb1, dtype, out: ti.template()
 @ti.func
 def edge_edge_mollifier_threshold(ea0_rest, ea1_rest, eb0_rest, eb1_rest):
     """eps_x = 1e-3 |ea1 - ea0|^2 |eb1 - eb0|^2 at rest (m^4)."""
-    return (
-        MOLLIFIER_THRESHOLD_SCALE
-        * (ea1_rest - ea0_rest).norm_sqr()
-        * (eb1_rest - eb0_rest).norm_sqr()
-    )
+    return MOLLIFIER_THRESHOLD_SCALE * (ea1_rest - ea0_rest).norm_sqr() * (eb1_rest - eb0_rest).norm_sqr()
 
 
 @ti.func

@@ -115,9 +115,14 @@ class RestExclusion:
                 store.update(canon(close))
                 self.involved[np.unique(close)] = True
         if self.count:
-            log.info("self-contact: %d point-triangle and %d edge-edge pairs closer than %.3g m at rest are "
-                     "not checked against each other (the smallest at %.3g m)",
-                     len(self.pt), len(self.ee), self.distance, self.min_distance)
+            log.info(
+                "self-contact: %d point-triangle and %d edge-edge pairs closer than %.3g m at rest are "
+                "not checked against each other (the smallest at %.3g m)",
+                len(self.pt),
+                len(self.ee),
+                self.distance,
+                self.min_distance,
+            )
 
     @property
     def count(self) -> int:

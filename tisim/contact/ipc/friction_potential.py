@@ -196,9 +196,7 @@ class FrictionPotential(_Rows):
     eps_v (m/s) is the static-friction speed threshold and h (s) the time step.
     """
 
-    def __init__(
-        self, vertex_count: int, capacity: int, rest_positions: np.ndarray | None = None
-    ) -> None:
+    def __init__(self, vertex_count: int, capacity: int, rest_positions: np.ndarray | None = None) -> None:
         from tisim import backend
 
         self.vertex_count = int(vertex_count)
@@ -208,9 +206,7 @@ class FrictionPotential(_Rows):
         if self._use_rest:
             rest = np.asarray(rest_positions, dtype=np.float64)
             if rest.shape != (self.vertex_count, 3):
-                raise ValueError(
-                    f"rest_positions has shape {rest.shape}; expected ({self.vertex_count}, 3)"
-                )
+                raise ValueError(f"rest_positions has shape {rest.shape}; expected ({self.vertex_count}, 3)")
         self.rest = _rest_array(rest, self.vertex_count)
         self._sum = ti.ndarray(real, 1)
         self.rows = 0
@@ -268,12 +264,28 @@ class FrictionPotential(_Rows):
         """Compile every kernel of the friction now (as the barrier's
         :meth:`BarrierPotential.compile_kernels`; x_ref is an array like x); computes
         nothing and keeps the lagged pairs."""
-        _friction_update(x, self.rest, int(self._use_rest), pt, 0, ee, 0, 1.0, 0.0, 0.0, vertex_mu,
-                         self.coef, self.lag_stencils, self.weights, self.basis)
+        _friction_update(
+            x,
+            self.rest,
+            int(self._use_rest),
+            pt,
+            0,
+            ee,
+            0,
+            1.0,
+            0.0,
+            0.0,
+            vertex_mu,
+            self.coef,
+            self.lag_stencils,
+            self.weights,
+            self.basis,
+        )
         _friction_energy(x, x, 0, 1.0, self.coef, self.lag_stencils, self.weights, self.basis, self._sum)
         _friction_gradient(x, x, 0, 1.0, self.coef, self.lag_stencils, self.weights, self.basis, g)
-        _friction_hessians(x, x, 0, 1.0, 1, self.coef, self.lag_stencils, self.weights, self.basis,
-                           self.hessians, self.stencils)
+        _friction_hessians(
+            x, x, 0, 1.0, 1, self.coef, self.lag_stencils, self.weights, self.basis, self.hessians, self.stencils
+        )
         self._compile_rows()
 
     def energy(self, x, x_ref, eps_v: float, h: float) -> float:

@@ -46,7 +46,7 @@ def barrier_d2(s, s_hat):
 
 
 def _f0(y, eps):
-    return np.where(y < eps, -y**3 / (3 * eps * eps) + y * y / eps + eps / 3, y)
+    return np.where(y < eps, -(y**3) / (3 * eps * eps) + y * y / eps + eps / 3, y)
 
 
 def _f1_over_y(y, eps):

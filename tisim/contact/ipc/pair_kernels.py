@@ -54,9 +54,7 @@ def _pair_type(is_ee, x0, x1, x2, x3):
 
 @ti.func
 def _eps_x(rest: ti.template(), idx):
-    return dist.edge_edge_mollifier_threshold(
-        rest[idx[0]], rest[idx[1]], rest[idx[2]], rest[idx[3]]
-    )
+    return dist.edge_edge_mollifier_threshold(rest[idx[0]], rest[idx[1]], rest[idx[2]], rest[idx[3]])
 
 
 @ti.func

@@ -334,9 +334,7 @@ class BarrierPotential(_Rows):
 
         rest = np.asarray(rest_positions, dtype=np.float64)
         if rest.shape != (int(vertex_count), 3):
-            raise ValueError(
-                f"rest_positions has shape {rest.shape}; expected ({int(vertex_count)}, 3)"
-            )
+            raise ValueError(f"rest_positions has shape {rest.shape}; expected ({int(vertex_count)}, 3)")
         self.vertex_count = int(vertex_count)
         real = backend.real()
         self.rest = _rest_array(rest, self.vertex_count)
@@ -374,16 +372,29 @@ class BarrierPotential(_Rows):
         if rows == 0:
             self._act_n = (0, 0)
             return 0.0, math.inf
-        _barrier_energy(x, self.rest, pt, int(n_pt), ee, int(n_ee), float(dhat), float(thickness), self._sum,
-                        self._values, self._dsq, self._act_pt, self._act_ee, self._act_counts)
+        _barrier_energy(
+            x,
+            self.rest,
+            pt,
+            int(n_pt),
+            ee,
+            int(n_ee),
+            float(dhat),
+            float(thickness),
+            self._sum,
+            self._values,
+            self._dsq,
+            self._act_pt,
+            self._act_ee,
+            self._act_counts,
+        )
         c = download(self._act_counts)
         self._act_n = (int(c[0]), int(c[1]))
         self._active_of = (pt, int(n_pt), ee, int(n_ee), float(dhat), float(thickness))
         e, dsq = download(self._sum)[:2]
         return float(e), float(dsq)
 
-    def compact_active(self, x, pt, n_pt: int, ee, n_ee: int, dhat: float, thickness: float, *,
-                       same_x: bool = False):
+    def compact_active(self, x, pt, n_pt: int, ee, n_ee: int, dhat: float, thickness: float, *, same_x: bool = False):
         """The candidate pairs within the activation distance at ``x``: (pt, n_pt, ee, n_ee)
         with ndarrays owned by this object (valid until the next call of this or
         :meth:`energy`). Gradients and Hessians of inactive pairs are zero, so computing
@@ -395,8 +406,13 @@ class BarrierPotential(_Rows):
         compaction is returned without another pass (after an accepted line search,
         the next Newton iteration starts where the last energy was evaluated)."""
         kept = self._active_of
-        if not (same_x and kept is not None and kept[0] is pt and kept[2] is ee
-                and (kept[1], *kept[3:]) == (int(n_pt), int(n_ee), float(dhat), float(thickness))):
+        if not (
+            same_x
+            and kept is not None
+            and kept[0] is pt
+            and kept[2] is ee
+            and (kept[1], *kept[3:]) == (int(n_pt), int(n_ee), float(dhat), float(thickness))
+        ):
             self._scan(x, pt, n_pt, ee, n_ee, dhat, thickness)
         return self._act_pt, self._act_n[0], self._act_ee, self._act_n[1]
 
@@ -407,18 +423,41 @@ class BarrierPotential(_Rows):
         nothing. Left to the first contact, their compilation stalls that frame by about
         a second (64 x 64 drape, frame 16), a visible freeze in a live view."""
         self._scan(x, pt, 0, ee, 0, 1.0, 0.0)  # allocates the compacted rows and the scratch
-        _barrier_energy(x, self.rest, pt, 0, ee, 0, 1.0, 0.0, self._sum, self._values, self._dsq, self._act_pt,
-                        self._act_ee, self._act_counts)
+        _barrier_energy(
+            x,
+            self.rest,
+            pt,
+            0,
+            ee,
+            0,
+            1.0,
+            0.0,
+            self._sum,
+            self._values,
+            self._dsq,
+            self._act_pt,
+            self._act_ee,
+            self._act_counts,
+        )
         _barrier_gradient(x, self.rest, pt, 0, ee, 0, 1.0, 0.0, 0.0, g)
         _barrier_classify(x, self.rest, pt, 0, ee, 0, 1.0, 0.0, 0.0, self._dtypes, self._coefs)
-        _barrier_hessians(x, pt, 0, ee, 0, self._dtypes, self._coefs, self.hessians, self.stencils,
-                          self._count if unknowns is None else unknowns, 0)
+        _barrier_hessians(
+            x,
+            pt,
+            0,
+            ee,
+            0,
+            self._dtypes,
+            self._coefs,
+            self.hessians,
+            self.stencils,
+            self._count if unknowns is None else unknowns,
+            0,
+        )
         _pair_stats(x, pt, 0, ee, 0, 0.0, 0.0, self._sum, self._count)
         self._compile_rows()
 
-    def energy(
-        self, x, pt, n_pt: int, ee, n_ee: int, dhat: float, thickness: float, kappa: float
-    ) -> float:
+    def energy(self, x, pt, n_pt: int, ee, n_ee: int, dhat: float, thickness: float, kappa: float) -> float:
         """kappa sum_k m_k b(s_k, s_hat) (J); +inf if a pair overlaps (d <= thickness).
         Keeps the pairs' smallest distance at x in ``last_min_distance`` (as
         :meth:`min_distance` gives it) and the active pairs at x for
@@ -430,9 +469,7 @@ class BarrierPotential(_Rows):
         self.last_min_distance = math.sqrt(max(float(dsq), 0.0))
         return float(kappa) * float(e)
 
-    def add_gradient(
-        self, x, pt, n_pt: int, ee, n_ee: int, dhat: float, thickness: float, kappa: float, g
-    ) -> None:
+    def add_gradient(self, x, pt, n_pt: int, ee, n_ee: int, dhat: float, thickness: float, kappa: float, g) -> None:
         """g += dB/dx (N; g a ti.Vector.ndarray(3, real, n)). Overlapping pairs add nothing."""
         if n_pt + n_ee == 0:
             return
@@ -503,7 +540,5 @@ class BarrierPotential(_Rows):
         """Number of pairs within the activation distance (s < s_hat, overlapping ones included)."""
         if n_pt + n_ee == 0:
             return 0
-        _pair_stats(
-            x, pt, int(n_pt), ee, int(n_ee), float(dhat), float(thickness), self._sum, self._count
-        )
+        _pair_stats(x, pt, int(n_pt), ee, int(n_ee), float(dhat), float(thickness), self._sum, self._count)
         return int(self._count[0])

@@ -74,9 +74,7 @@ def point_triangle_closest(p: np.ndarray, a: np.ndarray, b: np.ndarray, c: np.nd
         w = d2 / (d2 - d6)
         assign((vb <= 0) & (d2 >= 0) & (d6 <= 0), np.stack([1 - w, 0 * w, w], 1), 6)
         w2 = (d4 - d3) / ((d4 - d3) + (d5 - d6))
-        assign(
-            (va <= 0) & ((d4 - d3) >= 0) & ((d5 - d6) >= 0), np.stack([0 * w2, 1 - w2, w2], 1), 5
-        )
+        assign((va <= 0) & ((d4 - d3) >= 0) & ((d5 - d6) >= 0), np.stack([0 * w2, 1 - w2, w2], 1), 5)
         denom = 1.0 / (va + vb + vc)
         vv, ww = vb * denom, vc * denom
         assign(np.ones(k, dtype=bool), np.stack([1 - vv - ww, vv, ww], 1), 0)
@@ -125,9 +123,7 @@ class SurfaceGeometry:
                 weights=(ang * fn[:, d : d + 1]).ravel(),
                 minlength=self.vertex_count,
             )
-            en[:, d] = np.bincount(
-                self.face_edges.ravel(), weights=np.repeat(fn[:, d], 3), minlength=len(self.edges)
-            )
+            en[:, d] = np.bincount(self.face_edges.ravel(), weights=np.repeat(fn[:, d], 3), minlength=len(self.edges))
         return fn, _unit(vn), _unit(en)
 
 
@@ -152,17 +148,11 @@ class ContactDetector:
         self.surface = np.asarray(model.surface, dtype=np.int64)
         self.surface_vertices = np.unique(self.surface)
         self.vertex_object = np.asarray(model.vertex_object, dtype=np.int64)
-        self.surface_object = (
-            self.vertex_object[self.surface[:, 0]] if len(self.surface) else np.zeros(0, np.int64)
-        )
+        self.surface_object = self.vertex_object[self.surface[:, 0]] if len(self.surface) else np.zeros(0, np.int64)
         self.n_objects = len(model.object_names)
         self.colliders = tuple(model.colliders)
-        self.object_contact = bool(config.objects and self.n_objects > 1) or bool(
-            config.self_collision
-        )
-        self.geometry = (
-            SurfaceGeometry(self.surface, self.vertex_count) if self.object_contact else None
-        )
+        self.object_contact = bool(config.objects and self.n_objects > 1) or bool(config.self_collision)
+        self.geometry = SurfaceGeometry(self.surface, self.vertex_count) if self.object_contact else None
         if config.self_collision and self.object_contact:
             # a vertex never collides with triangles of its own one-ring: those pairs are
             # at distance ~0 by construction
@@ -189,9 +179,7 @@ class ContactDetector:
         f = self.colliders[collider_index].friction
         return float(self.config.mu if f is None else f)
 
-    def detect(
-        self, q_n: np.ndarray, predicted, t_next: float, held: np.ndarray | None = None
-    ) -> ContactSet:
+    def detect(self, q_n: np.ndarray, predicted, t_next: float, held: np.ndarray | None = None) -> ContactSet:
         """Contacts for the step ending at time ``t_next``.
 
         q_n: (n, 3) start-of-step positions, m. predicted: (n, 3) or a list of (n, 3)
@@ -267,11 +255,7 @@ class ContactDetector:
         tri = q_n[F]  # (f, 3, 3)
         cen = tri.mean(axis=1)
         tri_r = np.linalg.norm(tri - cen[:, None, :], axis=2).max()
-        move = (
-            max((np.linalg.norm(qp[sv] - q_n[sv], axis=1).max() for qp in preds), default=0.0)
-            if len(sv)
-            else 0.0
-        )
+        move = max((np.linalg.norm(qp[sv] - q_n[sv], axis=1).max() for qp in preds), default=0.0) if len(sv) else 0.0
         # reach: a triangle whose centroid is farther than this cannot be within
         # margin + motion + one edge of penetration depth of the vertex
         depth = max(self.edge_length, self.margin)
@@ -360,9 +344,7 @@ class ContactDetector:
         gn = np.einsum("kd,kd->k", normal, rel_n)
         gt = gn
         for qp in preds:
-            gt = np.minimum(
-                gt, np.einsum("kd,kd->k", normal, np.einsum("kj,kjd->kd", w, qp[verts]))
-            )
+            gt = np.minimum(gt, np.einsum("kd,kd->k", normal, np.einsum("kj,kjd->kd", w, qp[verts])))
         # A self-contact deeper than a fraction of an edge is more likely the body's own
         # opposite side (a thin layer) than a penetration.
         same = self.vertex_object[pv] == self.surface_object[pt]

@@ -694,9 +694,7 @@ def _record(
         for i in range(k):
             c = cjj[i]
             rn = ti.abs(ti.min(d[i], c * lam[i, 0]))
-            f1, f2 = _friction_residual(
-                lam[i, 1], lam[i, 2], u[i, 0], u[i, 1], c * inv_h, mu[i] * lam[i, 0]
-            )
+            f1, f2 = _friction_residual(lam[i, 1], lam[i, 2], u[i, 0], u[i, 1], c * inv_h, mu[i] * lam[i, 0])
             rt = c * ti.sqrt(f1 * f1 + f2 * f2)
             worst = ti.max(worst, ti.cast(ti.max(rn, rt), ti.f64))
             if i == 0:

@@ -392,9 +392,7 @@ class DeviceNCP:
         if ncp not in NCP_CODES:
             raise ValueError(f"unknown NCP function {ncp!r}; expected one of {sorted(NCP_CODES)}")
         if friction_jacobian not in ("full", "lagged"):
-            raise ValueError(
-                f"friction_jacobian must be 'full' or 'lagged', got {friction_jacobian!r}"
-            )
+            raise ValueError(f"friction_jacobian must be 'full' or 'lagged', got {friction_jacobian!r}")
         self.n = int(vertex_count)
         self.mode = NCP_CODES[ncp]
         self.lagged = friction_jacobian == "lagged"
@@ -555,11 +553,7 @@ class DeviceNCP:
         """The positions as a (n, 3) Taichi array of this precision: a Taichi array of that
         type is used as it is (it stays on the device: the PD solver passes its own
         iterate), anything else is copied into self.q."""
-        if (
-            isinstance(q, ti.Ndarray)
-            and q.dtype == self.ti_dtype
-            and tuple(q.shape) == tuple(self.q.shape)
-        ):
+        if isinstance(q, ti.Ndarray) and q.dtype == self.ti_dtype and tuple(q.shape) == tuple(self.q.shape):
             return q
         if isinstance(q, ti.Ndarray):
             q = q.to_numpy()

@@ -89,9 +89,7 @@ class ContactSet:
         parts = [p for p in parts if p.count]
         if not parts:
             return cls.empty()
-        return cls(
-            **{f: np.concatenate([getattr(p, f) for p in parts]) for f in cls.__dataclass_fields__}
-        )
+        return cls(**{f: np.concatenate([getattr(p, f) for p in parts]) for f in cls.__dataclass_fields__})
 
     def subset(self, mask: np.ndarray) -> ContactSet:
         return ContactSet(**{f: getattr(self, f)[mask] for f in self.__dataclass_fields__})
@@ -104,9 +102,7 @@ class ContactSet:
         """Scalar B (n, k) with B[:, c] the weights of Pi_c, so Pi_c q = (B^T q)[c]."""
         k = self.count
         cols = np.repeat(np.arange(k), 4)
-        B = sp.csc_matrix(
-            (self.weights.ravel(), (self.vertices.ravel(), cols)), shape=(vertex_count, k)
-        )
+        B = sp.csc_matrix((self.weights.ravel(), (self.vertices.ravel(), cols)), shape=(vertex_count, k))
         B.sum_duplicates()
         B.eliminate_zeros()
         return B
@@ -119,13 +115,9 @@ class ContactSet:
             (3 * np.arange(k))[:, None, None, None] + np.arange(3)[None, :, None, None],
             (k, 3, 4, 3),
         )
-        cols = np.broadcast_to(
-            3 * self.vertices[:, None, :, None] + np.arange(3)[None, None, None, :], (k, 3, 4, 3)
-        )
+        cols = np.broadcast_to(3 * self.vertices[:, None, :, None] + np.arange(3)[None, None, None, :], (k, 3, 4, 3))
         vals = self.weights[:, None, :, None] * self.frames[:, :, None, :]
-        H = sp.csr_matrix(
-            (vals.ravel(), (rows.ravel(), cols.ravel())), shape=(3 * k, 3 * vertex_count)
-        )
+        H = sp.csr_matrix((vals.ravel(), (rows.ravel(), cols.ravel())), shape=(3 * k, 3 * vertex_count))
         H.sum_duplicates()
         H.eliminate_zeros()
         return H
@@ -144,7 +136,5 @@ class ContactSet:
         out = np.zeros((vertex_count, 3))
         contrib = self.weights[:, :, None] * f[:, None, :]  # (k, 4, 3)
         for d in range(3):
-            out[:, d] = np.bincount(
-                self.vertices.ravel(), weights=contrib[:, :, d].ravel(), minlength=vertex_count
-            )
+            out[:, d] = np.bincount(self.vertices.ravel(), weights=contrib[:, :, d].ravel(), minlength=vertex_count)
         return out

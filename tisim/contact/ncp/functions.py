@@ -71,9 +71,7 @@ def ncp_function(name: str) -> Callable:
     try:
         return NCP_FUNCTIONS[name]
     except KeyError:
-        raise ValueError(
-            f"unknown NCP function {name!r}; expected one of {sorted(NCP_FUNCTIONS)}"
-        ) from None
+        raise ValueError(f"unknown NCP function {name!r}; expected one of {sorted(NCP_FUNCTIONS)}") from None
 
 
 @dataclass
@@ -91,9 +89,7 @@ class FrictionState:
     target: np.ndarray
 
 
-def friction_state(
-    lam_t: np.ndarray, u: np.ndarray, r_t: np.ndarray, radius: np.ndarray
-) -> FrictionState:
+def friction_state(lam_t: np.ndarray, u: np.ndarray, r_t: np.ndarray, radius: np.ndarray) -> FrictionState:
     """Classify contacts as sticking or slipping (notes §2.6, prox form).
 
     lam_t: (k, 2) tangential forces, N. u: (k, 2) tangential slip velocities, m/s.
@@ -113,9 +109,7 @@ def friction_state(
     return FrictionState(stick=stick, y=y, radius=radius, target=target)
 
 
-def friction_residual(
-    lam_t: np.ndarray, u: np.ndarray, r_t: np.ndarray, radius: np.ndarray
-) -> np.ndarray:
+def friction_residual(lam_t: np.ndarray, u: np.ndarray, r_t: np.ndarray, radius: np.ndarray) -> np.ndarray:
     """(k, 2) the proximal Coulomb residual lambda_t - Proj_{|x| <= radius}(lambda_t - u / r_t), N.
 
     Zero exactly when (u, lambda_t) satisfy Coulomb's law with normal force radius / mu:
@@ -126,9 +120,7 @@ def friction_residual(
     return np.asarray(lam_t) - proj
 
 
-def friction_residual_jacobian(
-    lam_t: np.ndarray, u: np.ndarray, r_t: np.ndarray, radius: np.ndarray
-):
+def friction_residual_jacobian(lam_t: np.ndarray, u: np.ndarray, r_t: np.ndarray, radius: np.ndarray):
     """Generalized Jacobian of :func:`friction_residual` w.r.t. lambda_t and u (radius fixed).
 
     Returns (d_lam (k, 2, 2), d_u (k, 2, 2)). Stick: (0, I / r_t). Slip with radius R:

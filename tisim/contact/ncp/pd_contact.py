@@ -201,9 +201,7 @@ class PDContact:
         from tisim import backend
 
         info = backend.current()
-        implementation, self.implementation_warning = choose_implementation(
-            implementation, info.arch, info.precision
-        )
+        implementation, self.implementation_warning = choose_implementation(implementation, info.arch, info.precision)
         if self.implementation_warning:
             log.warning("%s", self.implementation_warning)
         self.implementation = implementation
@@ -218,9 +216,7 @@ class PDContact:
         self.newton_iterations = int(newton_iterations)
         self.exact_gaps = bool(exact_gaps)
         if friction_jacobian not in ("full", "lagged"):
-            raise ValueError(
-                f"friction_jacobian must be 'full' or 'lagged', got {friction_jacobian!r}"
-            )
+            raise ValueError(f"friction_jacobian must be 'full' or 'lagged', got {friction_jacobian!r}")
         self.friction_jacobian = friction_jacobian
         self.vertex_count = model.vertex_count
         self._held = held if held is not None else self._model_held
@@ -324,9 +320,7 @@ class PDContact:
         }
 
     # ------------------------------------------------------------------ per step
-    def begin_step(
-        self, q_n: np.ndarray, v_n: np.ndarray, q_tilde: np.ndarray, t: float, h: float
-    ) -> None:
+    def begin_step(self, q_n: np.ndarray, v_n: np.ndarray, q_tilde: np.ndarray, t: float, h: float) -> None:
         """Detect contacts for the step t -> t + h and warm-start their forces.
 
         q_n, v_n, q_tilde: (n, 3) positions (m), velocities (m/s), inertial prediction (m).
@@ -598,9 +592,7 @@ class PDContact:
         phi(d, r_n lambda_n) for the normal rows and r_t h (lambda_t - Proj(lambda_t -
         u / r_t)) for friction (h u when sticking), the rows the Newton step solves."""
         phi, _, _ = self.ncp(d, self.r_n * lam[:, 0])
-        ft = friction_residual(
-            lam[:, 1:], u, self.r_t, self.contacts.mu * np.maximum(lam[:, 0], 0.0)
-        )
+        ft = friction_residual(lam[:, 1:], u, self.r_t, self.contacts.mu * np.maximum(lam[:, 0], 0.0))
         ft *= (self.r_t * self._h)[:, None]
         return float(phi @ phi + np.einsum("ka,ka->", ft, ft))
 
@@ -655,12 +647,8 @@ class PDContact:
         radius = self.contacts.mu * np.maximum(lam[:, 0], 0.0)
         fs = friction_state(lam[:, 1:], u, self.r_t, radius)
         ny = np.linalg.norm(fs.y, axis=1)
-        e_par = np.where(
-            (ny > 0)[:, None], fs.y / np.where(ny > 0, ny, 1.0)[:, None], np.array([1.0, 0.0])
-        )
-        Q = np.stack(
-            [e_par, np.stack([-e_par[:, 1], e_par[:, 0]], axis=1)], axis=1
-        )  # (k, 2, 2) rows
+        e_par = np.where((ny > 0)[:, None], fs.y / np.where(ny > 0, ny, 1.0)[:, None], np.array([1.0, 0.0]))
+        Q = np.stack([e_par, np.stack([-e_par[:, 1], e_par[:, 0]], axis=1)], axis=1)  # (k, 2, 2) rows
         lt = np.einsum("kab,kb->ka", Q, lam[:, 1:])
         ut = np.einsum("kab,kb->ka", Q, u)
         st = fs.stick
@@ -690,9 +678,7 @@ class PDContact:
         if np.any(act):
             C = self.C
             F = self.contacts.frames.copy()
-            F[:, 1:, :] = np.einsum(
-                "kab,kbd->kad", Q, self.contacts.frames[:, 1:, :]
-            )  # (n, e_par, e_perp)
+            F[:, 1:, :] = np.einsum("kab,kbd->kad", Q, self.contacts.frames[:, 1:, :])  # (n, e_par, e_perp)
             every = bool(act.all())
             om = omega[act]
             c = -res[act]

@@ -72,9 +72,7 @@ def _check_finer(levels: Sequence[Level]) -> None:
     for k in range(1, len(levels)):
         a, b = levels[k - 1].vertex_count, levels[k].vertex_count
         if b <= a:
-            raise MeshError(
-                f"level {k} ({b} vertices) is not finer than level {k - 1} ({a} vertices)"
-            )
+            raise MeshError(f"level {k} ({b} vertices) is not finer than level {k - 1} ({a} vertices)")
 
 
 def _check_distance(P: Prolongation, k: int, fine: Level, max_distance: float) -> None:
@@ -130,10 +128,7 @@ def _finish(
             ", ".join(f"{d:.3g}" for d in deviation),
         )
     if embedded:
-        directs = [
-            embed(levels[L], levels[lvl], zero_mean_tangent=zero_mean_tangent)
-            for lvl in range(L - 1)
-        ]
+        directs = [embed(levels[L], levels[lvl], zero_mean_tangent=zero_mean_tangent) for lvl in range(L - 1)]
     else:
         directs = [compose(*prolongations[lvl:]) for lvl in range(L - 1)]
     directs += [prolongations[L - 1]] if L > 0 else []
@@ -181,8 +176,9 @@ def from_meshes(
     )
 
 
-def decimation_minimum(levels: int, coarse_vertices: int | tuple[int, int] = (300, 1000),
-                       min_ratio: float = 2.0) -> int:
+def decimation_minimum(
+    levels: int, coarse_vertices: int | tuple[int, int] = (300, 1000), min_ratio: float = 2.0
+) -> int:
     """The fewest finest-level vertices that ``build_hierarchy(method="decimate")`` can
     turn into ``levels`` levels."""
     lo = coarse_vertices if np.isscalar(coarse_vertices) else coarse_vertices[0]
@@ -266,13 +262,9 @@ def build_hierarchy(
     targets = [round(c0 * (n / c0) ** (k / L)) for k in range(L)]
     chain = [level]
     for k in range(L - 1, -1, -1):
-        chain.insert(
-            0, decimate(chain[0], targets[k], areal_density=rho, preserve_border=preserve_border)
-        )
+        chain.insert(0, decimate(chain[0], targets[k], areal_density=rho, preserve_border=preserve_border))
     _check_finer(chain)
     fine_uv = vertex_uv(level)
     if fine_uv is not None:  # from the finest mesh itself, not level by level
         chain[:-1] = [replace(c, uv=uv_at(level, fine_uv, c.vertices)) for c in chain[:-1]]
-    return _finish(
-        chain, [None] * L, method, mass, rho, max_distance, zero_mean_tangent, embedded=True
-    )
+    return _finish(chain, [None] * L, method, mass, rho, max_distance, zero_mean_tangent, embedded=True)

@@ -101,9 +101,7 @@ def decimate(
     try:
         import fast_simplification
     except ImportError as err:  # pragma: no cover - a declared dependency
-        raise MeshError(
-            "decimation needs the 'fast-simplification' package (pip install fast-simplification)"
-        ) from err
+        raise MeshError("decimation needs the 'fast-simplification' package (pip install fast-simplification)") from err
     n = level.vertex_count
     target = int(target_vertices)
     if target < 4 or target >= n:
@@ -114,9 +112,7 @@ def decimate(
 
     def run(faces_target: int, agg: float = aggressiveness):
         faces_target = int(np.clip(faces_target, 2, level.face_count - 1))
-        v, t = fast_simplification.simplify(
-            y, f, target_count=faces_target, agg=agg, preserve_border=preserve_border
-        )
+        v, t = fast_simplification.simplify(y, f, target_count=faces_target, agg=agg, preserve_border=preserve_border)
         v = to_world(v)
         t = np.asarray(t, dtype=np.int64)
         t = t[(t[:, 0] != t[:, 1]) & (t[:, 1] != t[:, 2]) & (t[:, 2] != t[:, 0])]
@@ -164,7 +160,10 @@ def _min_angles(x: np.ndarray, tris: np.ndarray) -> np.ndarray:
 
 
 def collapse_needles(
-    x: np.ndarray, faces: np.ndarray, ratio: float = 0.2, max_dihedral_deg: float = 1.0,
+    x: np.ndarray,
+    faces: np.ndarray,
+    ratio: float = 0.2,
+    max_dihedral_deg: float = 1.0,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(vertices, faces) with every edge shorter than ``ratio`` times the median edge
     collapsed where that is safe: the needles quadric decimation leaves in flat regions,
@@ -235,7 +234,11 @@ def collapse_needles(
 
 
 def flip_slivers(
-    x: np.ndarray, faces: np.ndarray, *, min_angle_deg: float = 15.0, max_dihedral_deg: float = 1.0,
+    x: np.ndarray,
+    faces: np.ndarray,
+    *,
+    min_angle_deg: float = 15.0,
+    max_dihedral_deg: float = 1.0,
     passes: int = 50,
 ) -> np.ndarray:
     """Faces improved by Lawson edge flips at thin triangles where the surface is nearly
@@ -282,7 +285,9 @@ def flip_slivers(
         n1, n2 = unit_normals(old_1), unit_normals(old_2)
         ok &= np.einsum("ij,ij->i", n1, n2) >= cos_dihedral
         mid = n1 + n2
-        ok &= (np.einsum("ij,ij->i", unit_normals(new_1), mid) > 0) & (np.einsum("ij,ij->i", unit_normals(new_2), mid) > 0)
+        ok &= (np.einsum("ij,ij->i", unit_normals(new_1), mid) > 0) & (
+            np.einsum("ij,ij->i", unit_normals(new_2), mid) > 0
+        )
         old_min = np.minimum(_min_angles(x, old_1), _min_angles(x, old_2))
         ok &= old_min < limit
         ok &= np.minimum(_min_angles(x, new_1), _min_angles(x, new_2)) > old_min + 1e-12

@@ -171,9 +171,7 @@ def _lean_on_every_vertex(points, xc, fc, host, bary, dist) -> int:
     return moved
 
 
-def embed(
-    fine_level: Level, coarse_level: Level, *, zero_mean_tangent: bool = False
-) -> Prolongation:
+def embed(fine_level: Level, coarse_level: Level, *, zero_mean_tangent: bool = False) -> Prolongation:
     """Embed every fine vertex at its closest point on the coarse rest surface.
 
     The row of U holds the barycentric weights of that point in its host
@@ -201,10 +199,13 @@ def embed(
         p0 = _with_offsets(U0, xc, fc, fine_level.vertices, host, bary, dist)
         m = fine_level.mass
         mf = np.bincount(host, weights=m, minlength=len(fc))
-        mu = np.stack(
-            [np.bincount(host, weights=m * p0.tangent[:, c], minlength=len(fc)) for c in (0, 1)],
-            axis=1,
-        ) / np.maximum(mf, np.finfo(np.float64).tiny)[:, None]
+        mu = (
+            np.stack(
+                [np.bincount(host, weights=m * p0.tangent[:, c], minlength=len(fc)) for c in (0, 1)],
+                axis=1,
+            )
+            / np.maximum(mf, np.finfo(np.float64).tiny)[:, None]
+        )
         e, b, _ = _face_frames(xc, fc)
         delta = mu[:, :1] * e + mu[:, 1:] * b  # (m_c, 3) mean tangential offset, world
         # Weights shift (-s-r, s, r) with s (X1-X0) + r (X2-X0) = delta.
@@ -260,14 +261,10 @@ def compose(*prolongations: Prolongation) -> Prolongation:
     for k in range(len(prolongations) - 1):
         a, b = prolongations[k], prolongations[k + 1]
         if a.fine_count != b.coarse_count or not np.allclose(a.fine_rest, b.coarse_rest):
-            raise MeshError(
-                f"prolongation {k + 1} does not start on the level prolongation {k} ends on"
-            )
+            raise MeshError(f"prolongation {k + 1} does not start on the level prolongation {k} ends on")
     U = prolongations[0].U
     for p in prolongations[1:]:
         U = p.U @ U
     first, last = prolongations[0], prolongations[-1]
     host, bary, dist = closest_on_surface(last.fine_rest, first.coarse_rest, first.coarse_faces)
-    return _with_offsets(
-        U.tocsr(), first.coarse_rest, first.coarse_faces, last.fine_rest, host, bary, dist
-    )
+    return _with_offsets(U.tocsr(), first.coarse_rest, first.coarse_faces, last.fine_rest, host, bary, dist)

@@ -75,9 +75,7 @@ class Level:
         object.__setattr__(self, "uv", uv)
 
     @classmethod
-    def from_mesh(
-        cls, vertices, faces, areal_density: float, uv=None, face_uv=None
-    ) -> Level:
+    def from_mesh(cls, vertices, faces, areal_density: float, uv=None, face_uv=None) -> Level:
         """A level with lumped masses from triangle areas times ``areal_density``
         (kg/m^2 = density * thickness)."""
         rho = float(areal_density)

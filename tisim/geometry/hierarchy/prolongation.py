@@ -68,8 +68,7 @@ class Prolongation:
         nf, nc = U.shape
         if self.fine_rest.shape != (nf, 3) or self.coarse_rest.shape != (nc, 3):
             raise MeshError(
-                f"U has shape {U.shape} but the rest shapes are {self.fine_rest.shape} "
-                f"and {self.coarse_rest.shape}"
+                f"U has shape {U.shape} but the rest shapes are {self.fine_rest.shape} and {self.coarse_rest.shape}"
             )
         faces = np.asarray(self.coarse_faces, dtype=np.int32)
         host = np.asarray(self.host, dtype=np.int32)
@@ -104,11 +103,7 @@ class Prolongation:
         x = np.asarray(x_coarse, dtype=np.float64).reshape(self.coarse_count, 3)
         e, b, n = _face_frames(x, self.coarse_faces)
         h = self.host
-        return (
-            self.gamma[:, None] * n[h]
-            + self.tangent[:, 0:1] * e[h]
-            + self.tangent[:, 1:2] * b[h]
-        )
+        return self.gamma[:, None] * n[h] + self.tangent[:, 0:1] * e[h] + self.tangent[:, 1:2] * b[h]
 
     def apply(self, x_coarse: np.ndarray) -> np.ndarray:
         """(n_fine, 3) P(x) = U x + a(x), metres, from (n_coarse, 3) positions."""

@@ -119,8 +119,9 @@ def _odd_stencil(f: np.ndarray, face_edge: np.ndarray, counts: np.ndarray, n: in
     return rows_o, cols_o, vals_o
 
 
-def _even_stencil(x: np.ndarray, f: np.ndarray, edges: np.ndarray, counts: np.ndarray, scheme: str,
-                  corner_angle: float):
+def _even_stencil(
+    x: np.ndarray, f: np.ndarray, edges: np.ndarray, counts: np.ndarray, scheme: str, corner_angle: float
+):
     """Rows, columns and weights of U for the even (coarse) vertices: the Loop
     stencil inside, 3/4 and 1/8, 1/8 along the boundary, corners kept."""
     n = len(x)
@@ -202,8 +203,6 @@ def _subdivided_uv(level: Level, edges: np.ndarray):
             uv = np.concatenate([level.uv, 0.5 * (level.uv[edges[:, 0]] + level.uv[edges[:, 1]])])
         else:
             uv_edges, uv_face_edge, _ = _edge_topology(level.face_uv)
-            uv = np.concatenate(
-                [level.uv, 0.5 * (level.uv[uv_edges[:, 0]] + level.uv[uv_edges[:, 1]])]
-            )
+            uv = np.concatenate([level.uv, 0.5 * (level.uv[uv_edges[:, 0]] + level.uv[uv_edges[:, 1]])])
             fuv = _split_faces(level.face_uv, uv_face_edge, len(level.uv))
     return uv, fuv

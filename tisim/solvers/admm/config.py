@@ -58,10 +58,12 @@ class ADMMConfig:
     warn_every: int = num(50, ge=1, doc="log one warning per this many retried steps (the first always)")
     retry_stalled: bool = True  # False: a stalled step is returned flagged at once (fixed-iteration benchmarks)
     retry_iteration_factor: float = num(
-        4.0, ge=1, doc="a stalled step is retried from a fresh splitting with this many times max_iterations")
+        4.0, ge=1, doc="a stalled step is retried from a fresh splitting with this many times max_iterations"
+    )
     retry_halvings: int = num(1, ge=0, doc="then retried as two half steps, recursively this many levels deep")
     prox_newton_iterations: int = num(
-        60, ge=1, doc="cap of the Newton solve of the Neo-Hookean (lam != 0) and corotated S-step per element")
+        60, ge=1, doc="cap of the Newton solve of the Neo-Hookean (lam != 0) and corotated S-step per element"
+    )
     integrator: Literal["midpoint", "energy-momentum"] = "midpoint"
     # "midpoint": the notes' variational midpoint rule, solved by ADMM (symplectic; on stiff nonlinear
     # runs its energy can drift and blow up, see SolverADMM). "energy-momentum": the discrete-gradient

@@ -75,8 +75,7 @@ class MidpointNewton:
     max_iterations: cap on Newton corrections per step.
     """
 
-    def __init__(self, model, scheme: str = "energy-momentum", tolerance: float = 1e-12,
-                 max_iterations: int = 100):
+    def __init__(self, model, scheme: str = "energy-momentum", tolerance: float = 1e-12, max_iterations: int = 100):
         if scheme not in SCHEMES:
             raise ValueError(f"scheme must be one of {SCHEMES}, got {scheme!r}")
         self.model = model
@@ -204,9 +203,16 @@ class MidpointNewton:
         r -= 0.5 * self.mass[:, None] * self.energy.gravity[None, :]
         return r
 
-    def solve(self, x0: np.ndarray, v0: np.ndarray, h: float, t0: float,
-              held: np.ndarray | None = None, held_x: np.ndarray | None = None,
-              x_start: np.ndarray | None = None) -> NewtonResult:
+    def solve(
+        self,
+        x0: np.ndarray,
+        v0: np.ndarray,
+        h: float,
+        t0: float,
+        held: np.ndarray | None = None,
+        held_x: np.ndarray | None = None,
+        x_start: np.ndarray | None = None,
+    ) -> NewtonResult:
         """q^{k+1} of one step from (x0, v0) (n, 3) over h seconds; held vertices are set to held_x."""
         n = len(x0)
         held = np.zeros(0, dtype=np.int64) if held is None else np.asarray(held, dtype=np.int64)

@@ -92,7 +92,8 @@ class StepIterations:
         return (
             f"{'a non-finite iterate' if self.nonfinite else f'{s.max_iterations} iterations'}: primal residual "
             f"{self.rp:.3g}, dual {self.rd:.3g} (tolerance {s.tolerance:.3g})"
-            + (f", {self.prox_failed} elements' S-step Newton unconverged" if self.prox_failed else ""))
+            + (f", {self.prox_failed} elements' S-step Newton unconverged" if self.prox_failed else "")
+        )
 
     def _vertex_rhs(self) -> None:
         """The vertex part of B: inertia, half the external force, the contact copy's pull."""
@@ -124,8 +125,13 @@ class StepIterations:
             q[:] = self.q_last_good
             return False
         self.q_last_good[:] = q
-        if (check and self.rp <= s.tolerance and self.rd <= s.dual_tolerance and self.rs <= s.dual_tolerance
-                and self.prox_failed == 0):
+        if (
+            check
+            and self.rp <= s.tolerance
+            and self.rd <= s.dual_tolerance
+            and self.rs <= s.dual_tolerance
+            and self.prox_failed == 0
+        ):
             self.converged = True
             return False
         return True
@@ -138,8 +144,16 @@ class StepIterations:
         ts = time.perf_counter()
         np.copyto(self.rhs, self.base_vertex, casting="unsafe")
         check = it >= cfg.min_iterations and self.rp <= s.tolerance and self.rd <= s.dual_tolerance
-        out = K.iterate(s._as_real(self.q), self.rhs, s._topo, s._params, s._grad, s._split,
-                        1 if check else 0, cfg.prox_newton_iterations)
+        out = K.iterate(
+            s._as_real(self.q),
+            self.rhs,
+            s._topo,
+            s._params,
+            s._grad,
+            s._split,
+            1 if check else 0,
+            cfg.prox_newton_iterations,
+        )
         self.timings["local"] += 1e3 * (time.perf_counter() - ts)
         vol = max(float(out[K.VOLUME]), 1e-300)
         self.rp = math.sqrt(max(float(out[K.PRIMAL]), 0.0) / vol)

@@ -106,8 +106,9 @@ def assemble_rhs(rhs: ND2, topo: ND2, grad: ND3, params: ND2, split: ND2):
 
 
 @ti.kernel
-def iterate(x: ND2, rhs: ND2, topo: ND2, params: ND2, grad: ND3, split: ND2,
-            check_stress: ti.i32, newton_iterations: ti.i32) -> ti.types.vector(N_SUMS, float):
+def iterate(
+    x: ND2, rhs: ND2, topo: ND2, params: ND2, grad: ND3, split: ND2, check_stress: ti.i32, newton_iterations: ti.i32
+) -> ti.types.vector(N_SUMS, float):
     """One ADMM pass over the elements after a q-step (notes §3, step 2.2 and the dual step):
     F = (Fk + F(x)) / 2, C = F + Y/rho; R <- rotation of rho C S + eta R (signed SVD);
     S <- prox_{(w/rho) psi}(sym(R^T C)); Y <- Y + rho (F - R S). Then the element part of
@@ -144,8 +145,9 @@ def iterate(x: ND2, rhs: ND2, topo: ND2, params: ND2, grad: ND3, split: ND2,
         C = F + Yold / re
         Rn = prox.closest_rotation(re * C @ Sold + params[e, ETA] * Rold)
         T = Rn.transpose() @ C
-        Sn, prox_ok = prox.prox_stretch(topo[e, MAT], 0.5 * (T + T.transpose()), w, params[e, MU], params[e, LAM],
-                                        re, newton_iterations)
+        Sn, prox_ok = prox.prox_stretch(
+            topo[e, MAT], 0.5 * (T + T.transpose()), w, params[e, MU], params[e, LAM], re, newton_iterations
+        )
         if prox_ok == 0:
             prox_failed += 1.0
         Z = Rn @ Sn

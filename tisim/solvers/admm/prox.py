@@ -562,8 +562,9 @@ def _store_mat(a: ti.template(), i, M):
 
 
 @ti.kernel
-def _svd_kernel(G: ti.types.ndarray(ndim=3), U: ti.types.ndarray(ndim=3), S: ti.types.ndarray(ndim=2),
-                V: ti.types.ndarray(ndim=3)):
+def _svd_kernel(
+    G: ti.types.ndarray(ndim=3), U: ti.types.ndarray(ndim=3), S: ti.types.ndarray(ndim=2), V: ti.types.ndarray(ndim=3)
+):
     for i in range(G.shape[0]):
         u, s, v = svd3(_load_mat(G, i))
         _store_mat(U, i, u)
@@ -582,9 +583,17 @@ def _eig_kernel(A: ti.types.ndarray(ndim=3), L: ti.types.ndarray(ndim=2), Q: ti.
 
 
 @ti.kernel
-def _prox_kernel(mat: ti.types.ndarray(ndim=1), s: ti.types.ndarray(ndim=2), w: ti.types.ndarray(ndim=1),
-                 mu: ti.types.ndarray(ndim=1), lam: ti.types.ndarray(ndim=1), rho: ti.types.ndarray(ndim=1),
-                 out: ti.types.ndarray(ndim=2), ok: ti.types.ndarray(ndim=1), newton_iterations: ti.i32):
+def _prox_kernel(
+    mat: ti.types.ndarray(ndim=1),
+    s: ti.types.ndarray(ndim=2),
+    w: ti.types.ndarray(ndim=1),
+    mu: ti.types.ndarray(ndim=1),
+    lam: ti.types.ndarray(ndim=1),
+    rho: ti.types.ndarray(ndim=1),
+    out: ti.types.ndarray(ndim=2),
+    ok: ti.types.ndarray(ndim=1),
+    newton_iterations: ti.i32,
+):
     for i in range(s.shape[0]):
         sv = ti.Vector([s[i, 0], s[i, 1], s[i, 2]])
         x, good = prox_sigma(mat[i], sv, w[i], mu[i], lam[i], rho[i], newton_iterations)
@@ -594,8 +603,13 @@ def _prox_kernel(mat: ti.types.ndarray(ndim=1), s: ti.types.ndarray(ndim=2), w: 
 
 
 @ti.kernel
-def _energy_kernel(mat: ti.types.ndarray(ndim=1), s: ti.types.ndarray(ndim=2), mu: ti.types.ndarray(ndim=1),
-                   lam: ti.types.ndarray(ndim=1), out: ti.types.ndarray(ndim=1)):
+def _energy_kernel(
+    mat: ti.types.ndarray(ndim=1),
+    s: ti.types.ndarray(ndim=2),
+    mu: ti.types.ndarray(ndim=1),
+    lam: ti.types.ndarray(ndim=1),
+    out: ti.types.ndarray(ndim=1),
+):
     for i in range(s.shape[0]):
         sv = ti.Vector([s[i, 0], s[i, 1], s[i, 2]])
         out[i] = energy_sigma(mat[i], sv, mu[i], lam[i])
@@ -637,8 +651,9 @@ def _codes(material, m: int) -> np.ndarray:
     return np.ascontiguousarray(np.broadcast_to(np.asarray(material, dtype=np.int32), (m,)))
 
 
-def prox_eigenvalues(material, s, w, mu, lam, rho, *, newton_iterations: int = NEWTON_ITERATIONS,
-                     with_status: bool = False):
+def prox_eigenvalues(
+    material, s, w, mu, lam, rho, *, newton_iterations: int = NEWTON_ITERATIONS, with_status: bool = False
+):
     """The P-step on eigenvalues s (m, 3): argmin_sigma w psi(sigma) + rho/2 ||sigma - s||^2.
 
     material: scene material name or code(s); w (m^3), mu, lam (Pa), rho: scalars or (m,);
@@ -650,8 +665,17 @@ def prox_eigenvalues(material, s, w, mu, lam, rho, *, newton_iterations: int = N
     out = np.zeros_like(s)
     ok = np.ones(m, dtype=np.int32)
     if m:
-        _prox_kernel(_codes(material, m), s, _batch_param(w, m), _batch_param(mu, m), _batch_param(lam, m),
-                     _batch_param(rho, m), out, ok, int(newton_iterations))
+        _prox_kernel(
+            _codes(material, m),
+            s,
+            _batch_param(w, m),
+            _batch_param(mu, m),
+            _batch_param(lam, m),
+            _batch_param(rho, m),
+            out,
+            ok,
+            int(newton_iterations),
+        )
     return (out, ok.astype(bool)) if with_status else out
 
 

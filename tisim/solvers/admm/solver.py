@@ -365,8 +365,12 @@ class SolverADMM(Solver):
     def splitting(self) -> dict[str, np.ndarray]:
         """The current per-element splitting: R, S, Y (m, 3, 3) and rho (m,)."""
         sp_ = self._split.to_numpy()
-        return {"R": sp_[:, 0].copy(), "S": sp_[:, 1].copy(), "Y": sp_[:, 2].copy(),
-                "rho": self._params_np[:, self._K.RHO].copy()}
+        return {
+            "R": sp_[:, 0].copy(),
+            "S": sp_[:, 1].copy(),
+            "Y": sp_[:, 2].copy(),
+            "rho": self._params_np[:, self._K.RHO].copy(),
+        }
 
     def set_splitting(self, R: np.ndarray, S: np.ndarray, Y: np.ndarray) -> None:
         """Overwrite the splitting (m, 3, 3) each (tests)."""
@@ -381,8 +385,10 @@ class SolverADMM(Solver):
         z = x0 + h * np.asarray(velocities, dtype=np.float64)
         K = self._K
         K.store_deformation_gradients(self._as_real(x0), self._topo, self._grad, self._split)
-        rhs = np.ascontiguousarray(self._mass[:, None] * z / (h * h)
-                                   + 0.5 * self._mass[:, None] * self.model.gravity[None, :], dtype=self._np_real)
+        rhs = np.ascontiguousarray(
+            self._mass[:, None] * z / (h * h) + 0.5 * self._mass[:, None] * self.model.gravity[None, :],
+            dtype=self._np_real,
+        )
         K.assemble_rhs(rhs, self._topo, self._grad, self._params, self._split)
         return factorize(self.global_matrix(h)).solve(rhs.astype(np.float64))
 
@@ -393,12 +399,14 @@ class SolverADMM(Solver):
         x0 = np.asarray(state_in.positions, dtype=np.float64)
         v0 = np.asarray(state_in.velocities, dtype=np.float64)
         if x0.shape != (self.n, 3) or v0.shape != (self.n, 3):
-            raise ValueError(f"ADMM step: expected positions and velocities of shape ({self.n}, 3), "
-                             f"got {x0.shape} and {v0.shape}")
+            raise ValueError(
+                f"ADMM step: expected positions and velocities of shape ({self.n}, 3), got {x0.shape} and {v0.shape}"
+            )
         if not (np.all(np.isfinite(x0)) and np.all(np.isfinite(v0))):
             bad = np.flatnonzero(~(np.isfinite(x0).all(1) & np.isfinite(v0).all(1)))
-            raise ValueError(f"ADMM step: the input state has NaN/inf positions or velocities "
-                             f"({bad.size} vertices, first {bad[0]})")
+            raise ValueError(
+                f"ADMM step: the input state has NaN/inf positions or velocities ({bad.size} vertices, first {bad[0]})"
+            )
         h = float(dt)
         self._retries_now = 0
         st = self._solve(state_in, state_out, h, x0, v0, 0)
@@ -410,16 +418,24 @@ class SolverADMM(Solver):
             counts["recovered"] += int(st.converged)
         if not st.converged:
             counts["failed"] += 1
-            log.warning("%s step from t=%.6g s to t=%.6g s did not converge after %d retries (last attempt: %s); "
-                        "the step is flagged as stalled, not accepted as converged. A smaller sim.dt, a larger "
-                        "max_iterations or retry_halvings may help.", self._method(), float(state_in.time),
-                        float(state_in.time) + h, retries, self._why)
-        st.extra.update({
-            "admm_stalled": 0.0 if st.converged else 1.0,
-            "admm_stalled_total": float(counts["failed"]),  # since reset (kept right under substeps)
-            "stall_retries": float(retries),
-            "stall_failed": 0.0 if st.converged else 1.0,
-        })
+            log.warning(
+                "%s step from t=%.6g s to t=%.6g s did not converge after %d retries (last attempt: %s); "
+                "the step is flagged as stalled, not accepted as converged. A smaller sim.dt, a larger "
+                "max_iterations or retry_halvings may help.",
+                self._method(),
+                float(state_in.time),
+                float(state_in.time) + h,
+                retries,
+                self._why,
+            )
+        st.extra.update(
+            {
+                "admm_stalled": 0.0 if st.converged else 1.0,
+                "admm_stalled_total": float(counts["failed"]),  # since reset (kept right under substeps)
+                "stall_retries": float(retries),
+                "stall_failed": 0.0 if st.converged else 1.0,
+            }
+        )
         return self._finish(st, state_in, state_out, x0, v0)
 
     def _method(self) -> str:
@@ -452,8 +468,9 @@ class SolverADMM(Solver):
         if st.converged or not cfg.retry_stalled:
             return st
         used = [st]
-        self._note_retry(state_in, h, "restarting from a fresh splitting with "
-                         f"{cfg.retry_iteration_factor:g}x the iteration cap")
+        self._note_retry(
+            state_in, h, f"restarting from a fresh splitting with {cfg.retry_iteration_factor:g}x the iteration cap"
+        )
         self._restart()
         cap, em_cap = self.max_iterations, (self._em.max_iterations if self._em is not None else 0)
         self.max_iterations = int(math.ceil(cap * cfg.retry_iteration_factor))
@@ -486,12 +503,25 @@ class SolverADMM(Solver):
         self._retries_now += 1
         n = self._stalls["stalled_steps"] + 1
         if self._retries_now == 1 and (n == 1 or n % self.config.warn_every == 0):
-            log.warning("%s step from t=%.6g s (h = %.3g s) stalled (%s); retrying it, %s (%d stalled steps "
-                        "so far; counted in run.json).", self._method(), float(state_in.time), h, self._why,
-                        how, n)
+            log.warning(
+                "%s step from t=%.6g s (h = %.3g s) stalled (%s); retrying it, %s (%d stalled steps "
+                "so far; counted in run.json).",
+                self._method(),
+                float(state_in.time),
+                h,
+                self._why,
+                how,
+                n,
+            )
         else:
-            log.info("%s step from t=%.6g s (h = %.3g s) still unconverged (%s); retrying it, %s.",
-                     self._method(), float(state_in.time), h, self._why, how)
+            log.info(
+                "%s step from t=%.6g s (h = %.3g s) still unconverged (%s); retrying it, %s.",
+                self._method(),
+                float(state_in.time),
+                h,
+                self._why,
+                how,
+            )
 
     def _step_admm(self, state_in, state_out, h: float, x0: np.ndarray, v0: np.ndarray) -> StepStats:
         """One midpoint step by ADMM: the splitting (kept from the previous step
@@ -562,8 +592,10 @@ class SolverADMM(Solver):
         solve_ms = 1e3 * (time.perf_counter() - ts)
         q = res.positions
         if not res.converged:
-            self._why = (f"{res.iterations} Newton iterations: last correction {res.residual:.3g} "
-                         f"(tolerance {self.config.newton_tolerance:.3g})")
+            self._why = (
+                f"{res.iterations} Newton iterations: last correction {res.residual:.3g} "
+                f"(tolerance {self.config.newton_tolerance:.3g})"
+            )
         v1 = midpoint_velocity(q, x0, v0, h)
         if len(held):
             v1[held] = held_v
@@ -601,8 +633,7 @@ class SolverADMM(Solver):
         held = self.held_vertices(float(state_out.time))[0]
         kin1 = 0.5 * float(self._mass @ np.einsum("ij,ij->i", state_out.velocities, state_out.velocities))
         e1 = kin1 + st.potential
-        closed = len(held) == 0 and self._damping == 0 and not any(
-            c.is_moving() for c in self._colliders)
+        closed = len(held) == 0 and self._damping == 0 and not any(c.is_moving() for c in self._colliders)
         if not closed:
             self._energy_ref = None
             st.extra["energy_drift"] = math.nan
@@ -621,10 +652,15 @@ class SolverADMM(Solver):
                 "%s: the total energy has drifted by %+.3g%% (%.6g J -> %.6g J) between t=%.4g s and t=%.4g s "
                 "(warning threshold %.3g%%). %s",
                 "energy-momentum step" if self._em is not None else "ADMM midpoint rule",
-                100 * drift if math.isfinite(drift) else math.inf, self._energy_ref, e1, self._energy_t0,
-                float(state_out.time), 100 * cfg.drift_warning,
-                "Check the Newton tolerance." if self._em is not None else
-                "The midpoint rule's energy error is O(h^2) but can grow without bound on stiff nonlinear "
+                100 * drift if math.isfinite(drift) else math.inf,
+                self._energy_ref,
+                e1,
+                self._energy_t0,
+                float(state_out.time),
+                100 * cfg.drift_warning,
+                "Check the Newton tolerance."
+                if self._em is not None
+                else "The midpoint rule's energy error is O(h^2) but can grow without bound on stiff nonlinear "
                 "runs (Simo-Tarnow): use a smaller sim.dt or solver.integrator = \"energy-momentum\".",
             )
         return st
@@ -659,7 +695,7 @@ class SolverADMM(Solver):
             self._em.forget()
 
     def notify_model_changed(self, what: str) -> None:
-        """"stiffness"/"material": recompute mu, lam, rho and refactor; "dt", "handles",
+        """ "stiffness"/"material": recompute mu, lam, rho and refactor; "dt", "handles",
         anything else: refactor at the next step."""
         if what in ("stiffness", "material", "materials", "all"):
             self._set_materials()
@@ -671,8 +707,11 @@ class SolverADMM(Solver):
             Tunable("rho_scale", self.rho_scale, 1e-2, 1e3, log=True),
             Tunable("max_iterations", float(self.max_iterations), 1, 10000, log=True),
             # the energy-momentum integrator keeps its own copy of the materials: no slider there
-        ] + ([Tunable("stiffness", getattr(self, "_stiffness_scale", 1.0), 0.01, 100.0, log=True)]
-             if self._em is None else [])
+        ] + (
+            [Tunable("stiffness", getattr(self, "_stiffness_scale", 1.0), 0.01, 100.0, log=True)]
+            if self._em is None
+            else []
+        )
 
     def set_tunable(self, name: str, value: float) -> None:
         if name == "tolerance":
@@ -704,8 +743,11 @@ class SolverADMM(Solver):
             mu = float(model.element_mu[sl.start])
             lam = float(model.element_lam[sl.start])
             kappa = 2.0 * mu if mat in ("arap", "corotated") else mu
-            objects[name] = {"material": mat, "kappa": kappa,
-                             "lambda": lam if mat in ("neo-hookean", "corotated") else 0.0}
+            objects[name] = {
+                "material": mat,
+                "kappa": kappa,
+                "lambda": lam if mat in ("neo-hookean", "corotated") else 0.0,
+            }
         return {
             "solver": "admm",
             "integrator": self.config.integrator,

@@ -44,24 +44,51 @@ class CheckResult:
         return f"{self.name}: {self.value:.4g} (bound {self.bound:.4g}) {'pass' if self.passed else 'FAIL'}"
 
 
-def spinning_bar(*, resolution=(1, 1, 1), dt: float = 0.01, tolerance: float = 1e-8, E: float = 1e4,
-                 material: str = "neo-hookean", size=(1.0, 0.2, 0.2), omega=(1.0, 0.0, 6.0),
-                 velocity=(0.3, -0.2, 0.1), **solver):
+def spinning_bar(
+    *,
+    resolution=(1, 1, 1),
+    dt: float = 0.01,
+    tolerance: float = 1e-8,
+    E: float = 1e4,
+    material: str = "neo-hookean",
+    size=(1.0, 0.2, 0.2),
+    omega=(1.0, 0.0, 6.0),
+    velocity=(0.3, -0.2, 0.1),
+    **solver,
+):
     """A free (no gravity, no contact), spinning and vibrating box: the scene of every check.
     resolution: cells per axis (5 tets per cell); dt: s; E: Young's modulus, Pa (nu = 0.3,
     density 1000 kg/m^3); solver: further ``[solver]`` keys."""
     from tisim.scene import scene_from_dict
 
-    return scene_from_dict({
-        "sim": {"dt": dt, "substeps": 1, "gravity": [0.0, 0.0, 0.0]},
-        # a cap well above what these steps need (tens of iterations), one retry with the same cap
-        # and no halving: a step that stalls (it ends the check) costs at most twice the cap
-        "solver": {"type": "admm", "tolerance": tolerance, "max_iterations": 1000, "retry_halvings": 0,
-                   "retry_iteration_factor": 1.0, **solver},
-        "objects": {"bar": {"generator": "box", "size": list(size), "resolution": list(resolution),
-                            "material": material, "youngs_modulus": E, "poisson_ratio": 0.3,
-                            "density": 1000.0, "angular_velocity": list(omega), "velocity": list(velocity)}},
-    })
+    return scene_from_dict(
+        {
+            "sim": {"dt": dt, "substeps": 1, "gravity": [0.0, 0.0, 0.0]},
+            # a cap well above what these steps need (tens of iterations), one retry with the same cap
+            # and no halving: a step that stalls (it ends the check) costs at most twice the cap
+            "solver": {
+                "type": "admm",
+                "tolerance": tolerance,
+                "max_iterations": 1000,
+                "retry_halvings": 0,
+                "retry_iteration_factor": 1.0,
+                **solver,
+            },
+            "objects": {
+                "bar": {
+                    "generator": "box",
+                    "size": list(size),
+                    "resolution": list(resolution),
+                    "material": material,
+                    "youngs_modulus": E,
+                    "poisson_ratio": 0.3,
+                    "density": 1000.0,
+                    "angular_velocity": list(omega),
+                    "velocity": list(velocity),
+                }
+            },
+        }
+    )
 
 
 def _default_factory(model, config):
@@ -95,8 +122,9 @@ def _advance(solver, a, b, dt: float, steps: int, each=None) -> tuple[object, ob
 
 
 def _energy(model, energy, state) -> float:
-    return 0.5 * float(model.mass @ np.einsum("ij,ij->i", state.velocities, state.velocities)) + \
-        energy.elastic(state.positions)
+    return 0.5 * float(model.mass @ np.einsum("ij,ij->i", state.velocities, state.velocities)) + energy.elastic(
+        state.positions
+    )
 
 
 # the energy-trend scene: tumbling end over end at 2 rad/s (centrifugal strain ~5 %, radial
@@ -104,8 +132,16 @@ def _energy(model, energy, state) -> float:
 TREND_SCENE = {"omega": (0.0, 0.0, 2.0), "velocity": (0.0, 0.0, 0.0)}
 
 
-def energy_trend(*, steps: int = 10_000, dt: float = 0.002, tolerance: float = 1e-10, blocks: int = 20,
-                 max_error: float = 1e-3, scene=None, solver_factory: SolverFactory | None = None) -> CheckResult:
+def energy_trend(
+    *,
+    steps: int = 10_000,
+    dt: float = 0.002,
+    tolerance: float = 1e-10,
+    blocks: int = 20,
+    max_error: float = 1e-3,
+    scene=None,
+    solver_factory: SolverFactory | None = None,
+) -> CheckResult:
     """No trend of the total energy error over ``steps`` steps (notes §5.6), and a bounded one.
 
     Default scene: the tiny bar tumbling at 2 rad/s (``TREND_SCENE``), tolerance 1e-10.
@@ -148,8 +184,13 @@ def energy_trend(*, steps: int = 10_000, dt: float = 0.002, tolerance: float = 1
 
     _, _, bad = _advance(solver, a, b, dt, steps, rec)
     t = dt * np.arange(1, steps + 1)
-    details = {"unconverged_steps": bad, "steps_done": k[0], "steps": steps, "dt": dt,
-               "max_abs_error": float(np.abs(err[:k[0]]).max()) if k[0] else math.nan}
+    details = {
+        "unconverged_steps": bad,
+        "steps_done": k[0],
+        "steps": steps,
+        "dt": dt,
+        "max_abs_error": float(np.abs(err[: k[0]]).max()) if k[0] else math.nan,
+    }
     if k[0] < steps or not np.all(np.isfinite(err)):
         return CheckResult("energy trend |t|", math.inf, T_CRIT_18, False, details)
     slope, icpt = np.polyfit(t, err, 1)
@@ -160,15 +201,30 @@ def energy_trend(*, steps: int = 10_000, dt: float = 0.002, tolerance: float = 1
     rb = eb - (sb * tb + ib)
     se = math.sqrt(float(rb @ rb) / (blocks - 2) / float(np.sum((tb - tb.mean()) ** 2)))
     tstat = sb / se if se > 0 else (0.0 if sb == 0 else math.inf)
-    details.update(slope_per_s=float(slope), drift_over_run=float(slope * (t[-1] - t[0])),
-                   scatter=float(resid.std()), block_slope_per_s=float(sb), block_se=se,
-                   amplitude=float(err.max() - err.min()), mean_error=float(err.mean()))
+    details.update(
+        slope_per_s=float(slope),
+        drift_over_run=float(slope * (t[-1] - t[0])),
+        scatter=float(resid.std()),
+        block_slope_per_s=float(sb),
+        block_se=se,
+        amplitude=float(err.max() - err.min()),
+        mean_error=float(err.mean()),
+    )
     return CheckResult("energy trend |t|", abs(tstat), T_CRIT_18, abs(tstat) < T_CRIT_18 and bad == 0, details)
 
 
-def convergence_order(*, T: float = 0.1, h0: float = 0.02, levels: int = 3, ref_divisor: int = 32,
-                      tolerance: float = 1e-11, low: float = 3.5, high: float = 4.5, scene_kw: dict | None = None,
-                      solver_factory: SolverFactory | None = None) -> CheckResult:
+def convergence_order(
+    *,
+    T: float = 0.1,
+    h0: float = 0.02,
+    levels: int = 3,
+    ref_divisor: int = 32,
+    tolerance: float = 1e-11,
+    low: float = 3.5,
+    high: float = 4.5,
+    scene_kw: dict | None = None,
+    solver_factory: SolverFactory | None = None,
+) -> CheckResult:
     """Second-order convergence of the trajectory (notes §5.7): the positions at time T with
     h = h0, h0/2, ..., h0/2^(levels-1) against a reference run at h0/ref_divisor; the
     error (max over vertices of |x_h(T) - x_ref(T)|) must shrink by a factor in [low, high]
@@ -192,15 +248,33 @@ def convergence_order(*, T: float = 0.1, h0: float = 0.02, levels: int = 3, ref_
     ratios = [errs[i] / errs[i + 1] if errs[i + 1] > 0 else math.inf for i in range(levels - 1)]
     worst = max(ratios, key=lambda r: abs(math.log(r / 4.0)) if r > 0 and math.isfinite(r) else math.inf)
     ok = all(low <= r <= high for r in ratios) and bad == 0
-    return CheckResult("order: error ratio under h-halving", worst, 4.0, ok,
-                       {"h": hs, "errors": errs, "ratios": ratios, "low": low, "high": high,
-                        "unconverged_steps": bad, "observed_order": [math.log2(r) if r > 0 else math.nan
-                                                                     for r in ratios]})
+    return CheckResult(
+        "order: error ratio under h-halving",
+        worst,
+        4.0,
+        ok,
+        {
+            "h": hs,
+            "errors": errs,
+            "ratios": ratios,
+            "low": low,
+            "high": high,
+            "unconverged_steps": bad,
+            "observed_order": [math.log2(r) if r > 0 else math.nan for r in ratios],
+        },
+    )
 
 
-def reversibility(*, steps: int = 50, dt: float = 0.01, tolerances=(1e-6, 1e-9), factor: float = 10.0,
-                  min_scaling: float = 30.0, scene_kw: dict | None = None,
-                  solver_factory: SolverFactory | None = None) -> CheckResult:
+def reversibility(
+    *,
+    steps: int = 50,
+    dt: float = 0.01,
+    tolerances=(1e-6, 1e-9),
+    factor: float = 10.0,
+    min_scaling: float = 30.0,
+    scene_kw: dict | None = None,
+    solver_factory: SolverFactory | None = None,
+) -> CheckResult:
     """Time reversibility (notes §5.8): ``steps`` steps, velocities negated, ``steps`` steps
     back; the distance to the start, max |x - x0| / (bounding-box diagonal), must be below
     ``factor`` x the ADMM tolerance for each tolerance in ``tolerances``, and the error must
@@ -224,10 +298,21 @@ def reversibility(*, steps: int = 50, dt: float = 0.01, tolerances=(1e-6, 1e-9),
     rel = [e / tol for e, tol in zip(errs, tolerances)]
     scaling = errs[0] / errs[-1] if errs[-1] > 0 else math.inf
     ok = max(rel) <= factor and scaling >= min_scaling and bad == 0 and moved > 1e-2
-    return CheckResult("reversibility: error / tolerance", max(rel), factor, ok,
-                       {"tolerances": list(tolerances), "errors": errs, "scaling": scaling,
-                        "min_scaling": min_scaling, "moved": moved, "velocity_error_tightest": vel_err,
-                        "unconverged_steps": bad})
+    return CheckResult(
+        "reversibility: error / tolerance",
+        max(rel),
+        factor,
+        ok,
+        {
+            "tolerances": list(tolerances),
+            "errors": errs,
+            "scaling": scaling,
+            "min_scaling": min_scaling,
+            "moved": moved,
+            "velocity_error_tightest": vel_err,
+            "unconverged_steps": bad,
+        },
+    )
 
 
 def augmented_lagrangian(solver, model, energy, x0, v0, h: float, q) -> float:
@@ -252,8 +337,15 @@ def augmented_lagrangian(solver, model, energy, x0, v0, h: float, q) -> float:
     return val
 
 
-def sufficient_decrease(*, warmup: int = 5, dt: float = 0.01, rho_scale: float = 20.0, iterations: int = 60,
-                        scene_kw: dict | None = None, solver_factory: SolverFactory | None = None) -> CheckResult:
+def sufficient_decrease(
+    *,
+    warmup: int = 5,
+    dt: float = 0.01,
+    rho_scale: float = 20.0,
+    iterations: int = 60,
+    scene_kw: dict | None = None,
+    solver_factory: SolverFactory | None = None,
+) -> CheckResult:
     """Sufficient decrease (notes §2.8, §5.10): at a large fixed rho (``rho_scale`` x the rest
     stiffness, no residual balancing, no local raise) the augmented Lagrangian Lambda does
     not increase from one ADMM iteration to the next. After ``warmup`` steps (a deformed,
@@ -271,8 +363,7 @@ def sufficient_decrease(*, warmup: int = 5, dt: float = 0.01, rho_scale: float =
     a, b, bad = _advance(solver, model.initial_state(), model.initial_state(), dt, warmup)
     x0, v0 = a.positions.copy(), a.velocities.copy()
     values: list[float] = []
-    solver.iteration_callback = lambda it, q: values.append(
-        augmented_lagrangian(solver, model, energy, x0, v0, dt, q))
+    solver.iteration_callback = lambda it, q: values.append(augmented_lagrangian(solver, model, energy, x0, v0, dt, q))
     solver.tolerance = solver.dual_tolerance = 1e-14
     solver.max_iterations = iterations
     try:
@@ -285,12 +376,24 @@ def sufficient_decrease(*, warmup: int = 5, dt: float = 0.01, rho_scale: float =
     worst = float(incr.max()) if len(incr) else math.inf
     fall = float(lam[0] - lam[-1]) / scale if len(lam) else 0.0
     ok = worst <= 1e-10 and fall > 1e-8 and bad == 0 and np.all(np.isfinite(lam))
-    return CheckResult("sufficient decrease: max relative increase of Lambda", worst, 1e-10, ok,
-                       {"lagrangian": lam.tolist(), "relative_fall": fall, "unconverged_warmup_steps": bad})
+    return CheckResult(
+        "sufficient decrease: max relative increase of Lambda",
+        worst,
+        1e-10,
+        ok,
+        {"lagrangian": lam.tolist(), "relative_fall": fall, "unconverged_warmup_steps": bad},
+    )
 
 
-def angular_momentum(*, steps: int = 200, dt: float = 0.01, tolerance: float = 1e-8, bound: float = 1e-6,
-                     scene_kw: dict | None = None, solver_factory: SolverFactory | None = None) -> CheckResult:
+def angular_momentum(
+    *,
+    steps: int = 200,
+    dt: float = 0.01,
+    tolerance: float = 1e-8,
+    bound: float = 1e-6,
+    scene_kw: dict | None = None,
+    solver_factory: SolverFactory | None = None,
+) -> CheckResult:
     """Angular momentum of the free spinning bar (notes §5.5): max_k |L_k - L_0| / |L_0| over
     ``steps`` steps, with L = sum m x x v of the recursion velocity, below ``bound`` (the
     midpoint rule conserves L exactly; the ADMM tolerance sets the level: the test of the
@@ -310,5 +413,10 @@ def angular_momentum(*, steps: int = 200, dt: float = 0.01, tolerance: float = 1
     drift = worst[0] / float(np.linalg.norm(L0))
     if not math.isfinite(drift):
         drift = math.inf
-    return CheckResult("angular momentum: max |L - L0| / |L0|", drift, bound, drift <= bound and bad == 0,
-                       {"unconverged_steps": bad, "steps": steps})
+    return CheckResult(
+        "angular momentum: max |L - L0| / |L0|",
+        drift,
+        bound,
+        drift <= bound and bad == 0,
+        {"unconverged_steps": bad, "steps": steps},
+    )

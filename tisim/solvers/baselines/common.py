@@ -119,8 +119,9 @@ class ModelEnergy:
             cols.append(np.repeat(dof[:, None, :], 3, axis=1).ravel())
             vals.append(blocks.ravel())
         if rows:
-            H = sp.csr_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),
-                              shape=(3 * self._n, 3 * self._n))
+            H = sp.csr_matrix(
+                (np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=(3 * self._n, 3 * self._n)
+            )
         else:
             H = sp.csr_matrix((3 * self._n, 3 * self._n))
         return g, H

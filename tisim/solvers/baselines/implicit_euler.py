@@ -99,8 +99,11 @@ class SolverImplicitEuler(Solver):
         it = 0
         for it in range(1, cfg.max_iterations + 1):  # noqa: B007 (the count is read after the loop)
             ts = time.perf_counter()
-            g = (self.mass[:, None] * (x - x_hat) / (h * h) + self.energy.elastic_gradient(x)
-                 - self.mass[:, None] * self.energy.gravity[None, :])
+            g = (
+                self.mass[:, None] * (x - x_hat) / (h * h)
+                + self.energy.elastic_gradient(x)
+                - self.mass[:, None] * self.energy.gravity[None, :]
+            )
             H = self.energy.elastic_hessian(x, project=True)
             if self.energy.colliders:
                 gp, Hp = self.energy.penalty_gradient_hessian(x, t1)
@@ -145,8 +148,9 @@ class SolverImplicitEuler(Solver):
         if not converged:
             self._warned += 1
             if self._warned == 1 or self._warned % 50 == 0:
-                log.warning("implicit Euler: Newton did not converge at t=%.6g s (%d iterations, last step %.3g)",
-                            t1, it, res)
+                log.warning(
+                    "implicit Euler: Newton did not converge at t=%.6g s (%d iterations, last step %.3g)", t1, it, res
+                )
         v1 = (x - x0) / h
         if len(held):
             v1[held] = held_v
@@ -171,5 +175,8 @@ class SolverImplicitEuler(Solver):
         return self.energy.potential(np.asarray(positions, dtype=np.float64), 0.0)
 
     def info(self) -> dict:
-        return {"solver": "implicit-euler", "tolerance": self.config.tolerance,
-                "max_iterations": self.config.max_iterations}
+        return {
+            "solver": "implicit-euler",
+            "tolerance": self.config.tolerance,
+            "max_iterations": self.config.max_iterations,
+        }

@@ -87,6 +87,8 @@ def integrated_energy(material: str) -> str:
     "xpbd-stable-neo-hookean-stand-in" (the symmetric energies)."""
     name = _INTEGRATED[material]
     return name if name is not None else "xpbd-stable-neo-hookean-stand-in"
+
+
 _PARALLEL_FROM = 20000  # tets; below, one serial sweep beats a launch per colour
 
 
@@ -96,7 +98,8 @@ def _F(x: ti.template(), topo: ti.template(), grad: ti.template(), e):
     for a in ti.static(range(4)):
         v = topo[e, a]
         F += ti.Vector([x[v, 0], x[v, 1], x[v, 2]]).outer_product(
-            ti.Vector([grad[e, a, 0], grad[e, a, 1], grad[e, a, 2]]))
+            ti.Vector([grad[e, a, 0], grad[e, a, 1], grad[e, a, 2]])
+        )
     return F
 
 
@@ -109,8 +112,18 @@ def _cofactor(F):
 
 
 @ti.func
-def _apply(x: ti.template(), invm: ti.template(), topo: ti.template(), grad: ti.template(), e, C, dC,
-           alpha_t, lam_acc: ti.template(), k):
+def _apply(
+    x: ti.template(),
+    invm: ti.template(),
+    topo: ti.template(),
+    grad: ti.template(),
+    e,
+    C,
+    dC,
+    alpha_t,
+    lam_acc: ti.template(),
+    k,
+):
     """One compliant constraint update: dlambda = (-C - alpha~ lambda) / (sum w |grad C|^2 + alpha~)."""
     denom = alpha_t
     for a in ti.static(range(4)):
@@ -127,8 +140,20 @@ def _apply(x: ti.template(), invm: ti.template(), topo: ti.template(), grad: ti.
 
 
 @ti.func
-def _apply2(x: ti.template(), invm: ti.template(), topo: ti.template(), grad: ti.template(), e, C1, dC1, a1,
-            C2, dC2, a2, lam_acc: ti.template()):
+def _apply2(
+    x: ti.template(),
+    invm: ti.template(),
+    topo: ti.template(),
+    grad: ti.template(),
+    e,
+    C1,
+    dC1,
+    a1,
+    C2,
+    dC2,
+    a2,
+    lam_acc: ti.template(),
+):
     """Two compliant constraints of one tet solved together (a 2x2 block):
     (J W J^T + diag(alpha~)) dlambda = -(C + alpha~ lambda). Unlike two sequential updates,
     this leaves the rest state of the Neo-Hookean pair exactly in place (its two gradients
@@ -161,8 +186,18 @@ def _apply2(x: ti.template(), invm: ti.template(), topo: ti.template(), grad: ti
 
 
 @ti.kernel
-def project_tets(x: ND2, invm: ND1, topo: ND2, grad: ND3, params: ND2, order: ND1, start: ti.i32,
-                 end: ti.i32, lam_acc: ND2, inv_h2: float):
+def project_tets(
+    x: ND2,
+    invm: ND1,
+    topo: ND2,
+    grad: ND3,
+    params: ND2,
+    order: ND1,
+    start: ti.i32,
+    end: ti.i32,
+    lam_acc: ND2,
+    inv_h2: float,
+):
     """Project the constraints of tets order[start:end] in parallel (one colour: no shared
     vertices). params[e] = (V, mu, lam)."""
     for k in range(start, end):
@@ -170,8 +205,7 @@ def project_tets(x: ND2, invm: ND1, topo: ND2, grad: ND3, params: ND2, order: ND
 
 
 @ti.kernel
-def project_tets_serial(x: ND2, invm: ND1, topo: ND2, grad: ND3, params: ND2, order: ND1, lam_acc: ND2,
-                        inv_h2: float):
+def project_tets_serial(x: ND2, invm: ND1, topo: ND2, grad: ND3, params: ND2, order: ND1, lam_acc: ND2, inv_h2: float):
     """All tets one after the other in colour order: the same result as the colour-parallel
     passes (tets of one colour are independent), with one launch (faster for small meshes)."""
     ti.loop_config(serialize=True)
@@ -180,8 +214,16 @@ def project_tets_serial(x: ND2, invm: ND1, topo: ND2, grad: ND3, params: ND2, or
 
 
 @ti.func
-def _project_tet(x: ti.template(), invm: ti.template(), topo: ti.template(), grad: ti.template(),
-                 params: ti.template(), e, lam_acc: ti.template(), inv_h2):
+def _project_tet(
+    x: ti.template(),
+    invm: ti.template(),
+    topo: ti.template(),
+    grad: ti.template(),
+    params: ti.template(),
+    e,
+    lam_acc: ti.template(),
+    inv_h2,
+):
     vol = params[e, 0]
     mu = params[e, 1]
     lam = params[e, 2]
@@ -195,8 +237,20 @@ def _project_tet(x: ti.template(), invm: ti.template(), topo: ti.template(), gra
         if c > 1e-12:  # at c = 0 the gradient is undefined and the constraint is satisfied
             dC = D / c
         if mat == _COROTATED and lam > 0.0:
-            _apply2(x, invm, topo, grad, e, c, dC, inv_h2 / (2.0 * mu * vol), F.determinant() - 1.0, _cofactor(F),
-                    inv_h2 / (lam * vol), lam_acc)
+            _apply2(
+                x,
+                invm,
+                topo,
+                grad,
+                e,
+                c,
+                dC,
+                inv_h2 / (2.0 * mu * vol),
+                F.determinant() - 1.0,
+                _cofactor(F),
+                inv_h2 / (lam * vol),
+                lam_acc,
+            )
         elif c > 1e-12:
             _apply(x, invm, topo, grad, e, c, dC, inv_h2 / (2.0 * mu * vol), lam_acc, 0)
     else:
@@ -208,8 +262,7 @@ def _project_tet(x: ti.template(), invm: ti.template(), topo: ti.template(), gra
             if mat == _NEO_HOOKEAN and J > _LOG_J_FLOOR:
                 C_H = ti.log(J) - mu / lam  # the log-barrier Neo-Hookean's own energy
                 dC_H = dC_H / J
-            _apply2(x, invm, topo, grad, e, n, F / n, inv_h2 / (mu * vol), C_H, dC_H, inv_h2 / (lam * vol),
-                    lam_acc)
+            _apply2(x, invm, topo, grad, e, n, F / n, inv_h2 / (mu * vol), C_H, dC_H, inv_h2 / (lam * vol), lam_acc)
         else:
             _apply(x, invm, topo, grad, e, n - ti.sqrt(3.0), F / n, inv_h2 / (mu * vol), lam_acc, 0)
 
@@ -254,7 +307,8 @@ class SolverXPBD(Solver):
         self._topo = topo
         self._grad = np.ascontiguousarray(model.rest.grad, dtype=real)
         self._params = np.ascontiguousarray(
-            np.stack([model.rest.volume, model.element_mu, model.element_lam], axis=1), dtype=real)
+            np.stack([model.rest.volume, model.element_mu, model.element_lam], axis=1), dtype=real
+        )
         self._order, self._starts = color_tets(model.mesh.tets, n)
         self._lam = np.zeros((m, 2), dtype=real)
         self.mass = np.asarray(model.mass, dtype=np.float64)
@@ -294,12 +348,23 @@ class SolverXPBD(Solver):
             self._lam[:] = 0.0
             for _ in range(cfg.iterations):
                 if self.model.element_count < _PARALLEL_FROM:
-                    project_tets_serial(x, invm, self._topo, self._grad, self._params, self._order, self._lam,
-                                        1.0 / (hs * hs))
+                    project_tets_serial(
+                        x, invm, self._topo, self._grad, self._params, self._order, self._lam, 1.0 / (hs * hs)
+                    )
                     continue
                 for c in range(self.colors):
-                    project_tets(x, invm, self._topo, self._grad, self._params, self._order,
-                                 int(self._starts[c]), int(self._starts[c + 1]), self._lam, 1.0 / (hs * hs))
+                    project_tets(
+                        x,
+                        invm,
+                        self._topo,
+                        self._grad,
+                        self._params,
+                        self._order,
+                        int(self._starts[c]),
+                        int(self._starts[c + 1]),
+                        self._lam,
+                        1.0 / (hs * hs),
+                    )
             if not penalty:
                 for col in self._colliders:
                     d, nrm = col.signed_distance(x, ts)
@@ -337,5 +402,10 @@ class SolverXPBD(Solver):
         return {MATERIALS[int(c)]: integrated_energy(MATERIALS[int(c)]) for c in codes}
 
     def info(self) -> dict:
-        return {"solver": "xpbd", "substeps": self.config.substeps, "iterations": self.config.iterations,
-                "colors": self.colors, "energies": self.integrated_energies()}
+        return {
+            "solver": "xpbd",
+            "substeps": self.config.substeps,
+            "iterations": self.config.iterations,
+            "colors": self.colors,
+            "energies": self.integrated_energies(),
+        }

@@ -62,8 +62,7 @@ class PatternAssembler:
         uniq, self._slot = np.unique(key, return_inverse=True)
         self._rows = (uniq // size).astype(np.int32)
         self._cols = (uniq % size).astype(np.int32)
-        m = sp.csr_matrix((np.arange(1, len(uniq) + 1, dtype=np.float64), (self._rows, self._cols)),
-                          shape=(size, size))
+        m = sp.csr_matrix((np.arange(1, len(uniq) + 1, dtype=np.float64), (self._rows, self._cols)), shape=(size, size))
         m.sort_indices()
         # position of each unique (row, col) in the CSR data array
         order = np.empty(len(uniq), dtype=np.int64)
@@ -110,8 +109,11 @@ class DeviceAssembler:
         kept = []
         for st, cp in zip(parts, couplings or [None] * len(parts)):
             d = 3 * st.shape[1]
-            mask = np.ones((d, d), dtype=bool) if cp is None else np.kron(np.asarray(cp, dtype=bool),
-                                                                         np.ones((3, 3), dtype=bool))
+            mask = (
+                np.ones((d, d), dtype=bool)
+                if cp is None
+                else np.kron(np.asarray(cp, dtype=bool), np.ones((3, 3), dtype=bool))
+            )
             kept.append(np.broadcast_to(mask, (len(st), d, d)).ravel())
         triplets = [local_to_coo(np.ones((len(st), 3 * st.shape[1], 3 * st.shape[1])), st) for st in parts]
         rows = np.concatenate([t[0][m] for t, m in zip(triplets, kept)])
@@ -123,7 +125,7 @@ class DeviceAssembler:
         for st, m in zip(parts, kept):
             k, d = len(st), 3 * st.shape[1]
             sl = np.full(k * d * d, -1, dtype=np.int32)  # -1: an entry the pattern lacks
-            sl[m] = self.pattern._slot[start:start + int(m.sum())]
+            sl[m] = self.pattern._slot[start : start + int(m.sum())]
             slot_arrays.append(sl.reshape(k, d, d))
             start += int(m.sum())
         self._slot_arrays = slot_arrays
@@ -257,8 +259,10 @@ class SystemAssembler:
         self._keys = keys
         longest = int(np.diff(indptr).max(initial=0))
         if longest > 1 << SEARCH_STEPS:
-            raise ValueError(f"a Newton system row has {longest} entries, more than the {1 << SEARCH_STEPS} "
-                             "the device assembly searches")
+            raise ValueError(
+                f"a Newton system row has {longest} entries, more than the {1 << SEARCH_STEPS} "
+                "the device assembly searches"
+            )
         self._block_slots = np.searchsorted(keys, want).reshape(-1, 3, 3)
         self.diag_slots = self._block_slots[:, [0, 1, 2], [0, 1, 2]].ravel()
         self._bmap = None  # the base's block map, made by the first block_upper() (PARDISO only)
@@ -272,8 +276,12 @@ class SystemAssembler:
         if self._pattern is None:
             return False
         ip, ix = self._pattern
-        return (A.indptr.shape == ip.shape and A.indices.shape == ix.shape
-                and np.array_equal(A.indptr, ip) and np.array_equal(A.indices, ix))
+        return (
+            A.indptr.shape == ip.shape
+            and A.indices.shape == ix.shape
+            and np.array_equal(A.indptr, ip)
+            and np.array_equal(A.indices, ix)
+        )
 
     def begin(self, A: sp.csr_matrix) -> None:
         """Start a system from the base A (square CSR with sorted indices; not modified)."""
@@ -321,8 +329,7 @@ class SystemAssembler:
         r = np.empty(total, dtype=np.int32)
         c = np.empty(total, dtype=np.int32)
         v = np.empty(total, dtype=backend.np_real())
-        emit_outside(H, stencils, pairs, len(pairs), self.unknowns, self._d_indptr, self._d_indices, offsets,
-                     r, c, v)
+        emit_outside(H, stencils, pairs, len(pairs), self.unknowns, self._d_indptr, self._d_indices, offsets, r, c, v)
         self._extra.append((r, c, v))
 
     def compile_kernels(self, H, stencils) -> None:
@@ -335,8 +342,19 @@ class SystemAssembler:
         ip, ix = ti.ndarray(ti.i32, shape=1), ti.ndarray(ti.i32, shape=1)
         i32 = np.zeros(1, dtype=np.int32)
         scatter_pairs(H, stencils, 0, self.unknowns, ip, ix, np.zeros(1), i32)
-        emit_outside(H, stencils, i32, 0, self.unknowns, ip, ix, i32, i32.copy(), i32.copy(),
-                     np.zeros(1, dtype=backend.np_real()))
+        emit_outside(
+            H,
+            stencils,
+            i32,
+            0,
+            self.unknowns,
+            ip,
+            ix,
+            i32,
+            i32.copy(),
+            i32.copy(),
+            np.zeros(1, dtype=backend.np_real()),
+        )
 
     def block_upper(self) -> sp.bsr_matrix | None:
         """The sum's 3 x 3 block upper triangle (BSR, row-major blocks; what
@@ -349,8 +367,9 @@ class SystemAssembler:
             # is not made of whole blocks) and its blocks' keys (block row * blocks + column)
             from tisim.linalg.pardiso import block_upper_map
 
-            pattern = sp.csr_matrix((np.zeros(len(self.indices)), self.indices, self.indptr),
-                                    shape=(self.size, self.size))
+            pattern = sp.csr_matrix(
+                (np.zeros(len(self.indices)), self.indices, self.indptr), shape=(self.size, self.size)
+            )
             self._bmap = block_upper_map(pattern, 3)
             if self._bmap[0] is not None:
                 nb = self.size // 3
@@ -371,7 +390,9 @@ class SystemAssembler:
             pos = np.searchsorted(self._bkeys, keys)
             blocks = np.insert(blocks, pos, vals.reshape(-1, 3, 3), axis=0)
             indices = np.insert(indices, pos, (keys % nb).astype(indices.dtype))
-            indptr = indptr + np.concatenate([[0], np.cumsum(np.bincount(keys // nb, minlength=nb))]).astype(indptr.dtype)
+            indptr = indptr + np.concatenate([[0], np.cumsum(np.bincount(keys // nb, minlength=nb))]).astype(
+                indptr.dtype
+            )
         return sp.bsr_matrix((blocks, indices, indptr), shape=(size, size))
 
     def matrix(self) -> sp.csr_matrix:

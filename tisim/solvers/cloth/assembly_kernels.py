@@ -88,9 +88,20 @@ def _unknown(stencils: ti.template(), sysvert: ti.template(), k, a):
 
 
 @ti.func
-def _pair_entries(H: ti.template(), stencils: ti.template(), sysvert: ti.template(), indptr: ti.template(),
-                  indices: ti.template(), k, csr: ti.template(), r: ti.template(), c: ti.template(),
-                  v: ti.template(), o, emit: ti.template()):
+def _pair_entries(
+    H: ti.template(),
+    stencils: ti.template(),
+    sysvert: ti.template(),
+    indptr: ti.template(),
+    indices: ti.template(),
+    k,
+    csr: ti.template(),
+    r: ti.template(),
+    c: ti.template(),
+    v: ti.template(),
+    o,
+    emit: ti.template(),
+):
     """Pair k's entries between unknowns: emit = False adds those the pattern holds into
     csr and returns how many it lacks; emit = True writes those it lacks as triplets at
     r, c, v[o], o + 1, ... and returns the next free position."""
@@ -119,8 +130,13 @@ def _pair_entries(H: ti.template(), stencils: ti.template(), sysvert: ti.templat
 
 @ti.kernel
 def scatter_pairs(
-    H: ti.types.ndarray(), stencils: ti.types.ndarray(), rows: ti.i32, sysvert: ti.types.ndarray(),
-    indptr: ti.types.ndarray(), indices: ti.types.ndarray(), csr: ti.types.ndarray(),
+    H: ti.types.ndarray(),
+    stencils: ti.types.ndarray(),
+    rows: ti.i32,
+    sysvert: ti.types.ndarray(),
+    indptr: ti.types.ndarray(),
+    indices: ti.types.ndarray(),
+    csr: ti.types.ndarray(),
     outside: ti.types.ndarray(),
 ):
     """csr[slot(3 sa + i, 3 sb + j)] += H[k, 3 a + i, 3 b + j] over the pairs' blocks between
@@ -133,9 +149,17 @@ def scatter_pairs(
 
 @ti.kernel
 def emit_outside(
-    H: ti.types.ndarray(), stencils: ti.types.ndarray(), pairs: ti.types.ndarray(), count: ti.i32,
-    sysvert: ti.types.ndarray(), indptr: ti.types.ndarray(), indices: ti.types.ndarray(),
-    offsets: ti.types.ndarray(), r: ti.types.ndarray(), c: ti.types.ndarray(), v: ti.types.ndarray(),
+    H: ti.types.ndarray(),
+    stencils: ti.types.ndarray(),
+    pairs: ti.types.ndarray(),
+    count: ti.i32,
+    sysvert: ti.types.ndarray(),
+    indptr: ti.types.ndarray(),
+    indices: ti.types.ndarray(),
+    offsets: ti.types.ndarray(),
+    r: ti.types.ndarray(),
+    c: ti.types.ndarray(),
+    v: ti.types.ndarray(),
 ):
     """The entries ``scatter_pairs`` counted as outside the pattern, of the pairs listed in
     ``pairs[:count]``, as triplets at ``offsets[q]`` (pair order, then block order)."""

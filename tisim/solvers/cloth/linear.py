@@ -11,7 +11,6 @@ import scipy.sparse as sp
 log = logging.getLogger(__name__)
 
 
-
 class SPDSolver:
     """Solves A p = b for the Newton system, A symmetric positive definite by construction
     (PSD-projected element Hessians plus the mass matrix): MKL PARDISO when the ``mkl``

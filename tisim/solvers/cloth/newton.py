@@ -105,7 +105,9 @@ class StepContext:
     converged: bool = False
     clamps: int = 0  # steps CCD cut short
     prev_min_s: float = math.inf  # the last iterate's smallest squared gap, m^2
-    timings: dict = field(default_factory=lambda: dict.fromkeys(("contact", "elastic", "assemble", "linear", "ccd", "line_search"), 0.0))  # s
+    timings: dict = field(
+        default_factory=lambda: dict.fromkeys(("contact", "elastic", "assemble", "linear", "ccd", "line_search"), 0.0)
+    )  # s
 
     def reached(self, xx: np.ndarray) -> np.ndarray:
         """(n,) distances of the prescribed vertices from their targets at xx (0 elsewhere), m."""
@@ -143,8 +145,9 @@ class NewtonLoop:
         self.solver = solver
 
     # ------------------------------------------------------------------ the step
-    def run(self, xc, x_hat, h, *, f_ext=None, obstacles=None, held=None, tolerance=None,
-            max_iterations=None) -> StepResult:
+    def run(
+        self, xc, x_hat, h, *, f_ext=None, obstacles=None, held=None, tolerance=None, max_iterations=None
+    ) -> StepResult:
         """Minimise the incremental potential from ``xc`` (see SolverCloth.solve)."""
         s = self.solver
         c = self.start(xc, x_hat, h, f_ext, obstacles, held, tolerance, max_iterations)
@@ -189,13 +192,23 @@ class NewtonLoop:
             target[held[0]] = held[1]
         prescribed = ~np.isnan(target[:, 0])
         c = StepContext(
-            x=x, x_start=x.copy(), x_hat=x_hat, f_ext=f_ext, h=h, target=target, prescribed=prescribed,
-            fixed=prescribed, pulled=prescribed,
+            x=x,
+            x_start=x.copy(),
+            x_hat=x_hat,
+            f_ext=f_ext,
+            h=h,
+            target=target,
+            prescribed=prescribed,
+            fixed=prescribed,
+            pulled=prescribed,
             tol_v=(tolerance if tolerance is not None else cfg.tolerance) * s.bbox_diag,
             max_it=max_iterations or cfg.newton_iterations,
             stop_on_decrement=getattr(cfg, "stop", "max") == "decrement",
-            reuse=max(1, int(s.hessian_reuse)), inflation=s.contact.dhat + s.contact.thickness,
-            eps_v=s.contact.eps_v, use_friction=s.contact.friction_iterations > 0)
+            reuse=max(1, int(s.hessian_reuse)),
+            inflation=s.contact.dhat + s.contact.thickness,
+            eps_v=s.contact.eps_v,
+            use_friction=s.contact.friction_iterations > 0,
+        )
         # vertices whose target is reached are fixed; the others are pulled by a penalty
         c.fixed = prescribed & (c.reached(x) <= 1e-12 * s.bbox_diag)
         c.pulled = prescribed & ~c.fixed
@@ -217,8 +230,14 @@ class NewtonLoop:
         if s.kappa == 0.0 and (n_pt + n_ee or near_plane):
             s._init_kappa(x, c.x_hat, c.f_ext, c.h, n_pt, n_ee)
         if c.use_friction and (n_pt + n_ee) and s.kappa > 0:
-            s.friction.update(s.x, *s.barrier.compact_active(s.x, s.broad.pt, n_pt, s.broad.ee, n_ee, dhat, xi),
-                              dhat, xi, s.kappa, s.vertex_mu)
+            s.friction.update(
+                s.x,
+                *s.barrier.compact_active(s.x, s.broad.pt, n_pt, s.broad.ee, n_ee, dhat, xi),
+                dhat,
+                xi,
+                s.kappa,
+                s.vertex_mu,
+            )
         if c.use_friction and planes and s.kappa > 0:
             planes.update_friction(x[:nc], dhat, xi, s.kappa)
         c.timings["contact"] += time.perf_counter() - t_
@@ -237,10 +256,16 @@ class NewtonLoop:
         c.friction_on = c.use_friction and sum(c.pairs) > 0 and s.kappa > 0
         c.plane_friction = c.use_friction and bool(planes) and s.kappa > 0
         if c.friction_on:
-            s.friction.update(s.x, *s.barrier.compact_active(
-                s.x, s.broad.pt, c.pairs[0], s.broad.ee, c.pairs[1], dhat, xi,
-                same_x=c.barrier_at is x),
-                dhat, xi, s.kappa, s.vertex_mu)
+            s.friction.update(
+                s.x,
+                *s.barrier.compact_active(
+                    s.x, s.broad.pt, c.pairs[0], s.broad.ee, c.pairs[1], dhat, xi, same_x=c.barrier_at is x
+                ),
+                dhat,
+                xi,
+                s.kappa,
+                s.vertex_mu,
+            )
         if c.plane_friction:
             planes.update_friction(x[:nc], dhat, xi, s.kappa, reference=c.x_start[:nc])
         return s._friction_bound(c.friction_on, c.plane_friction)
@@ -341,13 +366,15 @@ class NewtonLoop:
         if sum(pairs) and s.kappa > 0:
             _zero(s.g)
             apt, na_pt, aee, na_ee = s.barrier.compact_active(
-                s.x, s.broad.pt, pairs[0], s.broad.ee, pairs[1], dhat, xi, same_x=c.barrier_at is x)
+                s.x, s.broad.pt, pairs[0], s.broad.ee, pairs[1], dhat, xi, same_x=c.barrier_at is x
+            )
             s.barrier.add_gradient(s.x, apt, na_pt, aee, na_ee, dhat, xi, s.kappa, s.g)
             if c.friction_on:
                 s.friction.add_gradient(s.x, s.x_ref, eps_v, h, s.g)
             k.g += download(s.g)
-            rows = s.barrier.local_hessians(s.x, apt, na_pt, aee, na_ee, dhat, xi, s.kappa, True,
-                                            unknowns=system.unknowns)
+            rows = s.barrier.local_hessians(
+                s.x, apt, na_pt, aee, na_ee, dhat, xi, s.kappa, True, unknowns=system.unknowns
+            )
             k.pair_parts.append((s.barrier.hessians, s.barrier.stencils, rows))
             if c.friction_on:
                 rows = s.friction.local_hessians(s.x, s.x_ref, eps_v, h, True)
@@ -396,8 +423,7 @@ class NewtonLoop:
         if pulled.any():
             if c.w_al == 0.0:
                 # stiff enough to dominate every other term acting on those vertices
-                c.w_al = 1e4 * max(float(np.abs(system.diagonal()).max(initial=0.0)),
-                                   float(inv_h2 * mass.max()), 1.0)
+                c.w_al = 1e4 * max(float(np.abs(system.diagonal()).max(initial=0.0)), float(inv_h2 * mass.max()), 1.0)
             diag[pulled] += c.w_al
             k.g[pulled] += c.w_al * (x[pulled] - c.target[pulled])
         system.add_diagonal(diag.ravel()[dofs])
@@ -442,8 +468,8 @@ class NewtonLoop:
             # instead the step the same forces would give against inertia alone,
             # q = p + h^2 M^-1 K_f p (see SolverCloth._friction_held_step).
             residual, v_dec, slip, friction_acts = s._friction_held_step(
-                p, k.b @ p.ravel()[dofs], free & ~pulled, h, k.friction_parts,
-                c.x[:nc] - c.x_start[:nc], c.eps_v)
+                p, k.b @ p.ravel()[dofs], free & ~pulled, h, k.friction_parts, c.x[:nc] - c.x_start[:nc], c.eps_v
+            )
             c.residual = residual
             # and where friction is still deciding between stick and slip (vertices
             # that moved less than STICK_SLIP_ZONE eps_v h in this step), to its own
@@ -453,8 +479,7 @@ class NewtonLoop:
             # is saturated or absent and Newton resolves the slip like any motion;
             # holding every friction vertex to eps_v cost cloth-drape 60-90% more
             # iterations in the buckling tail.
-            small = (residual < tol_v or (c.stop_on_decrement and v_dec < tol_v)) and \
-                slip < min(tol_v, c.eps_v)
+            small = (residual < tol_v or (c.stop_on_decrement and v_dec < tol_v)) and slip < min(tol_v, c.eps_v)
         if not pulled.any() and small:
             if not k.kept:
                 c.converged = True
@@ -520,8 +545,17 @@ class NewtonLoop:
             alpha *= 0.5
             c.He_kept = None  # backtracked: the kept Hessian no longer models the energy well
         c.timings["line_search"] += time.perf_counter() - t_
-        log.debug("newton %d: |p|/h %.3g alpha %.3g (ccd %.3g) E %.6g -> %.6g, %d pairs, kappa %.3g",
-                  it, c.residual, alpha, toi, E0, Et, sum(c.pairs), s.kappa)
+        log.debug(
+            "newton %d: |p|/h %.3g alpha %.3g (ccd %.3g) E %.6g -> %.6g, %d pairs, kappa %.3g",
+            it,
+            c.residual,
+            alpha,
+            toi,
+            E0,
+            Et,
+            sum(c.pairs),
+            s.kappa,
+        )
         if not accepted:
             log.debug("line search found no decrease at Newton iteration %d", it)
             if c.finishing:
@@ -657,8 +691,9 @@ def _check_step(d: np.ndarray, what: str, size: float) -> None:
         raise StepDiverged(f"{what} is not finite (NaN or Inf)")
     big = float(np.abs(d).max(initial=0.0))
     if big >= limit:
-        raise StepDiverged(f"{what} moves a cloth vertex {big:.3g} m, more than the {limit:.3g} m "
-                           f"this solver can resolve in one step")
+        raise StepDiverged(
+            f"{what} moves a cloth vertex {big:.3g} m, more than the {limit:.3g} m this solver can resolve in one step"
+        )
 
 
 def _barrier_d2(d: float, dhat: float) -> float:

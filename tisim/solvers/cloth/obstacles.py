@@ -25,16 +25,24 @@ def _check_start_analytic(xc, faces, edges, shape, c, xi: float, src) -> None:
     allowance = shape.r - c.radius if shape.kind in ("sphere", "cylinder") else 0.0
     i = int(np.argmin(d - allowance))
     if (d < 0).all():
-        raise MeshError(f"the cloth starts inside {name} (every vertex; the deepest {-d.min():.3g} m): "
-                        "move the cloth out of it", src)
+        raise MeshError(
+            f"the cloth starts inside {name} (every vertex; the deepest {-d.min():.3g} m): move the cloth out of it",
+            src,
+        )
     j = int(np.argmin(d))
     if d[j] < 0:  # some vertices inside, some outside
-        raise MeshError(f"the cloth intersects collider {c.name!r}: cloth vertex {j} is {-d[j]:.3g} m inside "
-                        f"the {c.kind}: move the cloth away from it", src)
+        raise MeshError(
+            f"the cloth intersects collider {c.name!r}: cloth vertex {j} is {-d[j]:.3g} m inside "
+            f"the {c.kind}: move the cloth away from it",
+            src,
+        )
     if d[i] <= xi + allowance:
         extra = f" plus {allowance:.2g} m for its triangles' sag over the curve" if allowance > 0 else ""
-        raise MeshError(f"cloth vertex {i} starts {d[i]:.3g} m from {name}, within the contact thickness "
-                        f"{xi:g} m{extra}: move the cloth away from it", src)
+        raise MeshError(
+            f"cloth vertex {i} starts {d[i]:.3g} m from {name}, within the contact thickness "
+            f"{xi:g} m{extra}: move the cloth away from it",
+            src,
+        )
     if shape.kind == "sphere":
         # a triangle whose vertices are all outside can still cut a cap off the sphere
         from tisim.geometry.distances import point_triangle_distance
@@ -44,9 +52,11 @@ def _check_start_analytic(xc, faces, edges, shape, c, xi: float, src) -> None:
         near = np.flatnonzero(d[faces].min(axis=1) - reach < 0)
         for f in near:
             if point_triangle_distance(shape.c, *tri[f]) < shape.r:
-                raise MeshError(f"the cloth intersects {name}: cloth face {f} (vertices "
-                                f"{', '.join(map(str, faces[f]))}) cuts through it: move the cloth away from it",
-                                src)
+                raise MeshError(
+                    f"the cloth intersects {name}: cloth face {f} (vertices "
+                    f"{', '.join(map(str, faces[f]))}) cuts through it: move the cloth away from it",
+                    src,
+                )
     elif shape.kind in ("box", "cylinder"):
         # a box's edge or a cylinder's rim can pierce a triangle whose vertices are outside
         if shape.kind == "box":
@@ -112,14 +122,17 @@ class _Obstacles:
         edges = []  # the line sets' edges (no faces)
         self._static = {}  # part index -> its fixed vertices (the line sets)
         mu_default = np.nan
+
         def fine_enough(c):
             # a cloth coarse against the curvature would float by its sag allowance: it
             # meets the tessellated shape instead, whose facets its triangles rest on
             return c.kind not in ("sphere", "cylinder") or sag_allowance(c.radius, xi, circumradius) <= (
-                SAG_LIMIT * (xi + contact.dhat))
+                SAG_LIMIT * (xi + contact.dhat)
+            )
 
-        self.analytic = [c for c in model.colliders
-                         if c.kind in ANALYTIC_KINDS and not c.is_moving() and fine_enough(c)]
+        self.analytic = [
+            c for c in model.colliders if c.kind in ANALYTIC_KINDS and not c.is_moving() and fine_enough(c)
+        ]
         self.planes = [c for c in self.analytic if c.kind == "plane"]  # (the planes among them)
         nf = 0
         for c in model.colliders:

@@ -175,17 +175,30 @@ class SolverCloth(Solver):
         self.edges_all = edges_all
         x0_obs = self._build_contact(model, config, real)
 
-        self.elastic = elastic if elastic is not None else ShellTerm(
-            self.nc, cp.faces, cp.hinges, cp.rest, cp.face_mu, cp.face_lam, cp.face_thickness, cp.hinge_k,
-            bending=config.bending, lumped_bending=config.bending_hessian == "lumped",
+        self.elastic = (
+            elastic
+            if elastic is not None
+            else ShellTerm(
+                self.nc,
+                cp.faces,
+                cp.hinges,
+                cp.rest,
+                cp.face_mu,
+                cp.face_lam,
+                cp.face_thickness,
+                cp.hinge_k,
+                bending=config.bending,
+                lumped_bending=config.bending_hessian == "lumped",
+            )
         )
         self.strain = None
         if config.strain_limit > 0:
             from tisim.energies.shell import StrainLimit
 
             E_t = float(np.mean(2 * cp.face_mu * cp.face_thickness))
-            self.strain = _StrainTerm(StrainLimit, self.nc, cp.faces, cp.rest, config.strain_limit,
-                                      config.strain_stiffness * E_t, real)
+            self.strain = _StrainTerm(
+                StrainLimit, self.nc, cp.faces, cp.rest, config.strain_limit, config.strain_stiffness * E_t, real
+            )
         self._strain_folded = isinstance(self.elastic, ShellTerm) and self.elastic.fold_strain(self.strain)
         # Newton iterations that share one elastic Hessian (the progressive preview sets its own)
         self.hessian_reuse = int(config.hessian_reuse)
@@ -195,12 +208,17 @@ class SolverCloth(Solver):
         # the static analytic colliders (the name ``planes`` is kept from when only planes were)
         self.planes = AnalyticColliders(
             [shape_of(c, thickness=self.contact.thickness, circumradius=self.circumradius) for c in an],
-            [self.contact.mu if c.friction is None else c.friction for c in an], self.nc)
+            [self.contact.mu if c.friction is None else c.friction for c in an],
+            self.nc,
+        )
         self.wind = Wind(model.scene.wind, length_scale=_diag(cp.rest))
         self.linear = SPDSolver(mixed=config.linear_precision == "mixed")
         if config.linear_precision == "mixed" and self.linear.backend != "pardiso":
-            log.warning("solver.linear_precision = 'mixed' needs MKL PARDISO (pip install mkl); "
-                        "the Newton systems are solved in double precision by %s", self.linear.backend)
+            log.warning(
+                "solver.linear_precision = 'mixed' needs MKL PARDISO (pip install mkl); "
+                "the Newton systems are solved in double precision by %s",
+                self.linear.backend,
+            )
         self.system = SystemAssembler(self.n)
         self.reuse_start_energy = True  # False: every line search evaluates its start (tests)
         self.reuse_detection = True  # False: a step's first detection is never the last step's (tests)
@@ -280,8 +298,9 @@ class SolverCloth(Solver):
             obs = self.obstacles
             for (c, _, _), rows in zip(obs.parts, obs.part_faces):
                 name = f"collider {c.name!r}" if c is not None else "a soft body's surface"
-                check_intersection_free(xc, cp.faces, cp.edges, source=src,
-                                        other=(x_obs, obs.faces[rows]), other_name=name)
+                check_intersection_free(
+                    xc, cp.faces, cp.edges, source=src, other=(x_obs, obs.faces[rows]), other_name=name
+                )
         for shape, c in zip(self.planes.shapes, self.obstacles.analytic):
             _check_start_analytic(xc, cp.faces, cp.edges, shape, c, xi, src)
         if self.no:
@@ -298,8 +317,9 @@ class SolverCloth(Solver):
                 else:  # a moving analytic collider, tessellated: its own distance at t = 0
                     inside = bool((c.distance(xc, 0.0) < 0).all())
                 if inside:
-                    raise MeshError(f"the cloth starts inside {c.kind} collider {c.name!r}: move the cloth out of it",
-                                    src)
+                    raise MeshError(
+                        f"the cloth starts inside {c.kind} collider {c.name!r}: move the cloth out of it", src
+                    )
         x = np.concatenate([xc, x_obs]) if self.no else xc
         upload(self.x, x)
         n_pt, n_ee = self._detect(xi + 1e-12)
@@ -308,11 +328,13 @@ class SolverCloth(Solver):
             if dmin <= xi:
                 what, obstacle = self._closest_pair(x, n_pt, n_ee)
                 # (an object's own `thickness` key is the shell's, for its mass and bending)
-                tail = ("move the cloth away from it" if obstacle else
-                        f"{advice}, or set contact.thickness = {0.9 * dmin:.2g} (objects' own `thickness` "
-                        f"is the shell's, for mass and bending)")
-                raise MeshError(f"{what} start {dmin:.3g} m apart, within the contact thickness {xi:g} m: {tail}",
-                                src)
+                tail = (
+                    "move the cloth away from it"
+                    if obstacle
+                    else f"{advice}, or set contact.thickness = {0.9 * dmin:.2g} (objects' own `thickness` "
+                    f"is the shell's, for mass and bending)"
+                )
+                raise MeshError(f"{what} start {dmin:.3g} m apart, within the contact thickness {xi:g} m: {tail}", src)
 
     def _closest_pair(self, x: np.ndarray, n_pt: int, n_ee: int) -> tuple[str, bool]:
         """The closest of the detected pairs at x (n, 3), in words ("cloth vertex 3 and
@@ -332,8 +354,10 @@ class SolverCloth(Solver):
         if kind is None:
             return "two primitives", False
         groups = [row[:1], row[1:]] if kind == "pt" else [row[:2], row[2:]]
-        words = [self._describe(ids, "vertex" if len(ids) == 1 else "edge" if len(ids) == 2 else "triangle")
-                 for ids in groups]
+        words = [
+            self._describe(ids, "vertex" if len(ids) == 1 else "edge" if len(ids) == 2 else "triangle")
+            for ids in groups
+        ]
         return f"{words[0]} and {words[1]}", any(i >= self.nc for i in row)
 
     def _describe(self, ids: list[int], kind: str) -> str:
@@ -349,8 +373,11 @@ class SolverCloth(Solver):
             start += count
         name = f"collider {c.name!r}" if c is not None else "a soft body's surface"
         local = [i - nc - start for i in ids]
-        return (f"vertex {local[0]} of {name}" if len(local) == 1
-                else f"a {kind} (vertices {', '.join(map(str, local))}) of {name}")
+        return (
+            f"vertex {local[0]} of {name}"
+            if len(local) == 1
+            else f"a {kind} (vertices {', '.join(map(str, local))}) of {name}"
+        )
 
     # ------------------------------------------------------------------ public
     def inversion_is_divergence(self) -> bool:
@@ -445,9 +472,14 @@ class SolverCloth(Solver):
         self._stats_total["max_kinematic_lag"] = max(self._stats_total["max_kinematic_lag"], lag)
         if lag > 1e-3 * self.bbox_diag and not self._lag_warned:
             self._lag_warned = True
-            log.warning("cloth: at t = %.3g s held vertices (or a moving obstacle) are %.3g m behind their "
-                        "prescribed path: the strain limit (solver.strain_limit = %g) or a contact blocks it; "
-                        "stats.csv's kinematic_lag follows it", t1, lag, self.config.strain_limit)
+            log.warning(
+                "cloth: at t = %.3g s held vertices (or a moving obstacle) are %.3g m behind their "
+                "prescribed path: the strain limit (solver.strain_limit = %g) or a contact blocks it; "
+                "stats.csv's kinematic_lag follows it",
+                t1,
+                lag,
+                self.config.strain_limit,
+            )
         pot = self.potential_energy(state_out.positions)
         return StepStats(
             iterations=res.iterations,
@@ -474,8 +506,9 @@ class SolverCloth(Solver):
         return idx[keep] - sl.start, tgt[keep]
 
     # ------------------------------------------------------------------ Newton
-    def solve(self, xc, x_hat, h, *, f_ext=None, obstacles=None, held=None, tolerance=None,
-              max_iterations=None) -> StepResult:
+    def solve(
+        self, xc, x_hat, h, *, f_ext=None, obstacles=None, held=None, tolerance=None, max_iterations=None
+    ) -> StepResult:
         """One implicit step: minimise the incremental potential from ``xc``.
 
         xc: (nc, 3) cloth positions at the start (intersection-free), m. x_hat: (nc, 3)
@@ -485,8 +518,16 @@ class SolverCloth(Solver):
         tolerance: overrides config.tolerance (relative to the scene size per second).
         """
         _check_step(x_hat - xc, "the inertial motion (velocity times the time step)", self.bbox_diag)
-        return NewtonLoop(self).run(xc, x_hat, h, f_ext=f_ext, obstacles=obstacles, held=held,
-                                    tolerance=tolerance, max_iterations=max_iterations)
+        return NewtonLoop(self).run(
+            xc,
+            x_hat,
+            h,
+            f_ext=f_ext,
+            obstacles=obstacles,
+            held=held,
+            tolerance=tolerance,
+            max_iterations=max_iterations,
+        )
 
     def _friction_bound(self, friction_on: bool, plane_friction: bool) -> float:
         """sum mu lambda over the lagged friction contacts (N): the most friction they give."""
@@ -497,8 +538,7 @@ class SolverCloth(Solver):
             total += self.planes.friction_bound()
         return total
 
-    def _friction_held_step(self, p, p_H_p, free, h, friction_parts, moved, eps_v
-                            ) -> tuple[float, float, float, bool]:
+    def _friction_held_step(self, p, p_H_p, free, h, friction_parts, moved, eps_v) -> tuple[float, float, float, bool]:
         """The Newton convergence measures of a step p with friction's stiffness taken out.
 
         p: (n, 3) Newton step, m; p_H_p: p^T H p (J); free: (n,) vertices whose step
@@ -559,8 +599,13 @@ class SolverCloth(Solver):
         which still hold that list, are kept."""
         key = None if at is None or alpha is not None else (float(inflation), np.array(at, dtype=np.float64))
         last = self._detected_at
-        if (key is not None and last is not None and self.reuse_detection and last[0] == key[0]
-                and np.array_equal(last[1], key[1])):
+        if (
+            key is not None
+            and last is not None
+            and self.reuse_detection
+            and last[0] == key[0]
+            and np.array_equal(last[1], key[1])
+        ):
             return self._last_pairs
         self._detected_at = None
         if alpha is None:
@@ -617,8 +662,9 @@ class SolverCloth(Solver):
 
         if not sum(pairs):
             return 1.0
-        return float(max_step(self.x, self.dx, self.broad.pt, pairs[0], self.broad.ee, pairs[1],
-                              self.contact.thickness))
+        return float(
+            max_step(self.x, self.dx, self.broad.pt, pairs[0], self.broad.ee, pairs[1], self.contact.thickness)
+        )
 
     def _init_kappa(self, x, x_hat, f_ext, h, n_pt, n_ee):
         """IPC's initial barrier stiffness: balance the barrier's gradient against the

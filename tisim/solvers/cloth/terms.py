@@ -37,8 +37,9 @@ class ShellTerm:
     mass-weighted RMS of the step the solver takes (every term is PSD over M / h^2).
     """
 
-    def __init__(self, vertex_count, faces, hinges, rest, mu, lam, thickness, bending_k, bending=True,
-                 lumped_bending=False):
+    def __init__(
+        self, vertex_count, faces, hinges, rest, mu, lam, thickness, bending_k, bending=True, lumped_bending=False
+    ):
         import taichi as ti
 
         from tisim import backend
@@ -48,8 +49,9 @@ class ShellTerm:
         self.n = vertex_count
         hinges = hinges if bending else np.zeros((0, 4), dtype=np.int32)
         self.rest = shell_rest(rest, faces, hinges)
-        self.energy_obj = ShellEnergy(vertex_count, faces, hinges, self.rest, mu, lam, thickness,
-                                      bending_k if bending else np.zeros(len(hinges)))
+        self.energy_obj = ShellEnergy(
+            vertex_count, faces, hinges, self.rest, mu, lam, thickness, bending_k if bending else np.zeros(len(hinges))
+        )
         self.x = ti.Vector.ndarray(3, real, shape=max(vertex_count, 1))
         self.g = ti.Vector.ndarray(3, real, shape=max(vertex_count, 1))
         self.faces = faces
@@ -126,17 +128,29 @@ class ShellTerm:
         asm = self.assembler
         # membrane (+ strain limit) F-space Hessians, projected from their eigensystem
         o = st.obj if strain_on else None
-        K.shell_hessian_f(self.x, e.faces, e.face_data, e.face_data if o is None else o.face_data, 1,
-                          int(strain_on), 0.0 if o is None else o.s_max, 0.0 if o is None else o.s_hat,
-                          0.0 if o is None else o._tol, 1, self._hf)
+        K.shell_hessian_f(
+            self.x,
+            e.faces,
+            e.face_data,
+            e.face_data if o is None else o.face_data,
+            1,
+            int(strain_on),
+            0.0 if o is None else o.s_max,
+            0.0 if o is None else o.s_hat,
+            0.0 if o is None else o._tol,
+            1,
+            self._hf,
+        )
         K.gather_face_hessians(e.face_data, self._hf, *asm.incidence[0], asm.indptr, asm.data)  # (zeroes first)
         if len(self.hinges) and self.gauss_newton_bending:
             K.bending_gauss_newton_factors(self.x, e.hinges, e.hinge_data, len(self.hinges), self._gn)
             K.gather_bending_gauss_newton(self._gn, *asm.incidence[1], asm.data, int(self.lumped_bending))
         elif len(self.hinges):
             if self.lumped_bending:
-                raise ValueError("the full bending Hessian needs the hinges' couplings in the pattern "
-                                 "(solver.bending_hessian = 'coupled')")
+                raise ValueError(
+                    "the full bending Hessian needs the hinges' couplings in the pattern "
+                    "(solver.bending_hessian = 'coupled')"
+                )
             K.bending_hessian(self.x, e.hinges, e.hinge_data, e.bending_hessians, True)
             self._psd_b = project_psd(e.bending_hessians, len(self.hinges), self._psd_b)
             K.scatter_blocks(e.bending_hessians, len(self.hinges), asm.slots[1], asm.data)

@@ -72,17 +72,17 @@ def anderson_update(
     tikhonov,
 ):
     """Record the global step's result and extrapolate (type-II Anderson, Walker & Ni 2011).
-One function on purpose: it runs inside the local step's launch, and its phases share
-the per-chunk sums and the small dense solve.
+    One function on purpose: it runs inside the local step's launch, and its phases share
+    the per-chunk sums and the small dense solve.
 
-    record 0: nothing to record (a step's first iterate, or a fallback point: x is then
-    left as it is); 1: x = G(x_iter): x_acc = x_iter, f_acc = f = x - x_iter, f_last = f,
-    g_last = x; 2: the same and the new column dF[slot] = f - f_last, dG[slot] = x - g_last
-    with its Gram row dF_j . dF_slot (j < count, count including the new column).
-    With record > 0 and count > 0 columns: theta = argmin ||f - dF theta|| by the normal
-    equations (dF_j . f on the right; Tikhonov ``tikhonov`` times their mean diagonal;
-    Cholesky) and x <- x - dG theta, unless they are not positive definite or theta is not
-    finite (then x = G(x_iter), the plain step). Always x_iter = x."""
+        record 0: nothing to record (a step's first iterate, or a fallback point: x is then
+        left as it is); 1: x = G(x_iter): x_acc = x_iter, f_acc = f = x - x_iter, f_last = f,
+        g_last = x; 2: the same and the new column dF[slot] = f - f_last, dG[slot] = x - g_last
+        with its Gram row dF_j . dF_slot (j < count, count including the new column).
+        With record > 0 and count > 0 columns: theta = argmin ||f - dF theta|| by the normal
+        equations (dF_j . f on the right; Tikhonov ``tikhonov`` times their mean diagonal;
+        Cholesky) and x <- x - dG theta, unless they are not positive definite or theta is not
+        finite (then x = G(x_iter), the plain step). Always x_iter = x."""
     n = x.shape[0]
     C = ANDERSON_CHUNKS
     M = ANDERSON_MAX

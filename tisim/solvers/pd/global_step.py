@@ -110,9 +110,7 @@ class GlobalStep:
 
     def set_held_positions(self, positions: np.ndarray) -> None:
         """Prescribed positions (h, 3) of the held vertices (order of ``held_index``), m."""
-        self._held_positions = np.asarray(positions, dtype=np.float64).reshape(
-            len(self.held_index), 3
-        )
+        self._held_positions = np.asarray(positions, dtype=np.float64).reshape(len(self.held_index), 3)
 
     def begin_step(self, kernels) -> None:
         """Called once per time step before the iterations."""
@@ -317,9 +315,7 @@ class GlobalJacobi(GlobalStep):
 
     name = "jacobi"
 
-    def __init__(
-        self, A, held, ordering="auto", rho: float = 0.9992, gamma: float = 0.9, delay: int = 10
-    ):
+    def __init__(self, A, held, ordering="auto", rho: float = 0.9992, gamma: float = 0.9, delay: int = 10):
         from tisim import backend
         from tisim.linalg.spmv import device_array
 
@@ -404,8 +400,7 @@ def build_global_step(
         si.factor_seconds = chol.factor_seconds
     except SparseInverseTooLarge as e:
         log.warning(
-            "global step: %s; falling back to the cholesky back-end "
-            "(raise solver.memory_limit_mb to allow it)",
+            "global step: %s; falling back to the cholesky back-end (raise solver.memory_limit_mb to allow it)",
             e,
         )
         chol.fallback_reason = str(e)
@@ -423,9 +418,7 @@ def build_global_step(
         chol._kept_si = si.si
     if best is chol:  # record what S cost
         chol.auto_sparse_inverse = {
-            k: v
-            for k, v in si.info().items()
-            if k in ("nnz_S", "S_mb", "S_and_ST_mb", "sparse_inverse_seconds")
+            k: v for k, v in si.info().items() if k in ("nnz_S", "S_mb", "S_and_ST_mb", "sparse_inverse_seconds")
         }
     log.info(
         "global step auto: sparse-inverse %.3f ms, cholesky %.3f ms per solve -> %s",

@@ -29,9 +29,7 @@ class StepIterations:
         self.drag_v, self.drag_t, self.coef, self.column = drag
         self.kdrag = solver.config.handle_stiffness if self.drag_v >= 0 else 0.0
         self.floor = (
-            1e-12
-            * float(np.linalg.norm(solver.model.mass * np.linalg.norm(solver._x_tilde, axis=1)))
-            / self.h2
+            1e-12 * float(np.linalg.norm(solver.model.mass * np.linalg.norm(solver._x_tilde, axis=1))) / self.h2
         )
         self.tol = float(solver.config.tolerance)
         self.rot_iters = int(solver.config.rotation_iterations)
@@ -53,7 +51,7 @@ class StepIterations:
 
     def read_stored(self, upto: int) -> float:
         """Residuals of iterations unread..upto-1 from the device; returns the last res."""
-        for j, value in enumerate(self.k.read_rsq(upto)[self.unread:], start=self.unread):
+        for j, value in enumerate(self.k.read_rsq(upto)[self.unread :], start=self.unread):
             if self._relative(value, j == 0) < self.tol and self.tol > 0:
                 break
         self.unread = upto
@@ -72,8 +70,18 @@ class StepIterations:
         return accel.safeguard(
             k,
             lambda slot, count, record: k.iterate_anderson(
-                self.rot_iters, A, h2, self.drag_v, self.kdrag, self.drag_t, gidx, gout,
-                accel.arrays, slot, count, record,
+                self.rot_iters,
+                A,
+                h2,
+                self.drag_v,
+                self.kdrag,
+                self.drag_t,
+                gidx,
+                gout,
+                accel.arrays,
+                slot,
+                count,
+                record,
             ),
         )
 
@@ -125,7 +133,9 @@ class StepIterations:
             if rsq is not None:
                 if self._relative(rsq, it == 0) < tol and tol > 0:
                     break
-            elif tol > 0 and self.local_steps - self.unread >= self.interval and self.read_stored(self.local_steps) < tol:
+            elif (
+                tol > 0 and self.local_steps - self.unread >= self.interval and self.read_stored(self.local_steps) < tol
+            ):
                 break
             self._solve(exact=False, gathered=gathered)
             if contact is not None and contact.active:

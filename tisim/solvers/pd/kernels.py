@@ -255,9 +255,7 @@ class PDKernels:
 
     # ------------------------------------------------------------------ kernels
     def local_step(self, rot_iters: int) -> None:
-        local_step(
-            self.EI, self.EF, self.Dm_inv, self.quat, self.x, self.contrib, rot_iters, self.flags
-        )
+        local_step(self.EI, self.EF, self.Dm_inv, self.quat, self.x, self.contrib, rot_iters, self.flags)
 
     def residual(self, A, h2: float, drag_vertex: int, drag_k: float, drag_target) -> float:
         """r = b - A x (A: DeviceCSR); returns ||r||^2."""
@@ -278,8 +276,17 @@ class PDKernels:
         )
 
     def iterate(
-        self, rot_iters: int, A, h2: float, drag_vertex: int, drag_k: float, drag_target, gidx,
-        gout, force=None, force_scale: float = 0.0,
+        self,
+        rot_iters: int,
+        A,
+        h2: float,
+        drag_vertex: int,
+        drag_k: float,
+        drag_target,
+        gidx,
+        gout,
+        force=None,
+        force_scale: float = 0.0,
     ) -> float:
         """local_step + residual + gather r[gidx] into gout, in one launch; returns ||r||^2.
         force: contact forces as a (n, 3) Taichi array, added to the residual as
@@ -295,8 +302,18 @@ class PDKernels:
         )  # fmt: skip
 
     def iterate_stored(
-        self, slot: int, rot_iters: int, A, h2: float, drag_vertex: int, drag_k: float,
-        drag_target, gidx, gout, force=None, force_scale: float = 0.0,
+        self,
+        slot: int,
+        rot_iters: int,
+        A,
+        h2: float,
+        drag_vertex: int,
+        drag_k: float,
+        drag_target,
+        gidx,
+        gout,
+        force=None,
+        force_scale: float = 0.0,
     ) -> None:
         """:meth:`iterate` with ||r||^2 kept on the device in :attr:`rsq` [slot] (grown to
         hold ``slot``); read them with :meth:`read_rsq`."""
@@ -332,8 +349,19 @@ class PDKernels:
         return float(rsq), float(self._out[0])
 
     def iterate_anderson(
-        self, rot_iters: int, A, h2, drag_vertex, drag_k, drag_target, gidx, gout, aa,
-        slot: int, count: int, record: int,
+        self,
+        rot_iters: int,
+        A,
+        h2,
+        drag_vertex,
+        drag_k,
+        drag_target,
+        gidx,
+        gout,
+        aa,
+        slot: int,
+        count: int,
+        record: int,
     ) -> tuple[float, float, bool]:
         """:func:`anderson_update` (``aa``: :class:`AndersonArrays`) then
         :meth:`iterate_energy`, in one launch; returns (||r||^2, E in J, extrapolated)."""
@@ -345,9 +373,7 @@ class PDKernels:
         )  # fmt: skip
         return float(rsq), float(aa.out[0]), bool(aa.out[1] != 0.0)
 
-    def _iterate(
-        self, kernel, rot_iters, A, h2, drag_vertex, drag_k, drag_target, gidx, gout, *out
-    ):
+    def _iterate(self, kernel, rot_iters, A, h2, drag_vertex, drag_k, drag_target, gidx, gout, *out):
         return kernel(
             self.EI,
             self.EF,
@@ -431,9 +457,5 @@ class PDKernels:
     def rank_one_correction(self, column, v: int, coef: float) -> None:
         rank_one_correction(self.x, column, v, self.saved, coef)
 
-    def jacobi_chebyshev(
-        self, diag, gamma: float, omega: float, drag_vertex: int, drag_add: float
-    ) -> None:
-        jacobi_chebyshev(
-            self.x, self.x_prev, self.r, self.VF, diag, gamma, omega, drag_vertex, drag_add
-        )
+    def jacobi_chebyshev(self, diag, gamma: float, omega: float, drag_vertex: int, drag_add: float) -> None:
+        jacobi_chebyshev(self.x, self.x_prev, self.r, self.VF, diag, gamma, omega, drag_vertex, drag_add)

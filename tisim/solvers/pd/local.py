@@ -154,25 +154,19 @@ def mat3(a: ti.template(), e):
 @ti.func
 def deformation_gradient(EI: ti.template(), Dm_inv: ti.template(), x: ti.template(), e):
     x0 = row3(x, EI[e, _T0])
-    Ds = ti.Matrix.cols(
-        [row3(x, EI[e, _T0 + 1]) - x0, row3(x, EI[e, _T0 + 2]) - x0, row3(x, EI[e, _T0 + 3]) - x0]
-    )
+    Ds = ti.Matrix.cols([row3(x, EI[e, _T0 + 1]) - x0, row3(x, EI[e, _T0 + 2]) - x0, row3(x, EI[e, _T0 + 3]) - x0])
     return Ds @ mat3(Dm_inv, e)
 
 
 @ti.func
-def element_target(
-    EF: ti.template(), quat: ti.template(), e, mat, F, rot_iters, flags: ti.template()
-):
+def element_target(EF: ti.template(), quat: ti.template(), e, mat, F, rot_iters, flags: ti.template()):
     """T_e = sum w p (3x3) of element e at deformation gradient F (quat updated)."""
     T = ti.Matrix.zero(float, 3, 3)
     if ti.static(flags & ((1 << ARAP) | (1 << COROTATED))):
         if mat == ARAP or mat == COROTATED:
             # projective rotation term: p = R(F), the minimiser of ||F - R||^2 over SO(3),
             # warm-started from the previous iteration / frame
-            q = fast_rotation(
-                F, ti.Vector([quat[e, 0], quat[e, 1], quat[e, 2], quat[e, 3]]), rot_iters
-            )
+            q = fast_rotation(F, ti.Vector([quat[e, 0], quat[e, 1], quat[e, 2], quat[e, 3]]), rot_iters)
             for c in ti.static(range(4)):
                 quat[e, c] = q[c]
             T = EF[e, _WROT] * mf.quat_to_matrix(q)
@@ -221,16 +215,12 @@ def local_step(
 
 
 @ti.func
-def element_energy(
-    EF: ti.template(), quat: ti.template(), e, mat, F, rot_iters, flags: ti.template()
-):
+def element_energy(EF: ti.template(), quat: ti.template(), e, mat, F, rot_iters, flags: ti.template()):
     """V_e psi(F) in J (+ the volume constraint's w/2 ||F - proj(F)||^2)."""
     psi = 0.0
     if ti.static(flags & ((1 << ARAP) | (1 << COROTATED))):
         if mat == ARAP or mat == COROTATED:
-            q = fast_rotation(
-                F, ti.Vector([quat[e, 0], quat[e, 1], quat[e, 2], quat[e, 3]]), rot_iters
-            )
+            q = fast_rotation(F, ti.Vector([quat[e, 0], quat[e, 1], quat[e, 2], quat[e, 3]]), rot_iters)
             R = mf.quat_to_matrix(q)
             psi = mf.energy_density_arap(F, R, EF[e, _MU])
             if mat == COROTATED:

@@ -19,9 +19,7 @@ log = logging.getLogger(__name__)
 _ROTATION_MATERIALS = ("arap", "corotated")
 # materials on which acceleration = "auto" uses Anderson acceleration (see _choose_acceleration)
 _ANDERSON_MATERIALS = ("neo-hookean",)
-_ENERGY_ROTATION_ITERATIONS = (
-    1  # warm-started from the last local step; energy error ~ (rotation error)^2
-)
+_ENERGY_ROTATION_ITERATIONS = 1  # warm-started from the last local step; energy error ~ (rotation error)^2
 
 
 # Materials whose local step pulls an inverted element back (det F <= 0 -> > 0): ARAP and
@@ -258,9 +256,7 @@ class SolverPD(Solver):
         corot = mat == MATERIALS.index("corotated")
         ws = self.config.weight_scale
         w_rot = np.where(rot, 2.0 * mu * V, 0.0)
-        w_qn = np.where(
-            corot, ws * 2.0 * lam * V, np.where(rot, 0.0, ws * (3.0 * mu + 2.0 * lam) * V)
-        )
+        w_qn = np.where(corot, ws * 2.0 * lam * V, np.where(rot, 0.0, ws * (3.0 * mu + 2.0 * lam) * V))
         w_vol = np.full_like(V, self.config.volume_stiffness * s) * V
         return mu, lam, w_rot, w_qn, w_vol
 
@@ -295,18 +291,15 @@ class SolverPD(Solver):
         self._global = None  # release the old S before building the new one
         kind = self.config.global_step
         if kind == "auto" and self._auto_choice is not None:
-            kind = (
-                self._auto_choice
-            )  # do not re-time on every refactoring (handle release, dt, stiffness)
-        self._global = build_global_step(kind, A, self._held_idx, self.config, k,
-                                         keep_sparse_inverse=self._has_contact())
+            kind = self._auto_choice  # do not re-time on every refactoring (handle release, dt, stiffness)
+        self._global = build_global_step(
+            kind, A, self._held_idx, self.config, k, keep_sparse_inverse=self._has_contact()
+        )
         if self.config.global_step == "auto" and self._auto_choice is None:
             self._auto_choice = self._global.name
             gi = self._global.info()
             self._auto_info = {
-                k: gi[k]
-                for k in ("auto_ms_per_solve", "auto_sparse_inverse_not_kept", "fallback")
-                if k in gi
+                k: gi[k] for k in ("auto_ms_per_solve", "auto_sparse_inverse_not_kept", "fallback") if k in gi
             }
         self._build_seconds = time.perf_counter() - t0
         self._version += 1
@@ -443,9 +436,7 @@ class SolverPD(Solver):
         if self._anderson is not None:  # same columns every step (stats.csv); its device
             # work runs in the local step's launch (timings["local"])
             for key_ in ("extrapolated", "rejected", "backtracks"):
-                stats.extra["anderson_" + key_] = float(
-                    getattr(accel, key_) if accel is not None else 0
-                )
+                stats.extra["anderson_" + key_] = float(getattr(accel, key_) if accel is not None else 0)
         if self.contact is not None:
             cs = self.contact.stats()
             stats.n_contacts = int(cs.get("n_contacts", 0))
@@ -466,9 +457,7 @@ class SolverPD(Solver):
             return False
         return self.contact is None or not self.contact.active
 
-    def _solve(
-        self, gs, drag_v: int, coef: float, column, exact: bool, gathered: bool = False
-    ) -> None:
+    def _solve(self, gs, drag_v: int, coef: float, column, exact: bool, gathered: bool = False) -> None:
         """x_f += (A + h^2 k e e^T)_ff^-1 r_f (the drag spring by Sherman-Morrison when exact)."""
         k = self.kernels
         sm = column is not None and drag_v >= 0
@@ -530,9 +519,7 @@ class SolverPD(Solver):
 
     def elastic_energy(self, positions: np.ndarray) -> float:
         """sum_i V_i psi_i(F_i) (+ the volume constraint's energy), J."""
-        F = deformation_gradients(
-            np.asarray(positions, dtype=np.float64), self.model.mesh.tets, self.model.rest.Dm_inv
-        )
+        F = deformation_gradients(np.asarray(positions, dtype=np.float64), self.model.mesh.tets, self.model.rest.Dm_inv)
         return float(self._psi_host(F).sum())
 
     def potential_energy(self, positions: np.ndarray) -> float:
@@ -546,12 +533,7 @@ class SolverPD(Solver):
         x = np.asarray(positions, dtype=np.float64)
         h = self._h
         d = x - self._x_tilde
-        E = (
-            0.5
-            * (1.0 + self._damping * h)
-            / (h * h)
-            * float(self.model.mass @ np.einsum("ij,ij->i", d, d))
-        )
+        E = 0.5 * (1.0 + self._damping * h) / (h * h) * float(self.model.mass @ np.einsum("ij,ij->i", d, d))
         E += self.elastic_energy(x)
         if self._drag is not None:
             v, t = self._drag
@@ -680,9 +662,7 @@ def _project_unit_determinant(F: np.ndarray, iterations: int = 10) -> np.ndarray
         C = s[:, 0] * s[:, 1] * s[:, 2] - 1.0
         g = np.stack([s[:, 1] * s[:, 2], s[:, 0] * s[:, 2], s[:, 0] * s[:, 1]], axis=1)
         gg = np.einsum("ij,ij->i", g, g)
-        t = np.where(
-            gg > 0, (np.einsum("ij,ij->i", g, s - sig) - C) / np.where(gg > 0, gg, 1.0), 0.0
-        )
+        t = np.where(gg > 0, (np.einsum("ij,ij->i", g, s - sig) - C) / np.where(gg > 0, gg, 1.0), 0.0)
         s = np.where((gg > 0)[:, None], sig + t[:, None] * g, s)
     ok = (np.abs(np.prod(s, axis=1) - 1.0) < 1e-6) & np.all(s > 0, axis=1)
     s[~ok] = 1.0
