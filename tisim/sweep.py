@@ -30,7 +30,6 @@ and is retried on the next call.
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import hashlib
 import itertools
@@ -52,6 +51,7 @@ if TYPE_CHECKING:
 
 from tisim.config import ConfigError
 from tisim.scene import toml_value
+from tisim.sweep_report import BUILTIN_METRICS, plot, value_label, write_csv
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -61,13 +61,6 @@ else:  # pragma: no cover
 log = logging.getLogger(__name__)
 
 # name -> (what, unit) of the metrics every sweep computes
-BUILTIN_METRICS: dict[str, tuple[str, str]] = {
-    "final_displacement": ("distance of the centre of mass from its start at the last frame", "m"),
-    "max_penetration": ("largest contact penetration over the run", "m"),
-    "energy_drift": ("largest |E(t) - E(0)| relative to max(|E(0)|, max kinetic energy)", "1"),
-    # frame 1 is left out when there are more: it compiles the kernels on a fresh worker
-    "frame_ms": ("median wall-clock time of a frame on its worker (frames 2..N)", "ms"),
-}
 REDUCTIONS = ("min", "max", "last", "mean")
 FINISHED = ("completed", "diverged", "stalled")  # results a rerun keeps; "failed" runs are retried
 DEFAULT_CONNECT_TIMEOUT_S = 10.0
@@ -234,16 +227,9 @@ def parse_metric(text: str) -> Metric:
 # ---------------------------------------------------------------- planning
 
 
-def _fmt(v: Any) -> str:
-    """A value as a short label: 1e+05, 0.155, midpoint."""
-    if isinstance(v, float):
-        return f"{v:.6g}"
-    return toml_value(v).strip('"')
-
-
 def _slug(params: dict[str, Any]) -> str:
     def short(v):
-        s = _fmt(v)
+        s = value_label(v)
         return re.sub(r"[^A-Za-z0-9.+-]+", "-", s).strip("-") or "x"
 
     s = "_".join(f"{k.split('.')[-1]}={short(v)}" for k, v in params.items())
@@ -458,122 +444,6 @@ def _row(out: Path, run: SweepRun, metrics: list[Metric]) -> dict:
     return row
 
 
-def write_csv(path: Path, rows: list[dict], varies: list[Vary], metrics: list[Metric]) -> None:
-    cols = ["run", *(v.key for v in varies), "ended", "frames_done", *(m.name for m in metrics), "message"]
-    with open(path, "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(cols)
-        for r in rows:
-            cells = []
-            for c in cols:
-                v = r.get(c, "")
-                if isinstance(v, float):
-                    v = "" if math.isnan(v) else repr(v)
-                elif isinstance(v, (list, tuple, bool)):
-                    v = toml_value(v)
-                cells.append(v)
-            w.writerow(cells)
-
-
-def _metric_label(m: Metric) -> str:
-    if m.name in BUILTIN_METRICS:
-        unit = BUILTIN_METRICS[m.name][1]
-        return f"{m.name} ({unit})" if unit != "1" else m.name
-    return m.name
-
-
-def plot(
-    path: Path,
-    rows: list[dict],
-    varies: list[Vary],
-    metrics: list[Metric],
-    *,
-    title: str = "",
-    vlines: dict[str, list[tuple[float, str]]] | None = None,
-) -> Path:
-    """Each metric (rows of panels) against each varied parameter (columns): one line per
-    combination of the other varied values. Runs that did not complete are red x marks
-    (a diverged run's metrics cover the frames before it stopped); a metric spanning more
-    than two decades of positive values is drawn on a log scale. ``vlines``: key ->
-    [(x, label)] reference lines (e.g. tan(theta) on a friction axis). Matplotlib Agg."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    nr, nc = max(len(metrics), 1), max(len(varies), 1)
-    fig = Figure(figsize=(4.4 * nc + 0.6, 2.5 * nr + 0.8), dpi=90)
-    FigureCanvasAgg(fig)
-    axes = fig.subplots(nr, nc, squeeze=False)
-    for j, vary in enumerate(varies):
-        numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in vary.values)
-        xpos = {toml_value(v): (float(v) if numeric else float(i)) for i, v in enumerate(vary.values)}
-        others = [v.key for v in varies if v.key != vary.key]
-        groups: dict[tuple, list[dict]] = {}
-        for r in rows:
-            groups.setdefault(tuple(toml_value(r[k]) for k in others), []).append(r)
-        for i, m in enumerate(metrics):
-            ax = axes[i][j]
-            ys_all = []
-            bad_x, bad_y = [], []
-            for rs in groups.values():
-                rs = sorted(rs, key=lambda r: xpos[toml_value(r[vary.key])])
-                x = np.array([xpos[toml_value(r[vary.key])] for r in rs])
-                y = np.array([float(r.get(m.name, math.nan)) for r in rs])
-                ok = np.array([r["ended"] == "completed" for r in rs])
-                yc = np.where(ok, y, np.nan)
-                label = ", ".join(f"{k.split('.')[-1]}={_fmt(rs[0][k])}" for k in others) or None
-                ax.plot(x, yc, "o-", ms=3.5, lw=1.2, label=label)
-                bad = np.array([r["ended"] in ("diverged", "stalled", "failed") for r in rs])
-                bad_x += list(x[bad])
-                bad_y += [yy if np.isfinite(yy) else np.nan for yy in y[bad]]
-                ys_all += list(y[np.isfinite(y)])
-            if bad_x:
-                finite = list(ys_all) or [0.0]
-                lo = min(finite)
-                ax.plot(
-                    bad_x,
-                    [yy if np.isfinite(yy) else lo for yy in bad_y],
-                    "x",
-                    color="red",
-                    ms=7,
-                    mew=2,
-                    label="did not complete",
-                )
-            pos = [v for v in ys_all if v > 0]
-            if pos and len(pos) == len(ys_all) and max(pos) / min(pos) > 100:
-                ax.set_yscale("log")
-            for xv, lab in (vlines or {}).get(vary.key, []):
-                ax.axvline(xv, color="0.4", ls="--", lw=1)
-                ax.annotate(
-                    lab,
-                    (xv, 0.97),
-                    xycoords=("data", "axes fraction"),
-                    ha="left",
-                    va="top",
-                    fontsize=8,
-                    color="0.3",
-                    xytext=(3, 0),
-                    textcoords="offset points",
-                )
-            if not numeric:
-                ax.set_xticks(range(len(vary.values)))
-                ax.set_xticklabels([_fmt(v) for v in vary.values], fontsize=8)
-            if i == nr - 1:
-                ax.set_xlabel(vary.key)
-            if j == 0:
-                ax.set_ylabel(_metric_label(m), fontsize=8)
-            ax.grid(True, alpha=0.3)
-            ax.tick_params(labelsize=8)
-            if i == 0 and (others or bad_x):
-                ax.legend(fontsize=7, loc="best")
-    if title:
-        import textwrap
-
-        fig.suptitle(textwrap.fill(title, width=int(fig.get_figwidth() * 15)), fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path)
-    return path
-
-
 class _Progress:
     def __init__(self, total: int, done: int, name: str, enabled: bool):
         self.p = None
@@ -733,6 +603,32 @@ def _collect(client, futures: dict, out: Path, bar: _Progress, on_result) -> Non
             _finish(out, futures[f], res, bar, on_result)
 
 
+def _submit(client, todo, scene_path, frames, arch, precision, out: Path, bar: _Progress, on_result) -> bool:
+    """Submit the runs to do and store each as it completes; returns whether a Ctrl-C
+    interrupted them (the runs in flight are then cancelled)."""
+    futures = {}
+    try:
+        for r in todo:
+            f = client.submit(
+                run_task,
+                r.data,
+                str(Path(scene_path).resolve()),
+                frames,
+                arch,
+                precision,
+                key=f"tisim-sweep-{r.folder}-{r.signature}",
+                pure=False,
+                retries=0,
+            )
+            futures[f] = r
+        _collect(client, futures, out, bar, on_result)
+    except KeyboardInterrupt:
+        for f in futures:
+            f.cancel()
+        return True
+    return False
+
+
 def sweep(
     scene_path: Path | str,
     varies: list[Vary],
@@ -778,26 +674,8 @@ def sweep(
     if todo:
         client, cluster = connect(scheduler, workers, timeout, quiet=quiet_dask)
         bar = _Progress(len(runs), skipped, Path(scene_path).stem, progress)
-        futures = {}
         try:
-            for r in todo:
-                f = client.submit(
-                    run_task,
-                    r.data,
-                    str(Path(scene_path).resolve()),
-                    frames,
-                    arch,
-                    precision,
-                    key=f"tisim-sweep-{r.folder}-{r.signature}",
-                    pure=False,
-                    retries=0,
-                )
-                futures[f] = r
-            _collect(client, futures, out, bar, on_result)
-        except KeyboardInterrupt:
-            interrupted = True
-            for f in futures:
-                f.cancel()
+            interrupted = _submit(client, todo, scene_path, frames, arch, precision, out, bar, on_result)
         finally:
             bar.stop()
             client.close()

@@ -28,35 +28,11 @@ def run_pipelined(self, frames, resume, info, announce):
     one cached kernel serves every mesh size). Workers get ``pipeline_threads`` Taichi
     (and BLAS) threads each unless the environment already sets them, so that the
     processes do not oversubscribe the cores."""
-    import multiprocessing as mp
-
-    ctx = mp.get_context("spawn")
     t0 = time.perf_counter()
     groups = pipeline_groups(self.L + 1, self.pipeline_cores)
     threads = pipeline_threads(len(groups), self.pipeline_cores)
     threads["TISIM_SERIAL_LOOPS"] = "1" if backend.SERIAL_LOOPS else "0"  # the loops as here
-    procs = {}
-    with _environment(threads):
-        for (level,) in groups[1:]:
-            (self.level_dir(level) / "worker_error.txt").unlink(missing_ok=True)
-            pr = ctx.Process(
-                target=_pipeline_worker,
-                args=(
-                    type(self),
-                    self.scene,
-                    str(self.out),
-                    level,
-                    frames,
-                    resume,
-                    self.binfo.arch,
-                    self.binfo.precision,
-                    self.hierarchy.level_count,
-                    self.export_meshes,
-                    time.time(),
-                ),
-            )
-            pr.start()
-            procs[level] = pr
+    procs = _start_workers(self, groups, threads, frames, resume)
     info["pipelined_threads"] = {k: os.environ.get(k, v) for k, v in threads.items()}
     info["pipelined_groups"] = groups
     done = {}
@@ -129,6 +105,37 @@ def run_pipelined(self, frames, resume, info, announce):
                 pr.join()
     info["pipelined_wall_s"] = time.perf_counter() - t0
     return seconds
+
+
+def _start_workers(self, groups, threads: dict, frames, resume) -> dict:
+    """Start a process for each finer level (``groups[1:]``), with ``threads`` in its
+    environment; returns {level: process}."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    procs = {}
+    with _environment(threads):
+        for (level,) in groups[1:]:
+            (self.level_dir(level) / "worker_error.txt").unlink(missing_ok=True)
+            pr = ctx.Process(
+                target=_pipeline_worker,
+                args=(
+                    type(self),
+                    self.scene,
+                    str(self.out),
+                    level,
+                    frames,
+                    resume,
+                    self.binfo.arch,
+                    self.binfo.precision,
+                    self.hierarchy.level_count,
+                    self.export_meshes,
+                    time.time(),
+                ),
+            )
+            pr.start()
+            procs[level] = pr
+    return procs
 
 
 def pipeline_groups(levels: int, cores: int | None = None) -> list[list[int]]:

@@ -365,11 +365,9 @@ class ProgressiveRefiner(Checkpoints):
         save_cloth_obj(self.level_dir(level) / "meshes" / f"{self.name}_{frame:05d}.obj", x, mesh)
 
     # ------------------------------------------------------------------ whole refine
-    def run(
-        self, frames: int, *, resume: bool = False, direct: bool = False, schedule: str | None = None, announce=None
-    ) -> RefineResult:
-        """Preview first, then every finer level; consistency, plot, run.json."""
-        schedule = schedule or self.scene.refine.schedule
+    def _run_info(self, schedule: str) -> dict:
+        """run.json's settings: the scene, the hierarchy, the backend, threads and loops,
+        machine and versions."""
         info = {
             "scene": self.scene.to_dict(),
             "scene_file": self.scene.path,
@@ -394,6 +392,14 @@ class ProgressiveRefiner(Checkpoints):
 
         info["machine"] = machine()
         info["versions"] = versions()
+        return info
+
+    def run(
+        self, frames: int, *, resume: bool = False, direct: bool = False, schedule: str | None = None, announce=None
+    ) -> RefineResult:
+        """Preview first, then every finer level; consistency, plot, run.json."""
+        schedule = schedule or self.scene.refine.schedule
+        info = self._run_info(schedule)
         seconds = []
         ended, message = "completed", ""
         pipelined = schedule == "pipelined" and self.L > 0

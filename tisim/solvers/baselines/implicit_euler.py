@@ -69,6 +69,23 @@ class SolverImplicitEuler(Solver):
             return math.inf
         return inertia + e + self.energy.gravity_energy(x) + self.energy.penalty(x, t1)
 
+    def _newton_system(self, x, x_hat, h: float, t1: float, Mh, free_dof):
+        """The Newton system of the incremental potential at x, on the free dofs: (H_ff, g_f)
+        with the elastic Hessian projected to PSD, plus M / h^2 and the colliders' penalty."""
+        g = (
+            self.mass[:, None] * (x - x_hat) / (h * h)
+            + self.energy.elastic_gradient(x)
+            - self.mass[:, None] * self.energy.gravity[None, :]
+        )
+        H = self.energy.elastic_hessian(x, project=True)
+        if self.energy.colliders:
+            gp, Hp = self.energy.penalty_gradient_hessian(x, t1)
+            g += gp
+            H = H + Hp
+        H = H.tocsr()
+        H.setdiag(H.diagonal() + Mh)
+        return H[free_dof][:, free_dof], g.reshape(-1)[free_dof]
+
     def step(self, state_in, state_out, dt: float) -> StepStats:
         if not (math.isfinite(dt) and dt > 0):
             raise ValueError(f"implicit Euler step: the time step must be a finite number > 0, got {dt!r}")
@@ -99,20 +116,7 @@ class SolverImplicitEuler(Solver):
         it = 0
         for it in range(1, cfg.max_iterations + 1):  # noqa: B007 (the count is read after the loop)
             ts = time.perf_counter()
-            g = (
-                self.mass[:, None] * (x - x_hat) / (h * h)
-                + self.energy.elastic_gradient(x)
-                - self.mass[:, None] * self.energy.gravity[None, :]
-            )
-            H = self.energy.elastic_hessian(x, project=True)
-            if self.energy.colliders:
-                gp, Hp = self.energy.penalty_gradient_hessian(x, t1)
-                g += gp
-                H = H + Hp
-            H = H.tocsr()
-            H.setdiag(H.diagonal() + Mh)
-            Hff = H[free_dof][:, free_dof]
-            gf = g.reshape(-1)[free_dof]
+            Hff, gf = self._newton_system(x, x_hat, h, t1, Mh, free_dof)
             t_asm += time.perf_counter() - ts
             ts = time.perf_counter()
             try:

@@ -202,15 +202,7 @@ class SolverCloth(Solver):
         self._strain_folded = isinstance(self.elastic, ShellTerm) and self.elastic.fold_strain(self.strain)
         # Newton iterations that share one elastic Hessian (the progressive preview sets its own)
         self.hessian_reuse = int(config.hessian_reuse)
-        from tisim.contact.ipc.analytic import AnalyticColliders, shape_of
-
-        an = self.obstacles.analytic
-        # the static analytic colliders (the name ``planes`` is kept from when only planes were)
-        self.planes = AnalyticColliders(
-            [shape_of(c, thickness=self.contact.thickness, circumradius=self.circumradius) for c in an],
-            [self.contact.mu if c.friction is None else c.friction for c in an],
-            self.nc,
-        )
+        self.planes = self._analytic_colliders()
         self.wind = Wind(model.scene.wind, length_scale=_diag(cp.rest))
         self.linear = SPDSolver(mixed=config.linear_precision == "mixed")
         if config.linear_precision == "mixed" and self.linear.backend != "pardiso":
@@ -241,6 +233,18 @@ class SolverCloth(Solver):
         self.barrier.compile_kernels(self.x, self.broad.pt, self.broad.ee, self.g, self.system.unknowns)
         self.friction.compile_kernels(self.x, self.broad.pt, self.broad.ee, self.g, self.vertex_mu)
         self.system.compile_kernels(self.barrier.hessians, self.barrier.stencils)
+
+    def _analytic_colliders(self):
+        """The static analytic colliders (the name ``planes`` is kept from when only planes
+        were), with the contact thickness and each one's friction coefficient."""
+        from tisim.contact.ipc.analytic import AnalyticColliders, shape_of
+
+        an = self.obstacles.analytic
+        return AnalyticColliders(
+            [shape_of(c, thickness=self.contact.thickness, circumradius=self.circumradius) for c in an],
+            [self.contact.mu if c.friction is None else c.friction for c in an],
+            self.nc,
+        )
 
     def _build_contact(self, model, config, real) -> np.ndarray:
         """The broad phase over the cloth and the obstacles, the rest-state exclusion, the
