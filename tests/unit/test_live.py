@@ -153,9 +153,12 @@ def test_a_grab_moves_the_object_towards_the_cursor(tmp_path):
 
 def _small(demo: str) -> list[str]:
     """--set overrides that shrink every object of ``demo`` to a few hundred vertices and
-    its take to 30 frames (the live loop starts over at the end)."""
+    its take to 30 frames (the live loop starts over at the end); ADMM converges to 1e-4
+    (what is tested is the window surviving the input, not the integrator's accuracy)."""
     data = tomllib.loads((DEMOS / f"{demo}.toml").read_text())
     sets = ["sim.frames=30"]
+    if data.get("solver", {}).get("type") == "admm":
+        sets.append(f"solver.tolerance={max(float(data['solver'].get('tolerance', 0)), 1e-4)}")
     for name, o in data.get("objects", {}).items():
         if "resolution" in o:
             r = [max(2, int(v) // 4) for v in o["resolution"]]
@@ -221,7 +224,7 @@ def _live_demos():
 def test_random_session_on_every_demo(demo, tmp_path):
     # cloth-on-ball: a grabbed ball is an obstacle the cloth's IPC solve must follow, up to
     # minutes of Newton iterations for 100 polls on 2 cores; 30 polls keep it to about 2 min
-    r, viewer = _session(demo, tmp_path, 1500, seed=11, polls=30 if demo == "cloth-on-ball" else 100)
+    r, viewer = _session(demo, tmp_path, 1500, seed=11, polls=30 if demo == "cloth-on-ball" else 50)
     _check_session(r, viewer)
 
 
