@@ -62,19 +62,7 @@ def run_pipelined(self, frames, resume, info, announce):
         cpu = _cpu_seconds() - c0
         for lv in here:
             li, sec = done[lv]
-            li.update(
-                level=lv,
-                seconds=sec,
-                process_s=sec,
-                cpu_s=cpu,
-                levels_in_process=here,
-                vertices=self.hierarchy.levels[lv].vertex_count,
-                faces=self.hierarchy.levels[lv].face_count,
-            )
-            li = self._level_entry(lv, li)
-            info["levels"].append(li)
-            if announce is not None:
-                announce(lv, self.level_dir(lv), li)
+            self._record_level(lv, li, sec, info, announce, process_s=sec, cpu_s=cpu, levels_in_process=here)
         seconds = [done[lv][1] for lv in here]
         if procs:
             _load_plotting()  # while the finer levels step: the plot at the end is then quick
@@ -86,16 +74,7 @@ def run_pipelined(self, frames, resume, info, announce):
                 why = f": {err.read_text()}" if err.exists() else ""
                 raise FloatingPointError(f"level {level} failed in its process (exit code {pr.exitcode}){why}")
             li = json.loads((self.level_dir(level) / "level.json").read_text())
-            li.update(
-                level=level,
-                seconds=seconds[-1],
-                vertices=self.hierarchy.levels[level].vertex_count,
-                faces=self.hierarchy.levels[level].face_count,
-            )
-            li = self._level_entry(level, li)
-            info["levels"].append(li)
-            if announce is not None:
-                announce(level, self.level_dir(level), li)
+            self._record_level(level, li, seconds[-1], info, announce)
     finally:
         # a failed or interrupted level never writes the frames the levels above
         # wait for: stop them rather than leave them polling

@@ -365,6 +365,16 @@ class ProgressiveRefiner(Checkpoints):
         save_cloth_obj(self.level_dir(level) / "meshes" / f"{self.name}_{frame:05d}.obj", x, mesh)
 
     # ------------------------------------------------------------------ whole refine
+    def _record_level(self, level: int, li: dict, seconds: float, info: dict, announce, **extra) -> None:
+        """Add a finished level's entry (its level.json data, wall time, size and ``extra``)
+        to run.json's levels and announce it."""
+        li.update(level=level, seconds=seconds, **extra)
+        li.update(vertices=self.hierarchy.levels[level].vertex_count, faces=self.hierarchy.levels[level].face_count)
+        li = self._level_entry(level, li)
+        info["levels"].append(li)
+        if announce is not None:
+            announce(level, self.level_dir(level), li)
+
     def _run_info(self, schedule: str) -> dict:
         """run.json's settings: the scene, the hierarchy, the backend, threads and loops,
         machine and versions."""
@@ -445,16 +455,7 @@ class ProgressiveRefiner(Checkpoints):
                         if bar:
                             bar.stop()
                     seconds.append(time.perf_counter() - t0)
-                    li.update(
-                        level=level,
-                        seconds=seconds[-1],
-                        vertices=self.hierarchy.levels[level].vertex_count,
-                        faces=self.hierarchy.levels[level].face_count,
-                    )
-                    li = self._level_entry(level, li)
-                    info["levels"].append(li)
-                    if announce is not None:
-                        announce(level, self.level_dir(level), li)
+                    self._record_level(level, li, seconds[-1], info, announce)
         except KeyboardInterrupt:
             ended, message = "interrupted", "interrupted: rerun with --resume to continue"
         except FloatingPointError as e:
