@@ -1,34 +1,45 @@
-"""Self-contact pairs excluded because they are already in contact at rest.
+"""Self-contact pairs that are already in contact at rest: left out, or given a contact
+thickness of their own.
 
-A user's cloth mesh often has primitives closer than the contact thickness at rest: the
-vertex across a sliver triangle and the triangle beyond it, the two sides of a narrow
-slit or hole. The barrier cannot start there (it needs every pair farther than the
-thickness), and a pair inside its activation distance at rest would push the rest
-shape apart. Production cloth codes ignore such pairs; so does this one:
+A user's cloth mesh often has primitives closer than the contact's reach at rest: the
+vertex across a sliver triangle and the triangle beyond it, the two lips of a narrow
+slit or hole. The barrier cannot treat them with the scene's constants: it needs every
+pair farther than the thickness at the start, and a pair within its activation distance
+at rest would push the rest shape apart. The rule, applied once at set-up to the
+point-triangle and edge-edge pairs of cloth primitives whose rest distance is below
+``distance`` (the solver passes the barrier's reach, contact.thickness + contact.dhat):
 
-    a point-triangle or edge-edge pair of cloth primitives is excluded when its
-    distance in the rest shape is below ``distance`` (the solver passes the barrier's
-    activation distance, contact.thickness + contact.dhat).
+* **neighbours** (a vertex of one primitive is joined by a mesh edge to a vertex of the
+  other: the pairs around a sliver, and at a slit's tips) are left out, as production
+  cloth codes do. They can only cross by folding their own one-ring, which is smaller
+  than the reach;
+* **narrow pairs** (farther apart on the mesh: a slit's two lips, the sides of a narrow
+  hole) keep a contact of their own: thickness and activation distance both scaled by
+  ``scale`` = NARROW_REACH x (their smallest rest distance) / ``distance``, so that at
+  rest every narrow pair is outside its barrier's reach, and the barrier and CCD keep
+  them from passing through each other as any other pair. One scale for all of them:
+  the solver evaluates them as a second batch with scalar constants. They get no
+  friction (lips sliding along each other);
+* pairs closer than MIN_NARROW x ``distance`` at rest (a mesh saved folded flat onto
+  itself, or two parts of one piece touching) are left out too, with a warning: a
+  barrier thinner than that is below what the solver resolves in f32.
 
-The pairs are found once, at set-up (a broad phase over the rest shape, then exact
-distances), and the solver drops them from every detection, so the start check, the
-barrier, friction and CCD all see the same pairs. Pairs with an obstacle are never
-excluded, nor pairs between two connected pieces (two cloths, or two layers that are
-separate pieces, placed closer than the thickness are refused at the start: nothing
-would keep them from passing through each other).
+The pairs are found once (a broad phase over the rest shape, then exact distances);
+the solver's one detection per query sorts its candidates with :meth:`classify`, so the
+start check, the barrier, friction and CCD all see the same pairs. Pairs with an
+obstacle are never touched, nor pairs between two connected pieces (two cloths, or two
+layers that are separate pieces, placed closer than the thickness are refused at the
+start: nothing would keep them apart).
 
-Why it is safe: two surface pieces can only start to intersect through a
-point-triangle or edge-edge event (a vertex crossing a triangle, an edge crossing an
-edge), and CCD and the barrier prevent those events for every pair that is not
-excluded. So any intersection that ever appears is between primitives that were within
-``distance`` of each other at rest, and it cannot spread to others: to grow it must
-cross a pair that is not excluded. For a sliver, such a crossing is a fold of the
-sliver's own neighbourhood, sub-millimetre in size; for a slit, the slit's lips may
-overlap each other where they were within ``distance`` (as a real slit in cloth can).
-Limitations: two layers of one connected piece that lie within ``distance`` at rest (a
-mesh saved folded flat) are excluded too, and may pass through each other there; on a mesh finer than ``distance`` (edges shorter than the thickness plus
-dhat) the excluded set covers whole element rings, and folds at the element scale
-there go unseen; the contact thickness should then be lowered.
+Why it is safe: two surface pieces can only start to intersect through a point-triangle
+or edge-edge event, and CCD and a barrier prevent those for every pair that is not left
+out. So an intersection can only appear between neighbours within ``distance`` of each
+other at rest (a fold of a sliver's own neighbourhood, under the reach in size) and it
+cannot spread, since growing it takes an event on a pair that is not left out.
+Limitations: the narrow pairs' barrier is as thin as the narrowest of them allows (one
+scale); on a mesh finer than ``distance`` (edges shorter than the thickness plus dhat)
+the neighbours left out cover whole element rings, and element-scale folds there go
+unseen: lower the contact thickness then.
 """
 
 from __future__ import annotations
@@ -38,6 +49,15 @@ import logging
 import numpy as np
 
 log = logging.getLogger(__name__)
+
+# a narrow pair's reach (thickness + dhat) is this fraction of the smallest narrow rest
+# distance: at rest each narrow pair is twice its reach away, outside its barrier
+NARROW_REACH = 0.5
+# narrow pairs closer than this fraction of the reach at rest are left out (2 um at the
+# default 1 mm + 1 mm): a thinner barrier is below f32's resolution on a 1 m cloth
+MIN_NARROW = 1e-3
+
+KEEP, NARROW, DROP = 0, 1, 2
 
 
 def _canonical_pt(rows: np.ndarray) -> list[tuple]:
@@ -66,17 +86,83 @@ def _pieces(n: int, faces: np.ndarray) -> np.ndarray:
     return connected_components(A, directed=False)[1]
 
 
+def _neighbours(n: int, edges: np.ndarray, rows: np.ndarray, split: int) -> np.ndarray:
+    """(len(rows),) bool: whether a vertex of the first primitive (row[:split]) is a
+    vertex of, or joined by an edge to a vertex of, the second (row[split:])."""
+    import scipy.sparse as sp
+
+    e = np.asarray(edges, dtype=np.int64).reshape(-1, 2)
+    A = sp.coo_matrix((np.ones(2 * len(e), bool), (np.r_[e[:, 0], e[:, 1]], np.r_[e[:, 1], e[:, 0]])), shape=(n, n))
+    A = (A + sp.identity(n, dtype=bool, format="coo")).tocsr()
+    out = np.zeros(len(rows), dtype=bool)
+    for a in range(split):
+        for b in range(split, rows.shape[1]):
+            out |= np.asarray(A[rows[:, a], rows[:, b]]).ravel()
+    return out
+
+
 class RestExclusion:
-    """The cloth self-contact pairs closer than ``distance`` (m) in the rest shape.
+    """The cloth self-contact pairs closer than ``distance`` (m) in the rest shape,
+    sorted into neighbours left out and narrow pairs with a thinner contact.
 
     rest: (n, 3) float rest positions, m; faces: (m, 3) int; edges: (k, 2) int (the
-    cloth's own, indices < n). ``count`` is the number of excluded pairs and
-    ``min_distance`` the smallest rest distance among them (inf when none).
-    ``keep(kind, rows)`` gives a bool mask of the rows (kind "pt" or "ee", int rows of
-    4 vertex ids in the solver's numbering) that are not excluded.
+    cloth's own, indices < n). ``pt`` / ``ee``: the pairs left out (canonical tuples);
+    ``narrow_pt`` / ``narrow_ee``: the narrow pairs; ``count``: all of them;
+    ``min_distance``: the smallest rest distance among all (inf when none);
+    ``narrow_distance``: the smallest among the narrow pairs; ``scale``: the factor on
+    the thickness and dhat of the narrow pairs (1 when there are none).
+    ``classify(kind, rows)`` sorts rows of a detection.
     """
 
     def __init__(self, rest: np.ndarray, faces: np.ndarray, edges: np.ndarray, distance: float):
+        rest = np.asarray(rest, dtype=np.float64)
+        n = len(rest)
+        self.distance = float(distance)
+        self.vertex_count = n
+        self.pt: set[tuple] = set()
+        self.ee: set[tuple] = set()
+        self.narrow_pt: set[tuple] = set()
+        self.narrow_ee: set[tuple] = set()
+        self.min_distance = np.inf
+        self.narrow_distance = np.inf
+        self.scale = 1.0
+        self.involved = np.zeros(n, dtype=bool)
+        if n == 0 or len(faces) == 0 or not distance > 0:
+            return
+        for kind, rows, d in self._close_pairs(rest, faces, edges):
+            self.min_distance = min(self.min_distance, float(d.min()))
+            self.involved[np.unique(rows)] = True
+            near = _neighbours(n, edges, rows, 1 if kind == "pt" else 2)
+            too_close = d < MIN_NARROW * self.distance
+            canon = _canonical_pt if kind == "pt" else _canonical_ee
+            left_out, narrow = (self.pt, self.narrow_pt) if kind == "pt" else (self.ee, self.narrow_ee)
+            left_out.update(canon(rows[near | too_close]))
+            narrow.update(canon(rows[~near & ~too_close]))
+            if (~near & ~too_close).any():
+                self.narrow_distance = min(self.narrow_distance, float(d[~near & ~too_close].min()))
+            if (too_close & ~near).any():
+                log.warning(
+                    "self-contact: %d pairs of the cloth touch at rest (closer than %.2g m) without being "
+                    "neighbours on the mesh: they are not checked against each other",
+                    int((too_close & ~near).sum()),
+                    MIN_NARROW * self.distance,
+                )
+        if self.narrow_pt or self.narrow_ee:
+            self.scale = min(1.0, NARROW_REACH * self.narrow_distance / self.distance)
+        if self.count:
+            log.info(
+                "self-contact: of the pairs closer than %.3g m at rest, %d neighbours are not checked against each "
+                "other and %d narrow pairs (from %.3g m apart) get a contact %.3g times as thick",
+                self.distance,
+                len(self.pt) + len(self.ee),
+                len(self.narrow_pt) + len(self.narrow_ee),
+                self.narrow_distance,
+                self.scale,
+            )
+
+    def _close_pairs(self, rest, faces, edges):
+        """(kind, rows (k, 4) int, rest distances (k,)) of the same-piece pairs closer
+        than ``distance`` at rest, for kind "pt" and "ee"."""
         import taichi as ti
 
         from tisim import backend
@@ -84,61 +170,53 @@ class RestExclusion:
         from tisim.contact.ipc.broad_phase import BroadPhase
         from tisim.geometry.distances import point_triangle_distances, segment_segment_distances
 
-        rest = np.asarray(rest, dtype=np.float64)
         n = len(rest)
-        self.distance = float(distance)
-        self.vertex_count = n
-        self.pt: set[tuple] = set()
-        self.ee: set[tuple] = set()
-        self.min_distance = np.inf
-        self.involved = np.zeros(n, dtype=bool)
-        if n == 0 or len(faces) == 0 or not distance > 0:
-            return
         bp = BroadPhase(n, np.asarray(faces, np.int64), np.asarray(edges, np.int64), initial_capacity=1024)
         x = ti.Vector.ndarray(3, backend.real(), shape=n)
         upload(x, rest.astype(backend.np_real()))
         n_pt, n_ee = bp.detect(x, self.distance)
-        pt_rows, ee_rows = (download(bp.pt)[:n_pt], download(bp.ee)[:n_ee])
         piece = _pieces(n, faces)
-        pt_rows = pt_rows[(piece[pt_rows] == piece[pt_rows[:, :1]]).all(axis=1)]
-        ee_rows = ee_rows[(piece[ee_rows] == piece[ee_rows[:, :1]]).all(axis=1)]
-        for _kind, rows, dist, store, canon in (
-            ("pt", pt_rows, point_triangle_distances, self.pt, _canonical_pt),
-            ("ee", ee_rows, segment_segment_distances, self.ee, _canonical_ee),
+        out = []
+        for kind, rows, dist in (
+            ("pt", download(bp.pt)[:n_pt], point_triangle_distances),
+            ("ee", download(bp.ee)[:n_ee], segment_segment_distances),
         ):
+            rows = rows[(piece[rows] == piece[rows[:, :1]]).all(axis=1)]
             if not len(rows):
                 continue
             d = dist(*(rest[rows[:, k]] for k in range(4)))
-            close = rows[d < self.distance]
-            if len(close):
-                self.min_distance = min(self.min_distance, float(d[d < self.distance].min()))
-                store.update(canon(close))
-                self.involved[np.unique(close)] = True
-        if self.count:
-            log.info(
-                "self-contact: %d point-triangle and %d edge-edge pairs closer than %.3g m at rest are "
-                "not checked against each other (the smallest at %.3g m)",
-                len(self.pt),
-                len(self.ee),
-                self.distance,
-                self.min_distance,
-            )
+            close = d < self.distance
+            if close.any():
+                out.append((kind, rows[close].astype(np.int64), d[close]))
+        return out
 
     @property
     def count(self) -> int:
-        return len(self.pt) + len(self.ee)
+        return len(self.pt) + len(self.ee) + len(self.narrow_pt) + len(self.narrow_ee)
 
-    def keep(self, kind: str, rows: np.ndarray) -> np.ndarray:
-        """(len(rows),) bool: False for the excluded pairs among rows (k, 4) int."""
-        keep = np.ones(len(rows), dtype=bool)
+    @property
+    def narrow_count(self) -> int:
+        return len(self.narrow_pt) + len(self.narrow_ee)
+
+    def classify(self, kind: str, rows: np.ndarray) -> np.ndarray:
+        """(len(rows),) uint8 for rows (k, 4) int of a detection (kind "pt" or "ee",
+        vertex ids in the solver's numbering): KEEP for a pair of the scene's contact,
+        NARROW for a narrow pair, DROP for a pair left out."""
+        code = np.full(len(rows), KEEP, dtype=np.uint8)
         if not self.count or not len(rows):
-            return keep
+            return code
         n = self.vertex_count
         cand = np.flatnonzero((rows < n).all(axis=1))
         cand = cand[self.involved[rows[cand]].all(axis=1)]
         if not len(cand):
-            return keep
-        store, canon = (self.pt, _canonical_pt) if kind == "pt" else (self.ee, _canonical_ee)
-        keys = canon(rows[cand])
-        keep[cand] = [k not in store for k in keys]
-        return keep
+            return code
+        left_out, narrow, canon = (
+            (self.pt, self.narrow_pt, _canonical_pt) if kind == "pt" else (self.ee, self.narrow_ee, _canonical_ee)
+        )
+        code[cand] = [DROP if k in left_out else NARROW if k in narrow else KEEP for k in canon(rows[cand])]
+        return code
+
+    def keep(self, kind: str, rows: np.ndarray) -> np.ndarray:
+        """(len(rows),) bool: True for the rows of the scene's contact (neither left
+        out nor narrow)."""
+        return self.classify(kind, rows) == KEEP

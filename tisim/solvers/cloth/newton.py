@@ -227,7 +227,8 @@ class NewtonLoop:
         n_pt, n_ee = s._detect(c.inflation, at=x)
         planes = s.planes
         near_plane = bool(planes) and planes.active_count(x[:nc], dhat, xi) > 0
-        if s.kappa == 0.0 and (n_pt + n_ee or near_plane):
+        near_narrow = s.narrow is not None and s.narrow.active_count(s.x) > 0
+        if s.kappa == 0.0 and (n_pt + n_ee or near_plane or near_narrow):
             s._init_kappa(x, c.x_hat, c.f_ext, c.h, n_pt, n_ee)
         if c.use_friction and (n_pt + n_ee) and s.kappa > 0:
             s.friction.update(
@@ -309,6 +310,8 @@ class NewtonLoop:
         if sum(pairs) and s.kappa > 0:
             E += s.barrier.energy(s.x, s.broad.pt, pairs[0], s.broad.ee, pairs[1], dhat, xi, s.kappa)
             c.barrier_at = xx
+        if s.narrow and s.kappa > 0:
+            E += s.narrow.energy(s.x, s.kappa)
         if c.friction_on:
             E += s.friction.energy(s.x, s.x_ref, eps_v, h)
         if planes and s.kappa > 0:
@@ -363,6 +366,12 @@ class NewtonLoop:
         system = s.system
         system.set_unknowns(k.sysvert)
         upload(s.x, x)
+        if s.narrow and s.kappa > 0:
+            _zero(s.g)
+            part = s.narrow.add_terms(s.x, s.kappa, s.g, system.unknowns)
+            if part is not None:
+                k.pair_parts.append(part)
+                k.g += download(s.g)
         if sum(pairs) and s.kappa > 0:
             _zero(s.g)
             apt, na_pt, aee, na_ee = s.barrier.compact_active(
@@ -582,13 +591,15 @@ class NewtonLoop:
         """Double the barrier stiffness when a pair keeps closing in (IPC)."""
         s = self.solver
         planes, pairs, xi = s.planes, c.pairs, s.contact.thickness
-        if (sum(pairs) or planes) and s.kappa > 0:
+        if (sum(pairs) or planes or s.narrow) and s.kappa > 0:
             # the line search's last energy was evaluated at this x over these pairs;
             # the analytic colliders' gaps count as the pairs' do
             dmin = s.barrier.last_min_distance if sum(pairs) else math.inf
             if planes:
                 dmin = min(dmin, planes.min_distance(c.x[: s.nc]))
             gap = dmin * dmin - xi * xi
+            if s.narrow:  # the narrow pairs' gap to their own thickness
+                gap = min(gap, s.narrow.gap())
             if gap < 1e-9 * s.bbox_diag**2 and gap < c.prev_min_s:
                 s.kappa = min(s.kappa_max, 2 * s.kappa)
             c.prev_min_s = gap
@@ -645,6 +656,8 @@ class NewtonLoop:
         if n_pt + n_ee:
             dmin = s.barrier.min_distance(s.x, s.broad.pt, n_pt, s.broad.ee, n_ee)
             n_active = s.barrier.active_count(s.x, s.broad.pt, n_pt, s.broad.ee, n_ee, dhat, xi)
+        if s.narrow:
+            n_active += s.narrow.active_count(s.x)
         if planes:
             dmin = min(dmin, planes.min_distance(x[:nc]))
             n_active += planes.active_count(x[:nc], dhat, xi)

@@ -275,6 +275,13 @@ class SolverCloth(Solver):
         x0_obs = self.obstacles.positions(0.0, model.initial_positions)
         rest_all = np.concatenate([cp.rest, x0_obs]) if self.no else cp.rest.copy()
         self.barrier = BarrierPotential(self.n, 1024, rest_all)
+        # the narrow pairs (a slit's lips): a second batch with a thinner contact
+        self.narrow = None
+        if self.exclusion is not None and self.exclusion.narrow_count:
+            from tisim.solvers.cloth.narrow import NarrowPairs
+
+            c = self.contact
+            self.narrow = NarrowPairs(self.n, rest_all, self.exclusion.scale, c.thickness, c.dhat)
         self.friction = FrictionPotential(self.n, 1024)
         self.x = ti.Vector.ndarray(3, real, shape=self.n)
         self.dx = ti.Vector.ndarray(3, real, shape=self.n)
@@ -327,6 +334,15 @@ class SolverCloth(Solver):
         x = np.concatenate([xc, x_obs]) if self.no else xc
         upload(self.x, x)
         n_pt, n_ee = self._detect(xi + 1e-12)
+        narrow = self.narrow
+        if narrow is not None and narrow.min_distance(self.x) <= narrow.xi:
+            d = narrow.min_distance(self.x)
+            raise MeshError(
+                f"two parts of the cloth that are narrow at rest (a slit's lips) start {d:.3g} m apart, within "
+                f"their own contact thickness {narrow.xi:.3g} m (set from their rest distance): start "
+                f"them at least that far apart",
+                src,
+            )
         if n_pt + n_ee:
             dmin = self.barrier.min_distance(self.x, self.broad.pt, n_pt, self.broad.ee, n_ee)
             if dmin <= xi:
@@ -626,10 +642,14 @@ class SolverCloth(Solver):
 
     def _drop_self_pairs(self, n_pt, n_ee, exclusion=None):
         """Keep only pairs that involve an obstacle (self-contact off), or, given a
-        RestExclusion, drop the self-contact pairs it excludes (in place, order kept)."""
+        RestExclusion, drop the self-contact pairs it leaves out and move its narrow
+        pairs to ``self.narrow`` (in place, order kept)."""
+        from tisim.contact.ipc.exclusion import KEEP, NARROW
+
         nc = self.nc
-        out = []
+        out, narrow = [], []
         for kind, f, k in (("pt", self.broad.pt, n_pt), ("ee", self.broad.ee, n_ee)):
+            narrow.append(np.zeros((0, 4), dtype=np.int32))
             if k == 0:
                 out.append(0)
                 continue
@@ -637,16 +657,19 @@ class SolverCloth(Solver):
             if exclusion is None:
                 keep = rows[(rows >= nc).any(axis=1)]
             else:
-                mask = exclusion.keep(kind, rows)
-                if mask.all():
+                code = exclusion.classify(kind, rows)
+                narrow[-1] = rows[code == NARROW]
+                if (code == KEEP).all():
                     out.append(k)
                     continue
-                keep = rows[mask]
+                keep = rows[code == KEEP]
             if len(keep):
                 buf = download(f)
                 buf[: len(keep)] = keep
                 upload(f, buf)
             out.append(len(keep))
+        if self.narrow is not None and exclusion is not None:
+            self.narrow.store(*narrow)
         return out[0], out[1]
 
     def _move_is_safe(self, x, d, inflation: float) -> bool:
@@ -664,10 +687,12 @@ class SolverCloth(Solver):
     def _ccd(self, pairs) -> float:
         from tisim.contact.ipc.ccd import max_step
 
+        toi = self.narrow.max_step(self.x, self.dx) if self.narrow is not None else 1.0
         if not sum(pairs):
-            return 1.0
-        return float(
-            max_step(self.x, self.dx, self.broad.pt, pairs[0], self.broad.ee, pairs[1], self.contact.thickness)
+            return toi
+        return min(
+            toi,
+            float(max_step(self.x, self.dx, self.broad.pt, pairs[0], self.broad.ee, pairs[1], self.contact.thickness)),
         )
 
     def _init_kappa(self, x, x_hat, f_ext, h, n_pt, n_ee):
