@@ -173,6 +173,23 @@ def test_a_slits_lips_are_narrow_pairs_and_sliver_neighbours_are_left_out():
         assert joined([a, b], [c, d])
     assert ex.narrow_distance == pytest.approx(5e-4, rel=1e-9) == pytest.approx(_lip_distance(V, ex), rel=1e-9)
     assert ex.scale == pytest.approx(NARROW_REACH * 5e-4 / 2e-3, rel=1e-12)
+    # a detection's rows, in any corner order and with other pairs among them, are sorted
+    from tisim.contact.ipc.exclusion import DROP, KEEP, NARROW
+
+    rng = np.random.default_rng(0)
+    for kind, narrow, left in (("pt", ex.narrow_pt, ex.pt), ("ee", ex.narrow_ee, ex.ee)):
+        rows = [list(r) for r in narrow] + [list(r) for r in left]
+        want = [NARROW] * len(narrow) + [DROP] * len(left)
+        for r in rows[: len(rows)]:
+            if kind == "pt":
+                rows.append([r[0], *rng.permutation(r[1:])])
+            else:
+                a, b = list(rng.permutation(r[:2])), list(rng.permutation(r[2:]))
+                rows.append(b + a)
+        want = want + want
+        far = [[0, 1, 2, 3]] if kind == "ee" else [[len(V) - 1, 0, 1, 2]]
+        got = ex.classify(kind, np.array(rows + far))
+        assert got.tolist() == want + [KEEP]
     # a sliver's pair is a neighbour's: left out, nothing narrow
     Vs, Fs = _sliver_fan()
     ex = RestExclusion(Vs, Fs, mesh_edges(Fs), 2e-3)

@@ -60,17 +60,21 @@ MIN_NARROW = 1e-3
 KEEP, NARROW, DROP = 0, 1, 2
 
 
-def _canonical_pt(rows: np.ndarray) -> list[tuple]:
-    return [(int(r[0]),) + tuple(sorted(int(i) for i in r[1:])) for r in rows]
+def _canonical(kind: str, rows: np.ndarray) -> np.ndarray:
+    """(k, 4) int64: rows in one order whatever their corners' order (point-triangle:
+    the point, then the triangle's sorted vertices; edge-edge: each edge sorted, the
+    smaller edge first)."""
+    r = np.asarray(rows, dtype=np.int64).reshape(-1, 4)
+    if kind == "pt":
+        return np.concatenate([r[:, :1], np.sort(r[:, 1:], axis=1)], axis=1)
+    a, b = np.sort(r[:, :2], axis=1), np.sort(r[:, 2:], axis=1)
+    swap = (a[:, 0] > b[:, 0]) | ((a[:, 0] == b[:, 0]) & (a[:, 1] > b[:, 1]))
+    return np.where(swap[:, None], np.concatenate([b, a], axis=1), np.concatenate([a, b], axis=1))
 
 
-def _canonical_ee(rows: np.ndarray) -> list[tuple]:
-    out = []
-    for r in rows:
-        a = tuple(sorted((int(r[0]), int(r[1]))))
-        b = tuple(sorted((int(r[2]), int(r[3]))))
-        out.append(a + b if a <= b else b + a)
-    return out
+def _keys(canonical: np.ndarray) -> np.ndarray:
+    """One opaque 32-byte key per canonical row, for np.isin."""
+    return np.ascontiguousarray(canonical, dtype=np.int64).view(np.dtype((np.void, 32))).ravel()
 
 
 def _pieces(n: int, faces: np.ndarray) -> np.ndarray:
@@ -127,6 +131,7 @@ class RestExclusion:
         self.narrow_distance = np.inf
         self.scale = 1.0
         self.involved = np.zeros(n, dtype=bool)
+        self._keys: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # kind -> (left out, narrow) keys
         if n == 0 or len(faces) == 0 or not distance > 0:
             return
         for kind, rows, d in self._close_pairs(rest, faces, edges):
@@ -134,10 +139,11 @@ class RestExclusion:
             self.involved[np.unique(rows)] = True
             near = _neighbours(n, edges, rows, 1 if kind == "pt" else 2)
             too_close = d < MIN_NARROW * self.distance
-            canon = _canonical_pt if kind == "pt" else _canonical_ee
+            canon = _canonical(kind, rows)
             left_out, narrow = (self.pt, self.narrow_pt) if kind == "pt" else (self.ee, self.narrow_ee)
-            left_out.update(canon(rows[near | too_close]))
-            narrow.update(canon(rows[~near & ~too_close]))
+            left_out.update(map(tuple, canon[near | too_close].tolist()))
+            narrow.update(map(tuple, canon[~near & ~too_close].tolist()))
+            self._keys[kind] = (_keys(canon[near | too_close]), _keys(canon[~near & ~too_close]))
             if (~near & ~too_close).any():
                 self.narrow_distance = min(self.narrow_distance, float(d[~near & ~too_close].min()))
             if (too_close & ~near).any():
@@ -210,10 +216,12 @@ class RestExclusion:
         cand = cand[self.involved[rows[cand]].all(axis=1)]
         if not len(cand):
             return code
-        left_out, narrow, canon = (
-            (self.pt, self.narrow_pt, _canonical_pt) if kind == "pt" else (self.ee, self.narrow_ee, _canonical_ee)
-        )
-        code[cand] = [DROP if k in left_out else NARROW if k in narrow else KEEP for k in canon(rows[cand])]
+        if kind not in self._keys:
+            return code
+        left_out, narrow = self._keys[kind]
+        keys = _keys(_canonical(kind, rows[cand]))
+        code[cand[np.isin(keys, narrow)]] = NARROW
+        code[cand[np.isin(keys, left_out)]] = DROP
         return code
 
     def keep(self, kind: str, rows: np.ndarray) -> np.ndarray:
