@@ -16,6 +16,9 @@ log = logging.getLogger(__name__)
 
 ARCHES = ("auto", "cpu", "cuda", "vulkan")
 PRECISIONS = ("f64", "f32")
+# the offline kernel cache's size cap (Taichi cleans the least recently used quarter at
+# exit above it): every kernel of every backend and precision fits, with room
+OFFLINE_CACHE_BYTES = 1 << 30
 
 
 @dataclass(frozen=True)
@@ -114,6 +117,11 @@ def init(arch: str = "auto", precision: str | None = None, *, debug: bool = Fals
             default_fp=fp,
             default_ip=ti.i32,
             offline_cache=True,
+            # Taichi's default cap (100 MB, least recently used cleaned at exit) is below
+            # what tisim's kernels take (about 110 MB for the test suite's): every process
+            # exit then evicted a quarter of the cache, and the next runs compiled again
+            # (a PD local-step test took 28 s in the suite, 1.3 s on its own)
+            offline_cache_max_size_of_files=OFFLINE_CACHE_BYTES,
             debug=debug,
             log_level=ti.WARN,
             random_seed=0,

@@ -41,7 +41,7 @@ def backend_unavailable(arch: str) -> str | None:
         return "no CUDA device"
     code = (
         "import taichi as ti\n"
-        f"ti.init(arch=ti.{arch}, log_level=ti.ERROR)\n"
+        f"ti.init(arch=ti.{arch}, log_level=ti.ERROR, offline_cache=False)\n"
         "import sys; a = ti.lang.impl.current_cfg().arch\n"
         f"sys.exit(0 if a == ti.{arch} else 3)\n"
     )
