@@ -138,7 +138,46 @@ def init(arch: str = "auto", precision: str | None = None, *, debug: bool = Fals
     serial = forced == "1" if forced in ("0", "1") else ti.lang.impl.current_cfg().cpu_max_num_threads == 1
     SERIAL_LOOPS = actual == "cpu" and serial and _taichi_patches.serialize_loops()
     limit_numpy_blas()
+    import atexit
+
+    atexit.register(_write_kernel_cache_in_turn)
     return _current
+
+
+# how long a process ending waits for another's cache write before writing its own, s
+CACHE_WRITE_WAIT = 60.0
+
+
+def _write_kernel_cache_in_turn() -> None:
+    """At exit: write Taichi's offline kernel cache (``ti.reset``) while holding a lock of
+    tisim's own. Taichi's own lock does not wait: of two processes that end together (the
+    test suite's two workers, a sweep's runs, a pipelined refine's levels) the second
+    skipped its write ("Lock ... failed") and every kernel only it had compiled was
+    compiled again by the next run."""
+    import time
+
+    import taichi as ti
+
+    try:
+        import fcntl
+    except ImportError:  # (no flock: Taichi writes at exit as it does)
+        return
+    try:
+        folder = ti.lang.impl.current_cfg().offline_cache_file_path
+        os.makedirs(folder, exist_ok=True)
+        with open(os.path.join(folder, "tisim-write.lock"), "a") as fh:
+            deadline = time.monotonic() + CACHE_WRITE_WAIT
+            while True:
+                try:
+                    fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except OSError:
+                    if time.monotonic() > deadline:
+                        break
+                    time.sleep(0.05)
+            ti.reset()
+    except Exception as e:  # exiting: a cache not written costs time, never results
+        log.debug("the kernel cache was not written in turn: %s", e)
 
 
 def limit_numpy_blas() -> int | None:

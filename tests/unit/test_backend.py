@@ -178,3 +178,30 @@ def test_cuda_asked_for_without_a_device_runs_on_the_cpu_in_f64():
     assert out.returncode == 0, out.stderr[-2000:]
     assert json.loads(out.stdout.strip().splitlines()[-1]) == ["cpu", "f64", "cpu"]
     assert "no CUDA device" in out.stderr
+
+
+def test_a_process_ending_writes_the_kernel_cache_after_the_one_writing_now(tmp_path):
+    """Taichi's own cache lock does not wait: of two processes ending together the second
+    skipped its write and lost its kernels. A process ending while another holds tisim's
+    lock waits for it, then writes: here the lock is held by the test, the child stays
+    alive until it is released, and then its kernel is in the cache."""
+    import fcntl
+    import subprocess
+    import sys
+    import time
+
+    code = (
+        "from tisim import backend\nbackend.init('cpu', 'f64')\nimport taichi as ti\n"
+        "@ti.kernel\ndef k() -> ti.i32:\n    return 7\nassert k() == 7\nprint('ran', flush=True)\n"
+    )
+    env = dict(os.environ, TI_OFFLINE_CACHE_FILE_PATH=str(tmp_path))
+    with open(tmp_path / "tisim-write.lock", "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        (tmp_path / "child.py").write_text(code)  # (Taichi reads a kernel's source from its file)
+        p = subprocess.Popen([sys.executable, str(tmp_path / "child.py")], env=env, stdout=subprocess.PIPE, text=True)
+        assert "ran\n" in iter(p.stdout.readline, "")  # (after Taichi's banner lines)
+        time.sleep(1.0)
+        assert p.poll() is None  # waiting for the lock at exit
+        assert not list(tmp_path.rglob("*.tic"))
+    assert p.wait(timeout=60) == 0
+    assert list(tmp_path.rglob("*.tic"))  # written once the lock was free
