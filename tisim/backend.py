@@ -111,6 +111,7 @@ def init(arch: str = "auto", precision: str | None = None, *, debug: bool = Fals
     _taichi_patches.install(debug=debug)
     # `tisim ... --quiet` (TISIM_QUIET=1): without Taichi's "[Taichi] Starting on arch=..." line
     quiet = os.environ.get("TISIM_QUIET") == "1"
+    _clear_stale_cache_lock()
     with contextlib.redirect_stdout(io.StringIO()) if quiet else contextlib.nullcontext():
         ti.init(
             arch=ti_arch,
@@ -146,6 +147,40 @@ def init(arch: str = "auto", precision: str | None = None, *, debug: bool = Fals
 
 # how long a process ending waits for another's cache write before writing its own, s
 CACHE_WRITE_WAIT = 60.0
+# a Taichi cache lock older than this is left behind by a killed process, s
+STALE_LOCK_AGE = 30.0
+
+
+def _cache_folder() -> str:
+    import taichi as ti
+
+    return os.environ.get("TI_OFFLINE_CACHE_FILE_PATH") or ti.lang.impl.default_cfg().offline_cache_file_path
+
+
+def _clear_stale_cache_lock() -> None:
+    """Remove Taichi's cache lock when a killed process left it. Taichi holds
+    ``ticache.lock`` only while it reads or writes the cache; a process killed then leaves
+    it, and every later process warned "Lock ... failed" on stderr and neither read nor
+    wrote the cache (a whole test run compiled everything and its one-line-error tests
+    failed). A lock older than STALE_LOCK_AGE is removed, while no tisim process holds the
+    write lock of :func:`_write_kernel_cache_in_turn`."""
+    import time
+
+    try:
+        import fcntl
+    except ImportError:
+        return
+    folder = _cache_folder()
+    lock = os.path.join(folder, "ticache.lock")
+    try:
+        if time.time() - os.path.getmtime(lock) < STALE_LOCK_AGE:
+            return
+        with open(os.path.join(folder, "tisim-write.lock"), "a") as fh:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)  # OSError: a process is writing now
+            os.remove(lock)
+            log.info("removed a stale Taichi cache lock (%s)", lock)
+    except OSError:
+        return
 
 
 def _write_kernel_cache_in_turn() -> None:

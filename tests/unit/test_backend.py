@@ -205,3 +205,24 @@ def test_a_process_ending_writes_the_kernel_cache_after_the_one_writing_now(tmp_
         assert not list(tmp_path.rglob("*.tic"))
     assert p.wait(timeout=60) == 0
     assert list(tmp_path.rglob("*.tic"))  # written once the lock was free
+
+
+def test_a_stale_cache_lock_is_removed_at_start(tmp_path):
+    """A process killed while Taichi held its cache lock left ``ticache.lock`` behind:
+    every later run warned "Lock ... failed" on stderr and used no cache. A lock older
+    than STALE_LOCK_AGE is removed at start; a fresh one (a process reading the cache
+    now) is left."""
+    from tisim.backend import STALE_LOCK_AGE
+
+    lock = tmp_path / "ticache.lock"
+    code = "from tisim import backend\nbackend.init('cpu', 'f64')\n"
+    env = dict(os.environ, TI_OFFLINE_CACHE_FILE_PATH=str(tmp_path))
+    for age, kept in ((2 * STALE_LOCK_AGE, False), (0.0, True)):
+        lock.write_text("")
+        t = lock.stat().st_mtime - age
+        os.utime(lock, (t, t))
+        r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        assert lock.exists() == kept
+        assert ("Lock" in r.stderr) == kept, r.stderr
+        lock.unlink(missing_ok=True)
