@@ -335,8 +335,8 @@ class SolverCloth(Solver):
         upload(self.x, x)
         n_pt, n_ee = self._detect(xi + 1e-12)
         narrow = self.narrow
-        if narrow is not None and narrow.min_distance(self.x) <= narrow.xi:
-            d = narrow.min_distance(self.x)
+        d = narrow.min_distance(self.x) if narrow is not None else math.inf
+        if narrow is not None and d <= narrow.xi:
             raise MeshError(
                 f"two parts of the cloth that are narrow at rest (a slit's lips) start {d:.3g} m apart, within "
                 f"their own contact thickness {narrow.xi:.3g} m (set from their rest distance): start "
