@@ -226,3 +226,61 @@ def test_a_stale_cache_lock_is_removed_at_start(tmp_path):
         assert lock.exists() == kept
         assert ("Lock" in r.stderr) == kept, r.stderr
         lock.unlink(missing_ok=True)
+
+
+_IR_PROBE = """
+import json, sys
+import numpy as np
+from tisim import backend
+backend.init("cpu", "f64")
+import taichi as ti
+from tisim.materials import ti_funcs as mf
+from tisim.solvers.pd.local import fast_rotation
+
+F = np.random.default_rng(7).normal(size=(64, 3, 3))
+F[:8] = -F[:8]  # inverted elements: the guard's SVD path
+q0 = np.tile([1.0, 0.0, 0.0, 0.0], (64, 1))
+out = np.zeros((64, 13))
+
+@ti.kernel
+def k(F: ti.types.ndarray(dtype=ti.math.mat3), q0: ti.types.ndarray(dtype=ti.math.vec4), out: ti.types.ndarray()):
+    for e in range(F.shape[0]):
+        q = fast_rotation(F[e], q0[e], 3)
+        P = mf.first_piola_nh(F[e], 1.0, 4.0)
+        for c in ti.static(range(4)):
+            out[e, c] = q[c]
+        for i, j in ti.static(ti.ndrange(3, 3)):
+            out[e, 4 + 3 * i + j] = P[i, j]
+
+k(F, q0, out)
+print(json.dumps({"light": k._primal._tisim_light, "values": out.tobytes().hex()}))
+"""
+
+
+def test_taichi_ir_passes_are_left_out_on_the_cpu_and_change_only_round_off(tmp_path):
+    """Taichi's IR optimisation passes took most of a CPU kernel's compile time (a fresh
+    machine's first squeeze-ball frames: 11 s with them, 5.5 s without) and LLVM optimises
+    after them anyway: on the CPU, kernels outside ``KEEP_PASSES`` (the cloth's, measured
+    faster with them) compile without them; TISIM_TAICHI_IR_OPT=1 keeps them for all. The
+    rotation extraction (Newton iterations, the half-turn guard's SVD on inverted elements)
+    and a Neo-Hookean stress agree to round-off either way."""
+    from tisim._taichi_patches.ir_passes import keeps_passes
+
+    assert keeps_passes("tisim.solvers.cloth.newton") and keeps_passes("tisim.contact.ipc.potential")
+    assert not keeps_passes("tisim.solvers.pd.local") and not keeps_passes("tisim.solvers.admm.kernels")
+    (tmp_path / "probe.py").write_text(_IR_PROBE)  # (Taichi reads a kernel's source from its file)
+    runs = {}
+    for forced in (None, "1"):
+        env = {k: v for k, v in os.environ.items() if k != "TISIM_TAICHI_IR_OPT"}
+        env["TI_OFFLINE_CACHE_FILE_PATH"] = str(tmp_path / f"cache-{forced}")
+        if forced is not None:
+            env["TISIM_TAICHI_IR_OPT"] = forced
+        r = subprocess.run([sys.executable, str(tmp_path / "probe.py")], env=env, capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr[-2000:]
+        runs[forced] = json.loads(r.stdout.strip().splitlines()[-1])
+    assert runs[None]["light"] is True and runs["1"]["light"] is False
+    a, b = (np.frombuffer(bytes.fromhex(runs[k]["values"]), dtype=np.float64) for k in (None, "1"))
+    assert np.isfinite(a).all() and np.abs(a).max() > 0
+    # the same to round-off (the quaternions' last bits differ: the passes order a few
+    # operations differently)
+    np.testing.assert_allclose(a, b, rtol=0, atol=1e-14)

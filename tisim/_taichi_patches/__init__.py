@@ -1,13 +1,15 @@
 """Every change tisim makes to Taichi's internals, in one place, behind one switch.
 
 Taichi 1.7's Python front end and launch path cost more than many of tisim's kernels take
-to run, so ``backend.init`` installs four patches, each in its own module with its reason:
+to run, so ``backend.init`` installs five patches, each in its own module with its reason:
 
 - ``source_cache``: a function's source read once, not at every translation;
 - ``positions``: short source positions in the AST translation (not with ``--debug``);
 - ``launch``: a shorter Python path for kernel launches (not with ``--debug``);
 - ``serial_loops``: kernel loops compiled serial on a one-thread CPU backend (installed
-  by ``backend.init`` through ``serialize_loops()`` only in that case).
+  by ``backend.init`` through ``serialize_loops()`` only in that case);
+- ``ir_passes``: Taichi's IR optimisation passes left out of the kernels that compile
+  slowly with them and run no faster, on the CPU backend (``light_compile()``).
 
 All apply to Taichi 1.7 only (``SUPPORTED``): on another version, or with the environment
 variable ``TISIM_PLAIN_TAICHI=1``, none is installed and tisim runs on plain Taichi, with
@@ -72,3 +74,14 @@ def serialize_loops() -> bool:
 
     installed["serial_loops"] = serial_loops.install()
     return installed["serial_loops"]
+
+
+def light_compile() -> bool:
+    """Compile the kernels outside ``ir_passes.KEEP_PASSES`` without Taichi's IR passes
+    (the CPU backend); returns whether the patch is in place (False on plain Taichi)."""
+    if not enabled():
+        return False
+    from tisim._taichi_patches import ir_passes
+
+    installed["ir_passes"] = ir_passes.install()
+    return installed["ir_passes"]
