@@ -100,7 +100,9 @@ def main() -> None:
             row[f"frame_ms_{s}"] = median(x["frame_ms"] for x in runs[d][s])
         rows.append(row)
         first = "".join(f" {row[f'first_s_{s}']:8.2f} {row[f'first_s_{s}'] / row['first_s_on']:5.2f}" for s in others)
-        frame = "".join(f" {row[f'frame_ms_{s}']:8.1f} {row[f'frame_ms_{s}'] / row['frame_ms_on']:5.2f}" for s in others)
+        frame = "".join(
+            f" {row[f'frame_ms_{s}']:8.1f} {row[f'frame_ms_{s}'] / row['frame_ms_on']:5.2f}" for s in others
+        )
         print(f"{d:16s} {row['first_s_on']:15.2f}{first}   {row['frame_ms_on']:12.1f}{frame}")
     m["loadavg_end"] = load_average()
     path = a.json or result_path("compile", m)
