@@ -47,6 +47,10 @@ print(json.dumps({
 def _env(plain: bool) -> dict:
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""), TISIM_QUIET="1")
     env.pop("TISIM_PLAIN_TAICHI", None)
+    # Taichi's IR passes for every kernel, as plain Taichi compiles them: what leaving them
+    # out changes (round-off) is tested in test_backend.py; here the other patches must
+    # give the same bits
+    env["TISIM_TAICHI_IR_OPT"] = "1"
     if plain:
         env["TISIM_PLAIN_TAICHI"] = "1"
     return env
@@ -71,7 +75,7 @@ def _status(tmp: Path, plain: bool) -> dict:
 @pytest.mark.slow
 def test_the_switch_installs_all_or_nothing(tmp_path):
     patched, plain = _status(tmp_path, False), _status(tmp_path, True)
-    assert patched["installed"] == {"source_cache": True, "positions": True, "launch": True}
+    assert patched["installed"] == {"source_cache": True, "positions": True, "launch": True, "ir_passes": True}
     assert patched["call_patched"] and patched["source_patched"] and patched["positions_patched"]
     assert patched["short_launches"] >= 1
     assert not any(plain["installed"].values())
