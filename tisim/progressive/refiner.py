@@ -182,7 +182,11 @@ class ProgressiveRefiner(Checkpoints):
         if st.kappa > 0:  # a resumed level continues with the stiffness it had reached
             s.kappa = st.kappa
             s.kappa_max = st.kappa_max
-        obs_start = st.obstacles if st.obstacles is not None else s.obstacles.positions(st.t, None)
+        obs_start = st.obstacles
+        if obs_start is None or len(obs_start) != s.no:
+            # (a checkpoint of an older tisim may hold another obstacle representation, e.g.
+            # a tessellated sphere; the colliders' positions at st.t are the same obstacles)
+            obs_start = s.obstacles.positions(st.t, None)
         obs_target = s.obstacles.positions(t1, None)
         lv_mass = s.cloth_mass
         f_ext = lv_mass[:, None] * s.gravity + s.wind.forces(st.t, st.x, st.v, s.cloth.faces)

@@ -130,7 +130,7 @@ class Iterate:
     pair_parts: list = field(default_factory=list)  # (local Hessians, stencils, rows) of the pairs
     block_parts: list = field(default_factory=list)  # (cloth vertices, 3 x 3 blocks) of the planes
     # (the planes' friction blocks, friction pair rows)
-    friction_parts: tuple = field(default_factory=lambda: ([], 0))
+    friction_parts: tuple = field(default_factory=lambda: ([], []))
     dofs: np.ndarray | None = None  # the unknowns' scalar dofs
     b: np.ndarray | None = None  # the system's right-hand side, -g on dofs
     p: np.ndarray | None = None  # (n, 3) the Newton step, m
@@ -228,7 +228,8 @@ class NewtonLoop:
         planes = s.planes
         near_plane = bool(planes) and planes.active_count(x[:nc], dhat, xi) > 0
         near_narrow = s.narrow is not None and s.narrow.active_count(s.x) > 0
-        if s.kappa == 0.0 and (n_pt + n_ee or near_plane or near_narrow):
+        near_ball = any(ball.active_count(s.x) > 0 for ball in s.balls)
+        if s.kappa == 0.0 and (n_pt + n_ee or near_plane or near_narrow or near_ball):
             s._init_kappa(x, c.x_hat, c.f_ext, c.h, n_pt, n_ee)
         if c.use_friction and (n_pt + n_ee) and s.kappa > 0:
             s.friction.update(
@@ -241,6 +242,11 @@ class NewtonLoop:
             )
         if c.use_friction and planes and s.kappa > 0:
             planes.update_friction(x[:nc], dhat, xi, s.kappa)
+        for ball in s.balls:
+            if c.use_friction and s.kappa > 0:
+                ball.update_friction(s.x, s.kappa, s.vertex_mu)
+            else:
+                ball.friction_on = False
         c.timings["contact"] += time.perf_counter() - t_
         c.friction_on = c.use_friction and (n_pt + n_ee) > 0 and s.kappa > 0
         c.plane_friction = c.use_friction and bool(planes) and s.kappa > 0
@@ -269,6 +275,9 @@ class NewtonLoop:
             )
         if c.plane_friction:
             planes.update_friction(x[:nc], dhat, xi, s.kappa, reference=c.x_start[:nc])
+        if c.use_friction and s.kappa > 0:
+            for ball in s.balls:
+                ball.update_friction(s.x, s.kappa, s.vertex_mu)
         return s._friction_bound(c.friction_on, c.plane_friction)
 
     def iterate(self, c: StepContext) -> None:
@@ -312,6 +321,9 @@ class NewtonLoop:
             c.barrier_at = xx
         if s.narrow and s.kappa > 0:
             E += s.narrow.energy(s.x, s.kappa)
+        if s.kappa > 0:
+            for ball in s.balls:
+                E += ball.energy(s.x, s.kappa) + ball.friction_energy(s.x, s.x_ref, eps_v, h)
         if c.friction_on:
             E += s.friction.energy(s.x, s.x_ref, eps_v, h)
         if planes and s.kappa > 0:
@@ -372,6 +384,17 @@ class NewtonLoop:
             if part is not None:
                 k.pair_parts.append(part)
                 k.g += download(s.g)
+        for ball in s.balls if s.kappa > 0 else ():
+            _zero(s.g)
+            part = ball.add_terms(s.x, s.kappa, s.g, system.unknowns)
+            fpart = ball.add_friction_terms(s.x, s.x_ref, eps_v, h, s.g)
+            for pp in (part, fpart):
+                if pp is not None:
+                    k.pair_parts.append(pp)
+            if fpart is not None:
+                k.friction_parts[1].append((ball.friction, fpart[2]))
+            if part is not None or fpart is not None:
+                k.g += download(s.g)
         if sum(pairs) and s.kappa > 0:
             _zero(s.g)
             apt, na_pt, aee, na_ee = s.barrier.compact_active(
@@ -388,7 +411,7 @@ class NewtonLoop:
             if c.friction_on:
                 rows = s.friction.local_hessians(s.x, s.x_ref, eps_v, h, True)
                 k.pair_parts.append((s.friction.hessians, s.friction.stencils, rows))
-                k.friction_parts = (k.friction_parts[0], rows)
+                k.friction_parts[1].append((s.friction, rows))
         if planes and s.kappa > 0:
             gp, blocks = planes.gradient_hessian(x[:nc], dhat, xi, s.kappa)
             k.g[:nc] += gp
@@ -591,7 +614,7 @@ class NewtonLoop:
         """Double the barrier stiffness when a pair keeps closing in (IPC)."""
         s = self.solver
         planes, pairs, xi = s.planes, c.pairs, s.contact.thickness
-        if (sum(pairs) or planes or s.narrow) and s.kappa > 0:
+        if (sum(pairs) or planes or s.narrow or s.balls) and s.kappa > 0:
             # the line search's last energy was evaluated at this x over these pairs;
             # the analytic colliders' gaps count as the pairs' do
             dmin = s.barrier.last_min_distance if sum(pairs) else math.inf
@@ -600,6 +623,8 @@ class NewtonLoop:
             gap = dmin * dmin - xi * xi
             if s.narrow:  # the narrow pairs' gap to their own thickness
                 gap = min(gap, s.narrow.gap())
+            for ball in s.balls:  # a sphere's faces' gap, as the scene's pairs give theirs
+                gap = min(gap, ball.gap())
             if gap < 1e-9 * s.bbox_diag**2 and gap < c.prev_min_s:
                 s.kappa = min(s.kappa_max, 2 * s.kappa)
             c.prev_min_s = gap
@@ -658,6 +683,9 @@ class NewtonLoop:
             n_active = s.barrier.active_count(s.x, s.broad.pt, n_pt, s.broad.ee, n_ee, dhat, xi)
         if s.narrow:
             n_active += s.narrow.active_count(s.x)
+        for ball in s.balls:
+            n_active += ball.active_count(s.x)
+            dmin = min(dmin, ball.clearance(s.x))
         if planes:
             dmin = min(dmin, planes.min_distance(x[:nc]))
             n_active += planes.active_count(x[:nc], dhat, xi)

@@ -1,5 +1,6 @@
 """What the cloth meets besides itself: the scene's colliders (analytic when static planes,
-spheres, boxes and cylinders; tessellated otherwise), the soft bodies' surfaces stepped by
+spheres, boxes and cylinders, a static sphere as its centre when the cloth is coarse
+against its curve; tessellated otherwise), the soft bodies' surfaces stepped by
 a PD solver as moving obstacles, and the start-state checks against them."""
 
 from __future__ import annotations
@@ -68,6 +69,41 @@ def _check_start_analytic(xc, faces, edges, shape, c, xi: float, src) -> None:
         check_intersection_free(xc, faces, edges, source=src, other=other, other_name=name)
 
 
+def _check_start_ball(xc, ball, c, x_dev, src) -> None:
+    """Refuse a cloth (vertices xc (n, 3)) that starts inside the sphere ``c`` met by the
+    BallPairs ``ball``, crosses it, or has a face within the contact thickness of it
+    (the ball's rows detected at x_dev, the solver's positions): one MeshError line."""
+    from tisim.geometry.mesh import MeshError
+
+    name = f"sphere collider {c.name!r}"
+    d = np.linalg.norm(xc - c.center(0.0), axis=1) - ball.radius
+    if (d < 0).all():
+        raise MeshError(
+            f"the cloth starts inside {name} (every vertex; the deepest {-d.min():.3g} m): move the cloth out of it",
+            src,
+        )
+    j = int(np.argmin(d))
+    if d[j] < 0:
+        raise MeshError(
+            f"the cloth intersects collider {c.name!r}: cloth vertex {j} is {-d[j]:.3g} m inside "
+            f"the sphere: move the cloth away from it",
+            src,
+        )
+    gap = ball.clearance(x_dev)
+    if gap <= ball.xi:
+        from tisim.geometry.distances import point_triangle_distance
+
+        f = int(np.argmin([point_triangle_distance(c.center(0.0), *xc[t]) for t in ball.faces]))
+        what = (
+            "cuts through it" if gap <= 0 else f"starts {gap:.3g} m from it, within the contact thickness {ball.xi:g} m"
+        )
+        raise MeshError(
+            f"cloth face {f} (vertices {', '.join(map(str, ball.faces[f]))}) {what} ({name}): "
+            f"move the cloth away from it",
+            src,
+        )
+
+
 class _SolidView:
     """The solid part of a combined state, as a State the PD solver can step."""
 
@@ -125,7 +161,8 @@ class _Obstacles:
 
         def fine_enough(c):
             # a cloth coarse against the curvature would float by its sag allowance: it
-            # meets the tessellated shape instead, whose facets its triangles rest on
+            # meets a sphere's centre instead (its triangles exactly) and a tessellated
+            # cylinder, whose facets its triangles rest on
             return c.kind not in ("sphere", "cylinder") or sag_allowance(c.radius, xi, circumradius) <= (
                 SAG_LIMIT * (xi + contact.dhat)
             )
@@ -134,9 +171,16 @@ class _Obstacles:
             c for c in model.colliders if c.kind in ANALYTIC_KINDS and not c.is_moving() and fine_enough(c)
         ]
         self.planes = [c for c in self.analytic if c.kind == "plane"]  # (the planes among them)
+        # static spheres the cloth is too coarse for (its sag allowance too large): met by
+        # the triangles exactly, the centre a static vertex (tisim.solvers.cloth.balls)
+        self.balls = []  # (collider, index of its centre among the obstacle vertices)
         nf = 0
         for c in model.colliders:
-            if c in self.analytic:
+            if c.kind == "sphere" and not c.is_moving() and c not in self.analytic:
+                self.balls.append((c, off))
+                self._static[len(self.parts)] = c.center(0.0)[None].astype(np.float64)
+                V, F = self._static[len(self.parts)], np.zeros((0, 3), np.int64)
+            elif c in self.analytic:
                 V, E = _line_set(c, xi)
                 if not len(V):
                     continue

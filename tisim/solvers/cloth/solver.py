@@ -32,8 +32,9 @@ Limitations:
     One-way coupling with soft bodies (the cloth does not push the body back; two-way
     coupling would put the body's elastic energy and the cloth in one Newton solve).
     Static planes, spheres, boxes and cylinders are met analytically by the cloth's
-    vertices (their edges and rims as line sets, docs/colliders.md); moving colliders and
-    mesh colliders are tessellated. The wind force is
+    vertices (their edges and rims as line sets, docs/colliders.md), a sphere by the
+    cloth's faces through its centre when the cloth is coarse against it (``balls.py``);
+    moving colliders and mesh colliders are tessellated. The wind force is
     explicit (held over a step). The Hessian is assembled on the host.
 """
 
@@ -67,6 +68,7 @@ from tisim.solvers.cloth.obstacles import (
     RIM_SAGITTA,
     SAG_LIMIT,
     _check_start_analytic,
+    _check_start_ball,
     _diag,
     _largest_circumradius,
     _line_set,
@@ -112,6 +114,7 @@ __all__ = [
     "_StrainTerm",
     "_barrier_d2",
     "_check_start_analytic",
+    "_check_start_ball",
     "_check_step",
     "_diag",
     "_largest_circumradius",
@@ -283,6 +286,14 @@ class SolverCloth(Solver):
             c = self.contact
             self.narrow = NarrowPairs(self.n, rest_all, self.exclusion.scale, c.thickness, c.dhat)
         self.friction = FrictionPotential(self.n, 1024)
+        # static spheres met by the triangles exactly, each a batch of its own
+        from tisim.solvers.cloth.balls import BallPairs
+
+        c = self.contact
+        self.balls = [
+            BallPairs(self.n, rest_all, self.nc + k, b.radius, c.thickness, c.dhat, cp.faces)
+            for b, k in self.obstacles.balls
+        ]
         self.x = ti.Vector.ndarray(3, real, shape=self.n)
         self.dx = ti.Vector.ndarray(3, real, shape=self.n)
         self.x_ref = ti.Vector.ndarray(3, real, shape=self.n)
@@ -334,6 +345,8 @@ class SolverCloth(Solver):
         x = np.concatenate([xc, x_obs]) if self.no else xc
         upload(self.x, x)
         n_pt, n_ee = self._detect(xi + 1e-12)
+        for ball, (c, _) in zip(self.balls, self.obstacles.balls):
+            _check_start_ball(xc, ball, c, self.x, src)
         narrow = self.narrow
         d = narrow.min_distance(self.x) if narrow is not None else math.inf
         if narrow is not None and d <= narrow.xi:
@@ -409,7 +422,7 @@ class SolverCloth(Solver):
             "linear_solver": self.linear.backend,
             "cloth_vertices": self.nc,
             "obstacle_vertices": self.no,
-            "analytic_colliders": [c.name for c in self.obstacles.analytic],
+            "analytic_colliders": [c.name for c in self.analytic_colliders],
             "cloth_faces": int(len(self.cloth.faces)),
             "barrier_stiffness": self.kappa,
             "totals": dict(self._stats_total),
@@ -452,7 +465,7 @@ class SolverCloth(Solver):
         cylinder); ``collision_state`` gives only the planes among them, an independent
         check measures the others with ``Collider.distance``. The box edges and cylinder
         rims are also line sets among the obstacle vertices (``edges_all``)."""
-        return list(self.obstacles.analytic)
+        return list(self.obstacles.analytic) + [b for b, _ in self.obstacles.balls]
 
     def step(self, state_in, state_out, dt: float) -> StepStats:
         t0 = time.perf_counter()
@@ -556,14 +569,14 @@ class SolverCloth(Solver):
             total += float(download(self.friction.coef)[: self.friction.rows].sum())
         if plane_friction:
             total += self.planes.friction_bound()
-        return total
+        return total + sum(ball.friction_bound() for ball in self.balls)
 
     def _friction_held_step(self, p, p_H_p, free, h, friction_parts, moved, eps_v) -> tuple[float, float, float, bool]:
         """The Newton convergence measures of a step p with friction's stiffness taken out.
 
         p: (n, 3) Newton step, m; p_H_p: p^T H p (J); free: (n,) vertices whose step
         counts; friction_parts: (the analytic planes' friction (vertices, 3 x 3 blocks)
-        list, the friction pairs' row count in ``self.friction``'s local Hessians).
+        list, [(a FrictionPotential, its row count in its local Hessians)]).
         moved: (nc, 3) the cloth's displacement since the step's start, m; eps_v: the
         friction smoothing velocity, m/s. Returns, in m/s, (max_i |q_i| / h,
         sqrt((p^T H p + p^T K_f p + h^2 sum_i |K_f p|_i^2 / m_i) / M), the largest
@@ -586,14 +599,15 @@ class SolverCloth(Solver):
         for vb, B in friction_parts[0]:
             Kp[vb] += np.einsum("mij,mj->mi", B, p[vb])
             touched[vb] = True
-        rows = friction_parts[1]
-        if rows:
-            H = download(self.friction.hessians)[:rows]
-            st = download(self.friction.stencils)[:rows].astype(np.int64)
+        for fp, rows in friction_parts[1]:
+            if not rows:
+                continue
+            H = download(fp.hessians)[:rows]
+            st = download(fp.stencils)[:rows].astype(np.int64)
             ok = st >= 0
             P = np.where(ok[:, :, None], p[np.where(ok, st, 0)], 0.0).reshape(rows, 12)
             HP = np.einsum("kij,kj->ki", H, P).reshape(rows, 4, 3)
-            cloth = ok & (st < nc) & (download(self.friction.coef)[:rows] > 0)[:, None]
+            cloth = ok & (st < nc) & (download(fp.coef)[:rows] > 0)[:, None]
             np.add.at(Kp, st[cloth], HP[cloth])
             touched[st[cloth]] = True
         m = self.cloth_mass
@@ -632,6 +646,11 @@ class SolverCloth(Solver):
             n_pt, n_ee = self.broad.detect(self.x, inflation)
         else:
             n_pt, n_ee = self.broad.detect(self.x, inflation, dx=self.dx, alpha=alpha)
+        if self.balls:
+            x = download(self.x)
+            dx = None if alpha is None else alpha * download(self.dx)
+            for ball in self.balls:
+                ball.detect(x, inflation, dx)
         if not self.self_contact:
             n_pt, n_ee = self._drop_self_pairs(n_pt, n_ee)
         elif self.exclusion is not None and self.exclusion.count:
@@ -688,6 +707,8 @@ class SolverCloth(Solver):
         from tisim.contact.ipc.ccd import max_step
 
         toi = self.narrow.max_step(self.x, self.dx) if self.narrow is not None else 1.0
+        for ball in self.balls:
+            toi = min(toi, ball.max_step(self.x, self.dx))
         if not sum(pairs):
             return toi
         return min(
@@ -720,6 +741,8 @@ class SolverCloth(Solver):
         _zero(self.g)
         if n_pt + n_ee:
             self.barrier.add_gradient(self.x, self.broad.pt, n_pt, self.broad.ee, n_ee, dhat, xi, 1.0, self.g)
+        for ball in self.balls:
+            ball.add_gradient(self.x, 1.0, self.g)
         gb = download(self.g)
         if self.planes:
             gb[:nc] += self.planes.gradient_hessian(x[:nc], dhat, xi, 1.0, hessian=False)[0]

@@ -1,0 +1,192 @@
+"""Static spheres met by the cloth's triangles exactly: a sphere as its centre, a point
+with a contact thickness of its radius plus the scene's.
+
+The distance from a ball of radius R to a triangle T is exactly |c - T| - R, the
+point-triangle distance from its centre c less the radius (T and the ball are convex).
+So a cloth triangle keeps the contact thickness xi from the sphere exactly when the pair
+(c, T) keeps rho = R + xi: the scene's IPC machinery with the centre as one static
+obstacle vertex and point-triangle rows (c, T) over the cloth's faces gives the barrier,
+its Hessian, friction and CCD with no tessellation (a 2,562-vertex geodesic sphere
+before, whose facets also sat up to 0.04% of the radius inside the real surface) and
+no sag allowance (the vertex-only terms of :mod:`tisim.contact.ipc.analytic` must meet a
+coarse cloth farther out, or its triangles' interiors could cut the curve).
+
+The barrier is kappa_b b(d^2 - rho^2, s_hat_b) on the centre distance d, with the scene's
+dhat (s_hat_b = dhat^2 + 2 dhat rho): it reaches from rho + dhat to rho, like the
+scene's from xi + dhat to xi. Its stiffness is the scene's kappa times (s_hat /
+s_hat_b)^2 (s_hat = dhat^2 + 2 dhat xi): near contact, gap delta = d - rho, both
+barriers then push with kappa s_hat^2 / delta, the same force at the same gap, so the
+scene's stiffness rules (IPC's start value, doubling at small gaps) apply unchanged;
+:meth:`BallPairs.gap` reports the gap as the scene's pairs would, (xi + delta)^2 - xi^2.
+
+Friction: IPC's lagged point-triangle friction over the same rows, with the normal force
+-kappa_b db/dd and the pair's coefficient from the centre's (the sphere's mu) and the
+triangle's vertices', as for a tessellated collider.
+
+Rows: every detection keeps the faces whose lower bound on the distance from the centre,
+|centroid - c| - (largest vertex distance from the centroid) less the sweep's centroid
+motion, is under rho + dhat + the detection's inflation; a bound that holds over a
+straight sweep too (every point of a triangle is within that radius of its centroid, at
+every time of the sweep).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+# rows a ball's batch is sized for at first (grows as needed)
+_CAPACITY = 256
+
+
+class BallPairs:
+    """The rows, barrier and friction of one static sphere against the cloth's faces.
+
+    n: vertex count of the solver's positions; rest: (n, 3) rest positions; centre_index:
+    the sphere centre's index among them (a static obstacle vertex); radius, thickness,
+    dhat: m; faces: (m, 3) the cloth's faces (indices into the positions)."""
+
+    def __init__(self, n, rest, centre_index: int, radius: float, thickness: float, dhat: float, faces):
+        import taichi as ti
+
+        from tisim.contact.ipc.potential import BarrierPotential, FrictionPotential
+
+        self.centre_index = int(centre_index)
+        self.radius = float(radius)
+        self.rho = self.radius + float(thickness)
+        self.xi = float(thickness)
+        self.dhat = float(dhat)
+        s_hat = self.dhat**2 + 2 * self.dhat * self.xi
+        self.s_hat = self.dhat**2 + 2 * self.dhat * self.rho
+        self.kappa_scale = (s_hat / self.s_hat) ** 2
+        self.faces = np.asarray(faces, dtype=np.int64)
+        self.barrier = BarrierPotential(n, _CAPACITY, rest)
+        self.friction = FrictionPotential(n, _CAPACITY)
+        self._cap = _CAPACITY
+        self.pt = ti.Vector.ndarray(4, ti.i32, self._cap)
+        self.ee = ti.Vector.ndarray(4, ti.i32, 1)
+        self.rows = 0
+        self.friction_on = False
+
+    # ---------------------------------------------------------------- detection
+    def candidate_faces(self, x: np.ndarray, inflation: float, dx: np.ndarray | None = None) -> np.ndarray:
+        """Indices of the faces that may come within rho + dhat + inflation of the centre
+        at x (n, 3), or anywhere on the sweep x + t dx, t in [0, 1]."""
+        c = x[self.centre_index]
+        tri = x[self.faces]
+        cen = tri.mean(axis=1)
+        reach = np.linalg.norm(tri - cen[:, None], axis=2).max(axis=1)
+        if dx is not None:
+            tri1 = tri + dx[self.faces]
+            cen1 = tri1.mean(axis=1)
+            reach = np.maximum(reach, np.linalg.norm(tri1 - cen1[:, None], axis=2).max(axis=1))
+            reach = reach + np.linalg.norm(cen1 - cen, axis=1)
+        lower = np.linalg.norm(cen - c, axis=1) - reach
+        return np.flatnonzero(lower < self.rho + self.dhat + inflation)
+
+    def detect(self, x: np.ndarray, inflation: float, dx: np.ndarray | None = None) -> int:
+        """Store the candidate rows (centre, face) for x (and the sweep dx); returns their count."""
+        import taichi as ti
+
+        from tisim.backend import upload
+
+        f = self.candidate_faces(x, inflation, dx)
+        if len(f) > self._cap:
+            self._cap = max(len(f), 2 * self._cap)
+            self.pt = ti.Vector.ndarray(4, ti.i32, self._cap)
+        if len(f):
+            buf = np.zeros((self._cap, 4), dtype=np.int32)
+            buf[: len(f), 0] = self.centre_index
+            buf[: len(f), 1:] = self.faces[f]
+            upload(self.pt, buf)
+        self.rows = len(f)
+        return self.rows
+
+    def __bool__(self) -> bool:
+        return self.rows > 0
+
+    # ---------------------------------------------------------------- barrier
+    def energy(self, x, kappa: float) -> float:
+        """The barrier energy at x (J); +inf when a face is within rho of the centre."""
+        if not self.rows:
+            self.barrier.last_min_distance = math.inf
+            return 0.0
+        return self.barrier.energy(x, self.pt, self.rows, self.ee, 0, self.dhat, self.rho, kappa * self.kappa_scale)
+
+    def add_terms(self, x, kappa: float, g, unknowns):
+        """g += the barrier's gradient at x; returns (hessians, stencils, rows) of its
+        projected local Hessians, or None when no face is within reach."""
+        if not self.rows:
+            return None
+        kb = kappa * self.kappa_scale
+        apt, na_pt, aee, na_ee = self.barrier.compact_active(x, self.pt, self.rows, self.ee, 0, self.dhat, self.rho)
+        if na_pt + na_ee == 0:
+            return None
+        self.barrier.add_gradient(x, apt, na_pt, aee, na_ee, self.dhat, self.rho, kb, g)
+        rows = self.barrier.local_hessians(x, apt, na_pt, aee, na_ee, self.dhat, self.rho, kb, True, unknowns)
+        return self.barrier.hessians, self.barrier.stencils, rows
+
+    def add_gradient(self, x, kappa: float, g) -> None:
+        """g += the barrier's gradient at x."""
+        if self.rows:
+            kb = kappa * self.kappa_scale
+            self.barrier.add_gradient(x, self.pt, self.rows, self.ee, 0, self.dhat, self.rho, kb, g)
+
+    def max_step(self, x, dx) -> float:
+        """CCD bound on the step dx from x (a fraction in (0, 1]); the rows must cover the sweep."""
+        from tisim.contact.ipc.ccd import max_step
+
+        if not self.rows:
+            return 1.0
+        return float(max_step(x, dx, self.pt, self.rows, self.ee, 0, self.rho))
+
+    def clearance(self, x) -> float:
+        """The smallest distance from the sphere's surface to a face at x, m (inf without rows)."""
+        if not self.rows:
+            return math.inf
+        return self.barrier.min_distance(x, self.pt, self.rows, self.ee, 0) - self.radius
+
+    def active_count(self, x) -> int:
+        if not self.rows:
+            return 0
+        return self.barrier.active_count(x, self.pt, self.rows, self.ee, 0, self.dhat, self.rho)
+
+    def gap(self) -> float:
+        """The closest face's gap at the last energy evaluation as the scene's pairs give
+        theirs, (xi + delta)^2 - xi^2 with delta = d - rho, m^2 (inf without one)."""
+        d = self.barrier.last_min_distance
+        if not math.isfinite(d):
+            return math.inf
+        delta = d - self.rho
+        return (self.xi + delta) ** 2 - self.xi**2
+
+    # ---------------------------------------------------------------- friction
+    def update_friction(self, x, kappa: float, vertex_mu) -> None:
+        """Lag the friction's normal forces, coefficients and tangents at x."""
+        if not self.rows:
+            self.friction_on = False
+            self.friction.rows = 0
+            return
+        apt, na_pt, aee, na_ee = self.barrier.compact_active(x, self.pt, self.rows, self.ee, 0, self.dhat, self.rho)
+        self.friction.update(x, apt, na_pt, aee, na_ee, self.dhat, self.rho, kappa * self.kappa_scale, vertex_mu)
+        self.friction_on = self.friction.rows > 0
+
+    def friction_energy(self, x, x_ref, eps_v: float, h: float) -> float:
+        return self.friction.energy(x, x_ref, eps_v, h) if self.friction_on else 0.0
+
+    def add_friction_terms(self, x, x_ref, eps_v: float, h: float, g):
+        """g += friction's gradient; returns (hessians, stencils, rows) or None."""
+        if not self.friction_on:
+            return None
+        self.friction.add_gradient(x, x_ref, eps_v, h, g)
+        rows = self.friction.local_hessians(x, x_ref, eps_v, h, True)
+        return self.friction.hessians, self.friction.stencils, rows
+
+    def friction_bound(self) -> float:
+        """sum mu lambda over the lagged contacts (N)."""
+        from tisim.backend import download
+
+        if not self.friction_on:
+            return 0.0
+        return float(download(self.friction.coef)[: self.friction.rows].sum())
