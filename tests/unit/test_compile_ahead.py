@@ -51,7 +51,7 @@ for _ in range(8):
     out = solver.step(st, spare, sc.sim.dt)
     st, spare = spare, st
     contacts = max(contacts, out.n_contacts)
-    friction = max(friction, solver.friction.rows)
+    friction = max(friction, solver.friction.rows + sum(b.friction.rows for b in solver.balls))
 print(json.dumps({"not_compiled": not_compiled, "later": sorted(set(compiled)),
                   "contacts": contacts, "friction_rows": friction, "kernels": len(kernels)}))
 """
