@@ -94,14 +94,15 @@ def _check_start_ball(xc, ball, c, x_dev, src) -> None:
         from tisim.geometry.distances import point_triangle_distance
 
         f = int(np.argmin([point_triangle_distance(c.center(0.0), *xc[t]) for t in ball.faces]))
-        what = (
-            "cuts through it" if gap <= 0 else f"starts {gap:.3g} m from it, within the contact thickness {ball.xi:g} m"
-        )
-        raise MeshError(
-            f"cloth face {f} (vertices {', '.join(map(str, ball.faces[f]))}) {what} ({name}): "
-            f"move the cloth away from it",
-            src,
-        )
+        tri = f"cloth triangle {f} (vertices {', '.join(map(str, ball.faces[f]))})"
+        if gap <= 0:
+            msg = f"the cloth intersects collider {c.name!r}: {tri} cuts through the sphere"
+        else:
+            msg = (
+                f"{tri} and the surface of collider {c.name!r} start {gap:.3g} m apart, within the "
+                f"contact thickness {ball.xi:g} m"
+            )
+        raise MeshError(f"{msg}: move the cloth away from it", src)
 
 
 class _SolidView:
