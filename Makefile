@@ -27,14 +27,10 @@ $(STAMP): pyproject.toml setup.py tools/install_system_deps.sh
 demo: setup
 	$(BIN)/tisim demo squeeze-ball
 
-# tools/warm_kernels.py first: the demos' kernels compiled once into Taichi's cache, which
-# the test processes then load instead of each compiling them (a fresh machine's run)
 test: setup
-	$(BIN)/python tools/warm_kernels.py --jobs $(TEST_JOBS)
 	$(BIN)/python -m pytest -n $(TEST_JOBS) --dist worksteal $(PYTEST_ARGS)
 
 test-fast: setup
-	$(BIN)/python tools/warm_kernels.py --jobs $(TEST_JOBS)
 	$(BIN)/python -m pytest -n $(TEST_JOBS) --dist worksteal -m "not slow" $(PYTEST_ARGS)
 
 # The wheel (demos/ and assets/ inside it as package data) in dist/.

@@ -284,23 +284,3 @@ def test_taichi_ir_passes_are_left_out_on_the_cpu_and_change_only_round_off(tmp_
     # the same to round-off (the quaternions' last bits differ: the passes order a few
     # operations differently)
     np.testing.assert_allclose(a, b, rtol=0, atol=1e-14)
-
-
-def test_the_kernel_warm_up_gives_the_cloth_demos_one_process_and_every_demo_a_place():
-    """tools/warm_kernels.py (run by ``make test`` first): the cloth demos, which share their
-    kernels, go to one process, the other demos round-robin to the others, each demo once."""
-    import importlib.util
-
-    root = Path(__file__).resolve().parents[2]
-    spec = importlib.util.spec_from_file_location("warm_kernels", root / "tools" / "warm_kernels.py")
-    wk = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(wk)
-    names = wk.demos()
-    cloth = {n for n in names if wk._is_cloth(n)}
-    assert {"cloth-drape", "refine-drape"} <= cloth and "squeeze-ball" not in cloth
-    for jobs in (1, 2, 3):
-        parts = wk.groups(names, jobs)
-        assert sorted(n for p in parts for n in p) == names
-        assert len(parts) == jobs
-        if jobs > 1:
-            assert set(parts[0]) == cloth
