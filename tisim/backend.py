@@ -138,7 +138,7 @@ def init(arch: str = "auto", precision: str | None = None, *, debug: bool = Fals
     forced = os.environ.get("TISIM_SERIAL_LOOPS")  # "1" / "0": as a run to be continued had it
     serial = forced == "1" if forced in ("0", "1") else ti.lang.impl.current_cfg().cpu_max_num_threads == 1
     SERIAL_LOOPS = actual == "cpu" and serial and _taichi_patches.serialize_loops()
-    if actual == "cpu":
+    if actual == "cpu" or os.environ.get("TISIM_TAICHI_IR_OPT") == "0":  # (forced off: any arch)
         _taichi_patches.light_compile()
     limit_numpy_blas()
     import atexit

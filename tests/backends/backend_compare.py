@@ -77,7 +77,10 @@ def _child(arch: str, precision: str, module: str, name: str, args, kwargs):
 # Scenes whose kernels take far longer for lavapipe to optimise than to run: the fused
 # Anderson iteration took 59 s to compile and 1.3 s for 5 frames; with llvmpipe's LLVM
 # passes off (GALLIVM_PERF=nopt) 3.6 s and 3 s. The scenes that run longer lose with it
-# (the cloth drape went from 26 to 69 s), so only these compile unoptimised.
+# (the cloth drape went from 26 to 69 s), so only these compile unoptimised. They also
+# compile without Taichi's own IR passes (TISIM_TAICHI_IR_OPT=0, which the backend honours
+# on any arch): on an empty cache the Anderson test took 70 s with them, 18 s without (the
+# cloth drape's children gained 49 -> 45 s, so they keep them).
 COMPILE_BOUND = {"twisting_bar_anderson"}
 
 
@@ -87,19 +90,22 @@ def on_backend(arch: str, precision: str, fn, *args, **kwargs):
     process made results depend on the order of tests (an ADMM energy test missed its 1e-9
     bound by 25x in the full suite, a Vulkan f32 comparison failed in another order; both
     pass alone), so the test process keeps its one CPU f64 runtime. A function named in
-    COMPILE_BOUND runs with lavapipe's optimisation passes off (no effect on other drivers)."""
+    COMPILE_BOUND runs with lavapipe's optimisation passes off (no effect on other drivers)
+    and without Taichi's IR passes."""
     import multiprocessing as mp
 
     require(arch)
-    before = os.environ.get("GALLIVM_PERF")
-    if fn.__name__ in COMPILE_BOUND and before is None:
-        os.environ["GALLIVM_PERF"] = "nopt"  # read by the child when it starts
+    light = {"GALLIVM_PERF": "nopt", "TISIM_TAICHI_IR_OPT": "0"}  # read by the child when it starts
+    before = {k: os.environ.get(k) for k in light}
+    if fn.__name__ in COMPILE_BOUND:
+        os.environ.update({k: v for k, v in light.items() if before[k] is None})
     try:
         with mp.get_context("spawn").Pool(1) as pool:
             got = pool.apply(_child, (arch, precision, fn.__module__, fn.__name__, args, kwargs))
     finally:
-        if before is None:
-            os.environ.pop("GALLIVM_PERF", None)
+        for k, v in before.items():
+            if v is None:
+                os.environ.pop(k, None)
     if isinstance(got, dict) and "_skip" in got:
         pytest.skip(got["_skip"])
     return got

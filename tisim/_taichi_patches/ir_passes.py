@@ -16,7 +16,8 @@ first launch of a kernel outside ``KEEP_PASSES`` (its compile, or its load from 
 cache, whose key includes the setting) and back on after it. A compiled kernel keeps what
 it was compiled with. Results are the same bit for bit either way
 (``tests/unit/test_backend.py``); ``TISIM_TAICHI_IR_OPT=1`` keeps the passes on for every
-kernel, ``=0`` turns them off for every kernel (for the benchmark).
+kernel, ``=0`` turns them off for every kernel, on any backend (the benchmark, and the
+Vulkan test of a compile-bound scene).
 
 Applies to: Taichi 1.7 (``Kernel.launch_kernel``, ``CompileConfig.advanced_optimization``).
 """
