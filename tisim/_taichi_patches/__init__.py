@@ -9,7 +9,8 @@ to run, so ``backend.init`` installs five patches, each in its own module with i
 - ``serial_loops``: kernel loops compiled serial on a one-thread CPU backend (installed
   by ``backend.init`` through ``serialize_loops()`` only in that case);
 - ``ir_passes``: Taichi's IR optimisation passes left out of the kernels that compile
-  slowly with them and run no faster, on the CPU backend (``light_compile()``).
+  slowly with them and run no faster, on the CPU backend (``light_compile()``; on any
+  backend for every kernel with ``TISIM_TAICHI_IR_OPT=0``).
 
 All apply to Taichi 1.7 only (``SUPPORTED``): on another version, or with the environment
 variable ``TISIM_PLAIN_TAICHI=1``, none is installed and tisim runs on plain Taichi, with

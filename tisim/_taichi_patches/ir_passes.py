@@ -14,8 +14,8 @@ slower without them, so modules in ``KEEP_PASSES`` keep them; so does every othe
 The switch is Taichi's own config, read when a kernel compiles: it is turned off for the
 first launch of a kernel outside ``KEEP_PASSES`` (its compile, or its load from the offline
 cache, whose key includes the setting) and back on after it. A compiled kernel keeps what
-it was compiled with. Results are the same bit for bit either way
-(``tests/unit/test_backend.py``); ``TISIM_TAICHI_IR_OPT=1`` keeps the passes on for every
+it was compiled with. Results agree to round-off either way (the last bits of a few
+operations differ: ``tests/unit/test_backend.py``); ``TISIM_TAICHI_IR_OPT=1`` keeps the passes on for every
 kernel, ``=0`` turns them off for every kernel, on any backend (the benchmark, and the
 Vulkan test of a compile-bound scene).
 

@@ -36,38 +36,34 @@ import math
 
 import numpy as np
 
-# rows a ball's batch is sized for at first (grows as needed)
-_CAPACITY = 256
+from tisim.solvers.cloth.narrow import PairBatch
 
 
-class BallPairs:
-    """The rows, barrier and friction of one static sphere against the cloth's faces.
+class BallPairs(PairBatch):
+    """The rows, barrier and friction of one static sphere against the cloth's faces: a
+    :class:`PairBatch` whose thickness ``xi`` is rho = R + the scene's ``thickness``.
 
     n: vertex count of the solver's positions; rest: (n, 3) rest positions; centre_index:
     the sphere centre's index among them (a static obstacle vertex); radius, thickness,
     dhat: m; faces: (m, 3) the cloth's faces (indices into the positions)."""
 
     def __init__(self, n, rest, centre_index: int, radius: float, thickness: float, dhat: float, faces):
-        import taichi as ti
-
-        from tisim.contact.ipc.potential import BarrierPotential, FrictionPotential
+        from tisim.contact.ipc.potential import FrictionPotential
 
         self.centre_index = int(centre_index)
         self.radius = float(radius)
-        self.rho = self.radius + float(thickness)
-        self.xi = float(thickness)
-        self.dhat = float(dhat)
-        s_hat = self.dhat**2 + 2 * self.dhat * self.xi
-        self.s_hat = self.dhat**2 + 2 * self.dhat * self.rho
-        self.kappa_scale = (s_hat / self.s_hat) ** 2
+        self.thickness = float(thickness)
+        rho = self.radius + self.thickness
+        d = float(dhat)
+        s_hat, s_hat_b = d * d + 2 * d * self.thickness, d * d + 2 * d * rho
+        super().__init__(n, rest, rho, d, kappa_scale=(s_hat / s_hat_b) ** 2)
         self.faces = np.asarray(faces, dtype=np.int64)
-        self.barrier = BarrierPotential(n, _CAPACITY, rest)
-        self.friction = FrictionPotential(n, _CAPACITY)
-        self._cap = _CAPACITY
-        self.pt = ti.Vector.ndarray(4, ti.i32, self._cap)
-        self.ee = ti.Vector.ndarray(4, ti.i32, 1)
-        self.rows = 0
+        self.friction = FrictionPotential(n, 256)
         self.friction_on = False
+
+    @property
+    def rho(self) -> float:
+        return self.xi
 
     # ---------------------------------------------------------------- detection
     def candidate_faces(self, x: np.ndarray, inflation: float, dx: np.ndarray | None = None) -> np.ndarray:
@@ -87,70 +83,17 @@ class BallPairs:
 
     def detect(self, x: np.ndarray, inflation: float, dx: np.ndarray | None = None) -> int:
         """Store the candidate rows (centre, face) for x (and the sweep dx); returns their count."""
-        import taichi as ti
-
-        from tisim.backend import upload
-
         f = self.candidate_faces(x, inflation, dx)
-        if len(f) > self._cap:
-            self._cap = max(len(f), 2 * self._cap)
-            self.pt = ti.Vector.ndarray(4, ti.i32, self._cap)
-        if len(f):
-            buf = np.zeros((self._cap, 4), dtype=np.int32)
-            buf[: len(f), 0] = self.centre_index
-            buf[: len(f), 1:] = self.faces[f]
-            upload(self.pt, buf)
-        self.rows = len(f)
-        return self.rows
-
-    def __bool__(self) -> bool:
-        return self.rows > 0
+        rows = np.empty((len(f), 4), dtype=np.int32)
+        rows[:, 0] = self.centre_index
+        rows[:, 1:] = self.faces[f]
+        self.store(rows, rows[:0])
+        return len(f)
 
     # ---------------------------------------------------------------- barrier
-    def energy(self, x, kappa: float) -> float:
-        """The barrier energy at x (J); +inf when a face is within rho of the centre."""
-        if not self.rows:
-            self.barrier.last_min_distance = math.inf
-            return 0.0
-        return self.barrier.energy(x, self.pt, self.rows, self.ee, 0, self.dhat, self.rho, kappa * self.kappa_scale)
-
-    def add_terms(self, x, kappa: float, g, unknowns):
-        """g += the barrier's gradient at x; returns (hessians, stencils, rows) of its
-        projected local Hessians, or None when no face is within reach."""
-        if not self.rows:
-            return None
-        kb = kappa * self.kappa_scale
-        apt, na_pt, aee, na_ee = self.barrier.compact_active(x, self.pt, self.rows, self.ee, 0, self.dhat, self.rho)
-        if na_pt + na_ee == 0:
-            return None
-        self.barrier.add_gradient(x, apt, na_pt, aee, na_ee, self.dhat, self.rho, kb, g)
-        rows = self.barrier.local_hessians(x, apt, na_pt, aee, na_ee, self.dhat, self.rho, kb, True, unknowns)
-        return self.barrier.hessians, self.barrier.stencils, rows
-
-    def add_gradient(self, x, kappa: float, g) -> None:
-        """g += the barrier's gradient at x."""
-        if self.rows:
-            kb = kappa * self.kappa_scale
-            self.barrier.add_gradient(x, self.pt, self.rows, self.ee, 0, self.dhat, self.rho, kb, g)
-
-    def max_step(self, x, dx) -> float:
-        """CCD bound on the step dx from x (a fraction in (0, 1]); the rows must cover the sweep."""
-        from tisim.contact.ipc.ccd import max_step
-
-        if not self.rows:
-            return 1.0
-        return float(max_step(x, dx, self.pt, self.rows, self.ee, 0, self.rho))
-
     def clearance(self, x) -> float:
         """The smallest distance from the sphere's surface to a face at x, m (inf without rows)."""
-        if not self.rows:
-            return math.inf
-        return self.barrier.min_distance(x, self.pt, self.rows, self.ee, 0) - self.radius
-
-    def active_count(self, x) -> int:
-        if not self.rows:
-            return 0
-        return self.barrier.active_count(x, self.pt, self.rows, self.ee, 0, self.dhat, self.rho)
+        return self.min_distance(x) - self.radius
 
     def gap(self) -> float:
         """The closest face's gap at the last energy evaluation as the scene's pairs give
@@ -159,17 +102,18 @@ class BallPairs:
         if not math.isfinite(d):
             return math.inf
         delta = d - self.rho
-        return (self.xi + delta) ** 2 - self.xi**2
+        return (self.thickness + delta) ** 2 - self.thickness**2
 
     # ---------------------------------------------------------------- friction
     def update_friction(self, x, kappa: float, vertex_mu) -> None:
         """Lag the friction's normal forces, coefficients and tangents at x."""
-        if not self.rows:
+        if not self:
             self.friction_on = False
             self.friction.rows = 0
             return
-        apt, na_pt, aee, na_ee = self.barrier.compact_active(x, self.pt, self.rows, self.ee, 0, self.dhat, self.rho)
-        self.friction.update(x, apt, na_pt, aee, na_ee, self.dhat, self.rho, kappa * self.kappa_scale, vertex_mu)
+        apt, na_pt, aee, na_ee = self.compact_active(x)
+        kb = kappa * self.kappa_scale
+        self.friction.update(x, apt, na_pt, aee, na_ee, self.dhat, self.rho, kb, vertex_mu)
         self.friction_on = self.friction.rows > 0
 
     def friction_energy(self, x, x_ref, eps_v: float, h: float) -> float:

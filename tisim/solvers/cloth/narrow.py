@@ -18,18 +18,21 @@ import math
 import numpy as np
 
 
-class NarrowPairs:
-    """Rows and barrier of the narrow pairs. n: vertex count of the solver's positions;
-    rest: (n, 3) rest positions (for the edge-edge mollifier); scale: the factor on
-    ``thickness`` and ``dhat`` (m)."""
+class PairBatch:
+    """A batch of point-triangle and edge-edge rows with a barrier of its own: thickness
+    ``xi`` and activation distance ``dhat`` (m), and its stiffness the scene's kappa times
+    ``kappa_scale``. n: vertex count of the solver's positions; rest: (n, 3) rest
+    positions (for the edge-edge mollifier). The narrow pairs and a sphere met through its
+    centre (:mod:`tisim.solvers.cloth.balls`) are two."""
 
-    def __init__(self, n: int, rest: np.ndarray, scale: float, thickness: float, dhat: float):
+    def __init__(self, n: int, rest: np.ndarray, xi: float, dhat: float, kappa_scale: float = 1.0):
         import taichi as ti
 
         from tisim.contact.ipc.potential import BarrierPotential
 
-        self.xi = float(scale) * float(thickness)
-        self.dhat = float(scale) * float(dhat)
+        self.xi = float(xi)
+        self.dhat = float(dhat)
+        self.kappa_scale = float(kappa_scale)
         self.barrier = BarrierPotential(n, 256, rest)
         self._cap = 256
         self.pt = ti.Vector.ndarray(4, ti.i32, self._cap)
@@ -37,7 +40,7 @@ class NarrowPairs:
         self.pairs = (0, 0)
 
     def store(self, pt_rows: np.ndarray, ee_rows: np.ndarray) -> None:
-        """The narrow rows of a detection, (k, 4) int each."""
+        """The batch's rows, (k, 4) int each."""
         import taichi as ti
 
         from tisim.backend import upload
@@ -57,42 +60,67 @@ class NarrowPairs:
     def __bool__(self) -> bool:
         return sum(self.pairs) > 0
 
+    def _args(self):
+        return self.pt, self.pairs[0], self.ee, self.pairs[1]
+
     def energy(self, x, kappa: float) -> float:
-        """Their barrier energy at x (J); +inf when one overlaps."""
-        return self.barrier.energy(x, self.pt, self.pairs[0], self.ee, self.pairs[1], self.dhat, self.xi, kappa)
+        """The batch's barrier energy at x (J); +inf when a pair overlaps."""
+        if not self:
+            self.barrier.last_min_distance = math.inf
+            return 0.0
+        return self.barrier.energy(x, *self._args(), self.dhat, self.xi, kappa * self.kappa_scale)
+
+    def compact_active(self, x):
+        """The rows within reach at x (BarrierPotential.compact_active)."""
+        return self.barrier.compact_active(x, *self._args(), self.dhat, self.xi)
 
     def add_terms(self, x, kappa: float, g, unknowns):
-        """g += their barrier gradient at x; returns (hessians, stencils, rows) of their
-        projected local Hessians, or None when none is within its reach."""
-        apt, na_pt, aee, na_ee = self.barrier.compact_active(
-            x, self.pt, self.pairs[0], self.ee, self.pairs[1], self.dhat, self.xi
-        )
+        """g += the barrier's gradient at x; returns (hessians, stencils, rows) of its
+        projected local Hessians, or None when no pair is within reach."""
+        if not self:
+            return None
+        kb = kappa * self.kappa_scale
+        apt, na_pt, aee, na_ee = self.compact_active(x)
         if na_pt + na_ee == 0:
             return None
-        self.barrier.add_gradient(x, apt, na_pt, aee, na_ee, self.dhat, self.xi, kappa, g)
-        rows = self.barrier.local_hessians(x, apt, na_pt, aee, na_ee, self.dhat, self.xi, kappa, True, unknowns)
+        self.barrier.add_gradient(x, apt, na_pt, aee, na_ee, self.dhat, self.xi, kb, g)
+        rows = self.barrier.local_hessians(x, apt, na_pt, aee, na_ee, self.dhat, self.xi, kb, True, unknowns)
         return self.barrier.hessians, self.barrier.stencils, rows
 
+    def add_gradient(self, x, kappa: float, g) -> None:
+        """g += the barrier's gradient at x."""
+        if self:
+            self.barrier.add_gradient(x, *self._args(), self.dhat, self.xi, kappa * self.kappa_scale, g)
+
     def max_step(self, x, dx) -> float:
-        """Their CCD bound on the step dx from x (a fraction in (0, 1])."""
+        """The batch's CCD bound on the step dx from x (a fraction in (0, 1]); the rows
+        must cover the sweep."""
         from tisim.contact.ipc.ccd import max_step
 
         if not self:
             return 1.0
-        return float(max_step(x, dx, self.pt, self.pairs[0], self.ee, self.pairs[1], self.xi))
+        return float(max_step(x, dx, *self._args(), self.xi))
 
     def min_distance(self, x) -> float:
-        """Their smallest distance at x, m (inf without pairs)."""
+        """The rows' smallest distance at x, m (inf without rows)."""
         if not self:
             return math.inf
-        return self.barrier.min_distance(x, self.pt, self.pairs[0], self.ee, self.pairs[1])
+        return self.barrier.min_distance(x, *self._args())
 
     def active_count(self, x) -> int:
         if not self:
             return 0
-        return self.barrier.active_count(x, self.pt, self.pairs[0], self.ee, self.pairs[1], self.dhat, self.xi)
+        return self.barrier.active_count(x, *self._args(), self.dhat, self.xi)
 
     def gap(self) -> float:
         """d^2 - xi^2 of the closest pair at the last energy evaluation, m^2."""
         d = self.barrier.last_min_distance
         return d * d - self.xi * self.xi if math.isfinite(d) else math.inf
+
+
+class NarrowPairs(PairBatch):
+    """The narrow pairs: thickness and dhat are the scene's times the exclusion's
+    ``scale``; the scene's stiffness. n, rest: as :class:`PairBatch`."""
+
+    def __init__(self, n: int, rest: np.ndarray, scale: float, thickness: float, dhat: float):
+        super().__init__(n, rest, float(scale) * float(thickness), float(scale) * float(dhat))

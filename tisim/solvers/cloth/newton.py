@@ -228,8 +228,9 @@ class NewtonLoop:
         planes = s.planes
         near_plane = bool(planes) and planes.active_count(x[:nc], dhat, xi) > 0
         near_narrow = s.narrow is not None and s.narrow.active_count(s.x) > 0
-        near_ball = any(ball.active_count(s.x) > 0 for ball in s.balls)
-        if s.kappa == 0.0 and (n_pt + n_ee or near_plane or near_narrow or near_ball):
+        if s.kappa == 0.0 and (
+            n_pt + n_ee or near_plane or near_narrow or any(ball.active_count(s.x) > 0 for ball in s.balls)
+        ):
             s._init_kappa(x, c.x_hat, c.f_ext, c.h, n_pt, n_ee)
         if c.use_friction and (n_pt + n_ee) and s.kappa > 0:
             s.friction.update(

@@ -14,17 +14,11 @@ def _diag(x: np.ndarray) -> float:
     return float(np.linalg.norm(np.ptp(x, axis=0))) if len(x) else 1.0
 
 
-def _check_start_analytic(xc, faces, edges, shape, c, xi: float, src) -> None:
-    """Refuse a cloth (vertices xc (n, 3), faces, edges) that starts inside the analytic
-    collider ``c`` (its ``shape``), crosses it, or has a vertex within the thickness xi
-    of it: one MeshError line naming the collider."""
-    from tisim.geometry.cloth import check_intersection_free
+def _refuse_vertices_inside(d, c, name: str, src) -> None:
+    """One MeshError line for a cloth whose vertices' signed distances d (n,) to the
+    collider ``c`` (``name`` in messages) put all of them, or some, inside it."""
     from tisim.geometry.mesh import MeshError
 
-    name = f"{c.kind} collider {c.name!r}"
-    d = c.distance(xc, 0.0)  # from the real surface (a curved shape's is grown: the sag allowance)
-    allowance = shape.r - c.radius if shape.kind in ("sphere", "cylinder") else 0.0
-    i = int(np.argmin(d - allowance))
     if (d < 0).all():
         raise MeshError(
             f"the cloth starts inside {name} (every vertex; the deepest {-d.min():.3g} m): move the cloth out of it",
@@ -37,6 +31,20 @@ def _check_start_analytic(xc, faces, edges, shape, c, xi: float, src) -> None:
             f"the {c.kind}: move the cloth away from it",
             src,
         )
+
+
+def _check_start_analytic(xc, faces, edges, shape, c, xi: float, src) -> None:
+    """Refuse a cloth (vertices xc (n, 3), faces, edges) that starts inside the analytic
+    collider ``c`` (its ``shape``), crosses it, or has a vertex within the thickness xi
+    of it: one MeshError line naming the collider."""
+    from tisim.geometry.cloth import check_intersection_free
+    from tisim.geometry.mesh import MeshError
+
+    name = f"{c.kind} collider {c.name!r}"
+    d = c.distance(xc, 0.0)  # from the real surface (a curved shape's is grown: the sag allowance)
+    allowance = shape.r - c.radius if shape.kind in ("sphere", "cylinder") else 0.0
+    i = int(np.argmin(d - allowance))
+    _refuse_vertices_inside(d, c, name, src)
     if d[i] <= xi + allowance:
         extra = f" plus {allowance:.2g} m for its triangles' sag over the curve" if allowance > 0 else ""
         raise MeshError(
@@ -75,22 +83,9 @@ def _check_start_ball(xc, ball, c, x_dev, src) -> None:
     (the ball's rows detected at x_dev, the solver's positions): one MeshError line."""
     from tisim.geometry.mesh import MeshError
 
-    name = f"sphere collider {c.name!r}"
-    d = np.linalg.norm(xc - c.center(0.0), axis=1) - ball.radius
-    if (d < 0).all():
-        raise MeshError(
-            f"the cloth starts inside {name} (every vertex; the deepest {-d.min():.3g} m): move the cloth out of it",
-            src,
-        )
-    j = int(np.argmin(d))
-    if d[j] < 0:
-        raise MeshError(
-            f"the cloth intersects collider {c.name!r}: cloth vertex {j} is {-d[j]:.3g} m inside "
-            f"the sphere: move the cloth away from it",
-            src,
-        )
+    _refuse_vertices_inside(c.distance(xc, 0.0), c, f"sphere collider {c.name!r}", src)
     gap = ball.clearance(x_dev)
-    if gap <= ball.xi:
+    if gap <= ball.thickness:
         from tisim.geometry.distances import point_triangle_distance
 
         f = int(np.argmin([point_triangle_distance(c.center(0.0), *xc[t]) for t in ball.faces]))
@@ -100,7 +95,7 @@ def _check_start_ball(xc, ball, c, x_dev, src) -> None:
         else:
             msg = (
                 f"{tri} and the surface of collider {c.name!r} start {gap:.3g} m apart, within the "
-                f"contact thickness {ball.xi:g} m"
+                f"contact thickness {ball.thickness:g} m"
             )
         raise MeshError(f"{msg}: move the cloth away from it", src)
 
