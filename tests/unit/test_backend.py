@@ -264,10 +264,17 @@ def test_taichi_ir_passes_are_left_out_on_the_cpu_and_change_only_round_off(tmp_
     faster with them) compile without them; TISIM_TAICHI_IR_OPT=1 keeps them for all. The
     rotation extraction (Newton iterations, the half-turn guard's SVD on inverted elements)
     and a Neo-Hookean stress agree to round-off either way."""
-    from tisim._taichi_patches.ir_passes import keeps_passes
+    import importlib
+
+    from tisim._taichi_patches.ir_passes import LIGHT, keeps_passes
 
     assert keeps_passes("tisim.solvers.cloth.newton") and keeps_passes("tisim.contact.ipc.potential")
+    assert keeps_passes("tisim.contact.ipc.broad_phase", "_query_pairs")
     assert not keeps_passes("tisim.solvers.pd.local") and not keeps_passes("tisim.solvers.admm.kernels")
+    assert not keeps_passes("tisim.contact.ipc.potential", "_barrier_gradient")
+    for name in LIGHT:  # each names a kernel that exists (a rename would silently restore the passes)
+        module, _, attr = name.rpartition(".")
+        assert hasattr(getattr(importlib.import_module(module), attr), "_primal"), name
     (tmp_path / "probe.py").write_text(_IR_PROBE)  # (Taichi reads a kernel's source from its file)
     runs = {}
     for forced in (None, "1"):

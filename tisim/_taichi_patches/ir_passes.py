@@ -8,8 +8,13 @@ conservative solvers' kernels (a tet's rotation extraction with its half-turn gu
 SVD, the ADMM proximal steps, the contact update) those passes took most of the compile
 time and bought no speed: a fresh machine's first two frames (every kernel compiled) took
 11-12 s with them and 3-6 s without, at the same frame time afterwards
-(``benchmarks/bench_compile.py``). The cloth's kernels (shell, barrier, CCD) ran 7-10%
-slower without them, so modules in ``KEEP_PASSES`` keep them; so does every other backend.
+(``benchmarks/bench_compile.py``). The cloth's kernels (shell, bending, broad phase) ran
+7-10% slower without them, so modules in ``KEEP_PASSES`` keep them; so does every other
+backend. Inside those modules, the kernels in ``LIGHT`` do not: the contact barrier's
+per-pair kernels and the pair scatter took 1.6-8 s each to compile with the passes
+(0.2-0.9 s without), about 30 s of a cloth run's 49 s of compile, and together under 0.1 ms
+of a 289-vertex contact frame's ~55 ms either way (Taichi's kernel profiler, 30 frames of
+refine-drape, the passes on and off in turn).
 
 The switch is Taichi's own config, read when a kernel compiles: it is turned off for the
 first launch of a kernel outside ``KEEP_PASSES`` (its compile, or its load from the offline
@@ -31,15 +36,28 @@ log = logging.getLogger(__name__)
 
 # modules whose kernels keep the passes (measured faster with them)
 KEEP_PASSES = ("tisim.solvers.cloth", "tisim.contact.ipc", "tisim.energies", "tisim.progressive", "tisim.linalg")
+# kernels of those modules that compile without them: dear to compile, cheap to run
+LIGHT = frozenset(
+    {
+        "tisim.contact.ipc.potential._barrier_gradient",
+        "tisim.contact.ipc.potential._barrier_hessians",
+        "tisim.contact.ipc.potential._barrier_energy",
+        "tisim.contact.ipc.potential._barrier_classify",
+        "tisim.contact.ipc.potential._pair_stats",
+        "tisim.contact.ipc.friction_potential._friction_update",
+        "tisim.solvers.cloth.assembly_kernels.scatter_pairs",
+        "tisim.solvers.cloth.assembly_kernels.emit_outside",
+    }
+)
 ENV = "TISIM_TAICHI_IR_OPT"
 
 
-def keeps_passes(module: str) -> bool:
-    """Whether kernels defined in ``module`` compile with Taichi's IR passes."""
+def keeps_passes(module: str, name: str = "") -> bool:
+    """Whether the kernel ``name`` defined in ``module`` compiles with Taichi's IR passes."""
     forced = os.environ.get(ENV)
     if forced in ("0", "1"):
         return forced == "1"
-    return module.startswith(KEEP_PASSES)
+    return module.startswith(KEEP_PASSES) and f"{module}.{name}" not in LIGHT
 
 
 def install() -> bool:
@@ -63,7 +81,10 @@ def install() -> bool:
         done.add(id(t_kernel))
         light = self.__dict__.get("_tisim_light")
         if light is None:
-            light = self._tisim_light = not keeps_passes(getattr(self.func, "__module__", "") or "")
+            func = self.func
+            light = self._tisim_light = not keeps_passes(
+                getattr(func, "__module__", "") or "", getattr(func, "__qualname__", "") or ""
+            )
         if not light:
             return original(self, t_kernel, *args)
         cfg = impl.current_cfg()
