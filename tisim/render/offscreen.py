@@ -8,9 +8,9 @@ destroys the old one *before* creating the next. It is destroyed at exit.
 GGUI writes ``imgui.ini`` into the current directory when a window is destroyed;
 that is done from a temporary folder so runs do not litter the user's folder.
 
-``SceneDrawer`` owns the f32 Taichi fields GGUI draws from (allocated once per
-``open``; only positions and normals change per frame) and is shared by the
-off-screen renderer and the live viewer.
+``SceneDrawer`` owns the f32 host arrays GGUI draws from (allocated once per ``open``;
+only positions and normals change per frame; :mod:`tisim.render.host_draw`) and is
+shared by the off-screen renderer and the live viewer.
 """
 
 from __future__ import annotations
@@ -113,7 +113,9 @@ def _flat_mesh(V: np.ndarray, F: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 class _MeshFields:
-    """f32 vertex/normal fields and an index field of one fixed-topology mesh."""
+    """The vertex buffer (f32 positions, normals, colours in GGUI's layout), indices and
+    identity transform of one fixed-topology mesh, as host arrays
+    (:mod:`tisim.render.host_draw`: no Taichi fields, so nothing to compile)."""
 
     def __init__(
         self,
@@ -122,60 +124,43 @@ class _MeshFields:
         colors: np.ndarray | None = None,
         color=(1.0, 1.0, 1.0),
     ):
-        import taichi as ti
+        from tisim.render import host_draw
 
         n = max(int(vertex_count), 1)
         self.vertex_count = int(vertex_count)
         self.faces = np.asarray(faces, dtype=np.int32)
-        # allocate every field before filling any: fields made between two kernel
-        # launches share one SNode tree, and a process has a bounded number of trees
-        self.x = ti.Vector.field(3, ti.f32, shape=n)
-        self.n = ti.Vector.field(3, ti.f32, shape=n)
-        self.idx = ti.field(ti.i32, shape=max(3 * len(self.faces), 3))
-        # per-vertex colours on every mesh (uniform when none are given): one draw path.
-        # RGBA: with RGB, GGUI's own copy kernel writes the alpha as a float literal of the
-        # default (f64) precision into its f32 buffer and warns "Assign may lose precision"
-        # at every start (seen in `make demo`)
-        self.colors = ti.Vector.field(4, ti.f32, shape=n)
-        self.model = ti.Matrix.field(4, 4, ti.f32, shape=1)  # identity: see ``draw``
-        if len(self.faces):
-            self.idx.from_numpy(self.faces.reshape(-1))
+        self.vbo = host_draw.vertex_buffer(n)
+        self.idx = np.ascontiguousarray(self.faces.reshape(-1)) if len(self.faces) else np.zeros(3, np.int32)
+        # per-vertex colours on every mesh (uniform when none are given): one draw path
         self.set_colors(np.broadcast_to(np.asarray(colors if colors is not None else color, dtype=np.float32), (n, 3)))
-        self.model.from_numpy(np.eye(4, dtype=np.float32)[None])
+        self.model = np.eye(4, dtype=np.float32)[None]  # identity: see ``draw``
 
     def set_colors(self, rgb: np.ndarray) -> None:
         """Per-vertex colours (n, 3), opaque."""
-        c = np.ones((len(rgb), 4), dtype=np.float32)
-        c[:, :3] = rgb
-        self.colors.from_numpy(c)
+        self.vbo[:, 8:11] = rgb
+        self.vbo[:, 11] = 1.0
 
     def update(self, positions: np.ndarray, normals: np.ndarray | None = None) -> None:
         """New positions (n, 3); normals (n, 3), or (3,) for all, default: from the faces."""
         x = np.asarray(positions, dtype=np.float64).reshape(-1, 3)
-        self.x.from_numpy(x.astype(np.float32))
+        self.vbo[:, 0:3] = x
         if normals is None:
             nrm = vertex_normals(x, self.faces)
         else:
             nrm = np.broadcast_to(np.asarray(normals, dtype=np.float64), x.shape)
-        self.n.from_numpy(np.ascontiguousarray(nrm, dtype=np.float32))
+        self.vbo[:, 3:6] = nrm
 
     def draw(self, scene, color) -> None:
-        """Draw as one instance with an identity model matrix, never with ``scene.mesh``:
+        """Draw as one instance with an identity model matrix, never as a plain mesh:
         Taichi 1.7.4's mesh shader computes ``I (1 - a) + M a`` with a = 0 and M read
         from a per-draw storage buffer that ``scene.mesh`` leaves uninitialised, so a
         NaN left in that memory (by anything allocated before) makes the whole mesh
         vanish, at random (seen as a floor or an object missing from some frames)."""
         if not len(self.faces):
             return
-        scene.mesh_instance(
-            self.x,
-            indices=self.idx,
-            normals=self.n,
-            color=tuple(color),
-            per_vertex_color=self.colors,
-            two_sided=True,
-            transforms=self.model,
-        )
+        from tisim.render import host_draw
+
+        host_draw.mesh(scene, self.vbo, self.idx, self.model, color)
 
 
 CREASE_DEGREES = 40.0  # faces meeting at a sharper angle (at rest) are shaded apart
@@ -369,7 +354,7 @@ class SceneDrawer:
     PENUMBRA_SPREAD = 0.1  # how far the penumbra's light directions tilt, radians
 
     def __init__(self, info: ViewInfo):
-        import taichi as ti
+        from tisim.render import host_draw
 
         self.info = info
         if info.face_colors is not None:
@@ -447,7 +432,7 @@ class SceneDrawer:
         self._shadow_static: set[tuple[int, int]] = set()
         self._points = None
         self._point_count = 0
-        self._marker = ti.Vector.field(3, ti.f32, shape=2)  # dragged vertex and its target
+        self._marker = host_draw.vertex_buffer(2)  # dragged vertex and its target
         self._marker_on = False
         self.radius = 0.01  # particle radius, metres; set from the object size on the first frame
         self._sized = False
@@ -540,19 +525,15 @@ class SceneDrawer:
         self._shadow_on = True
 
     def _set_points(self, pts: np.ndarray | None) -> None:
-        import taichi as ti
+        from tisim.render import host_draw
 
         if pts is None or len(pts) == 0:
             self._point_count = 0
             return
         p = np.asarray(pts, dtype=np.float32).reshape(-1, 3)
-        if self._points is None or self._points.shape[0] < len(p):
-            # grow geometrically: allocating fields every frame would leak SNode trees
-            cap = max(16, 2 * len(p))
-            self._points = ti.Vector.field(3, ti.f32, shape=cap)
-        buf = np.zeros((self._points.shape[0], 3), np.float32)
-        buf[: len(p)] = p
-        self._points.from_numpy(buf)
+        if self._points is None or len(self._points) < len(p):
+            self._points = host_draw.vertex_buffer(max(16, 2 * len(p)))  # grows geometrically
+        self._points[: len(p), 0:3] = p
         self._point_count = len(p)
 
     def set_marker(self, vertex_pos: np.ndarray | None, target: np.ndarray | None) -> None:
@@ -560,7 +541,7 @@ class SceneDrawer:
         if vertex_pos is None or target is None:
             self._marker_on = False
             return
-        self._marker.from_numpy(np.array([vertex_pos, target], dtype=np.float32))
+        self._marker[:, 0:3] = np.array([vertex_pos, target], dtype=np.float32)
         self._marker_on = True
 
     def draw(self, scene) -> None:
@@ -573,17 +554,13 @@ class SceneDrawer:
         self.surface.draw(scene, self.info.render.color)
         for _, fields, _, color in self.colliders:
             fields.draw(scene, color)
+        from tisim.render import host_draw
+
         if self._point_count:
-            scene.particles(self._points, radius=self.radius, color=POINT_COLOR, index_count=self._point_count)
+            host_draw.particles(scene, self._points, self.radius, POINT_COLOR, index_count=self._point_count)
         if self._marker_on:
-            scene.lines(self._marker, width=2.0, color=DRAG_COLOR)
-            scene.particles(
-                self._marker,
-                radius=1.5 * self.radius,
-                color=DRAG_COLOR,
-                index_offset=1,
-                index_count=1,
-            )
+            host_draw.lines(scene, self._marker, 2.0, DRAG_COLOR)
+            host_draw.particles(scene, self._marker, 1.5 * self.radius, DRAG_COLOR, index_offset=1, index_count=1)
 
 
 def setup_camera_and_lights(scene, ti_camera, view: CameraView) -> None:
