@@ -660,6 +660,59 @@ def test_offscreen_meshes_show_whatever_ggui_memory_held_before(renderer):
 
 
 @needs_vulkan
+def test_host_arrays_draw_what_taichis_field_wrappers_draw(renderer):
+    """tisim.render.host_draw hands GGUI's C++ scene the vertex buffer, indices and
+    transform as numpy arrays; Taichi's own ``mesh_instance``, ``particles`` and ``lines``
+    take fields and build the same arrays with their copy kernels. The same drawing both
+    ways must give the same pixels (a wrong stride, colour slot or count would not)."""
+    import taichi as ti
+
+    from tisim.render import host_draw
+    from tisim.render.offscreen import setup_camera_and_lights
+
+    info, x = _box_info()
+    renderer.open(info)
+    renderer.draw(0, 0.0, x)  # camera and view
+    surface = renderer._drawer.surface
+    vbo, idx, n = surface.vbo, surface.idx, len(surface.vbo)
+    rng = np.random.default_rng(3)
+    vbo[:, 8:11] = rng.uniform(0.2, 1.0, (n, 3))  # distinct colours per corner
+    pts = host_draw.vertex_buffer(5)  # a segment and points in front of the box
+    pts[:, 0:3] = [(-0.8, 0.3, 1.0), (0.8, 0.3, 1.0), (-0.8, -0.3, 1.2), (0.8, -0.2, 1.2), (0.0, 0.0, 0.0)]
+    images = []
+    for way in ("taichi", "host"):
+        scene = renderer._window.get_scene()
+        setup_camera_and_lights(scene, renderer._ti_camera, renderer.view)
+        if way == "host":
+            host_draw.mesh(scene, vbo, idx, surface.model, (1.0, 1.0, 1.0))
+            host_draw.particles(scene, pts, 0.03, (0.1, 0.9, 0.2), index_count=4)
+            host_draw.lines(scene, pts, 3.0, (0.9, 0.9, 0.1), vertex_count=2)
+        else:
+            f = {k: ti.Vector.field(d, ti.f32, shape=n) for k, d in (("x", 3), ("n", 3), ("c", 4))}
+            f["x"].from_numpy(vbo[:, 0:3].copy())
+            f["n"].from_numpy(vbo[:, 3:6].copy())
+            f["c"].from_numpy(vbo[:, 8:12].copy())
+            fi = ti.field(ti.i32, shape=len(idx))
+            fi.from_numpy(idx)
+            fm = ti.Matrix.field(4, 4, ti.f32, shape=1)
+            fm.from_numpy(surface.model)
+            fp = ti.Vector.field(3, ti.f32, shape=5)
+            fp.from_numpy(pts[:, 0:3].copy())
+            scene.mesh_instance(
+                f["x"], indices=fi, normals=f["n"], per_vertex_color=f["c"], transforms=fm, two_sided=True
+            )
+            scene.particles(fp, radius=0.03, color=(0.1, 0.9, 0.2), index_count=4)
+            scene.lines(fp, width=3.0, color=(0.9, 0.9, 0.1), vertex_count=2)
+        canvas = renderer._window.get_canvas()
+        canvas.set_background_color(BG)
+        canvas.scene(scene)
+        images.append(renderer._window.get_image_buffer_as_numpy().copy())
+    assert (images[0] != images[0][0, 0]).any()  # something drawn
+    np.testing.assert_array_equal(images[0], images[1])
+    renderer.close()
+
+
+@needs_vulkan
 def test_offscreen_records_frames_and_video(renderer, tmp_path):
     import imageio.v2 as iio2
 
