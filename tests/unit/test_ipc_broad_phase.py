@@ -270,7 +270,7 @@ def test_cloth_near_sphere_complete_and_timed(rng):
 def test_second_instance_compiles_nothing(rng):
     """A new instance of another size (and its first detect, plain and swept, with
     buffer growth) reuses every compiled kernel."""
-    from tisim.contact.ipc import broad_phase
+    from tisim.contact.ipc import broad_phase, hash_grid
     from tisim.contact.ipc.broad_phase import BroadPhase
 
     V, F, E = _two_grids(rng, res=6)
@@ -280,7 +280,7 @@ def test_second_instance_compiles_nothing(rng):
     bp.detect(_field(V), 0.1, dx=_field(0.1 * rng.normal(size=V.shape)), alpha=0.5)
     first = time.perf_counter() - t0
     bp.pairs_numpy()
-    before = compiled_kernel_count(broad_phase)
+    before = compiled_kernel_count(broad_phase) + compiled_kernel_count(hash_grid)
     assert before > 0
 
     V2, F2, E2 = _two_grids(rng, res=9)
@@ -293,7 +293,7 @@ def test_second_instance_compiles_nothing(rng):
     _ = bp2.capacity, bp2.pt.to_numpy(), bp2.ee.to_numpy()
     log.info("broad phase: first instance %.3f s, second instance %.3f s", first, second)
     assert min(counts) > 0 and min(bp2.capacity) > 1  # the grown path ran too
-    assert compiled_kernel_count(broad_phase) == before, "a new instance recompiled kernels"
+    assert compiled_kernel_count(broad_phase) + compiled_kernel_count(hash_grid) == before, "a new instance recompiled kernels"
     assert second < 1.0
 
 
