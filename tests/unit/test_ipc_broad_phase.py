@@ -293,7 +293,9 @@ def test_second_instance_compiles_nothing(rng):
     _ = bp2.capacity, bp2.pt.to_numpy(), bp2.ee.to_numpy()
     log.info("broad phase: first instance %.3f s, second instance %.3f s", first, second)
     assert min(counts) > 0 and min(bp2.capacity) > 1  # the grown path ran too
-    assert compiled_kernel_count(broad_phase) + compiled_kernel_count(hash_grid) == before, "a new instance recompiled kernels"
+    assert compiled_kernel_count(broad_phase) + compiled_kernel_count(hash_grid) == before, (
+        "a new instance recompiled kernels"
+    )
     assert second < 1.0
 
 

@@ -119,6 +119,26 @@ class BallPairs(PairBatch):
     def friction_energy(self, x, x_ref, eps_v: float, h: float) -> float:
         return self.friction.energy(x, x_ref, eps_v, h) if self.friction_on else 0.0
 
+    def energies(self, x, x_ref, kappa: float, eps_v: float, h: float) -> float:
+        """energy(x, kappa) + friction_energy(x, x_ref, eps_v, h), J (one launch where both act)."""
+        if not self or not self.friction_on:
+            return self.energy(x, kappa) + self.friction_energy(x, x_ref, eps_v, h)
+        Eb, Ef = self.barrier.energy_with_friction(
+            x, *self._args(), self.dhat, self.xi, kappa * self.kappa_scale, self.friction, x_ref, eps_v, h
+        )
+        return Eb + Ef
+
+    def add_contact_terms(self, x, x_ref, kappa: float, eps_v: float, h: float, g, unknowns):
+        """g += the barrier's and friction's gradients (``add_terms`` then
+        ``add_friction_terms``, the gradients in one launch); returns their (hessians,
+        stencils, rows), each None where it adds nothing."""
+        fr = (self.friction, x_ref, eps_v, h) if self.friction_on else None
+        part = self.add_terms(x, kappa, g, unknowns, friction=fr)
+        if fr is None:
+            return part, None
+        rows = self.friction.local_hessians(x, x_ref, eps_v, h, True)
+        return part, (self.friction.hessians, self.friction.stencils, rows)
+
     def add_friction_terms(self, x, x_ref, eps_v: float, h: float, g):
         """g += friction's gradient; returns (hessians, stencils, rows) or None."""
         if not self.friction_on:

@@ -74,18 +74,20 @@ class PairBatch:
         """The rows within reach at x (BarrierPotential.compact_active)."""
         return self.barrier.compact_active(x, *self._args(), self.dhat, self.xi)
 
-    def add_terms(self, x, kappa: float, g, unknowns):
+    def add_terms(self, x, kappa: float, g, unknowns, friction=None):
         """g += the barrier's gradient at x; returns (hessians, stencils, rows) of its
-        projected local Hessians, or None when no pair is within reach."""
-        if not self:
-            return None
-        kb = kappa * self.kappa_scale
-        apt, na_pt, aee, na_ee = self.compact_active(x)
-        if na_pt + na_ee == 0:
-            return None
-        self.barrier.add_gradient(x, apt, na_pt, aee, na_ee, self.dhat, self.xi, kb, g)
-        rows = self.barrier.local_hessians(x, apt, na_pt, aee, na_ee, self.dhat, self.xi, kb, True, unknowns)
-        return self.barrier.hessians, self.barrier.stencils, rows
+        projected local Hessians, or None when no pair is within reach. friction:
+        (FrictionPotential, x_ref, eps_v, h) whose gradient is added after the barrier's."""
+        if self:
+            kb = kappa * self.kappa_scale
+            apt, na_pt, aee, na_ee = self.compact_active(x)
+            if na_pt + na_ee:
+                self.barrier.add_gradient(x, apt, na_pt, aee, na_ee, self.dhat, self.xi, kb, g, friction=friction)
+                rows = self.barrier.local_hessians(x, apt, na_pt, aee, na_ee, self.dhat, self.xi, kb, True, unknowns)
+                return self.barrier.hessians, self.barrier.stencils, rows
+        if friction is not None:
+            friction[0].add_gradient(x, *friction[1:], g)
+        return None
 
     def add_gradient(self, x, kappa: float, g) -> None:
         """g += the barrier's gradient at x."""

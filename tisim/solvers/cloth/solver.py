@@ -233,7 +233,9 @@ class SolverCloth(Solver):
         self._stats_total = {"steps": 0, "newton": 0, "ccd_clamps": 0, "max_kinematic_lag": 0.0}
         self._lag_warned = False
         # the contact kernels compile now, not at the first contact (a second's freeze)
-        self.barrier.compile_kernels(self.x, self.broad.pt, self.broad.ee, self.g, self.system.unknowns)
+        self.barrier.compile_kernels(
+            self.x, self.broad.pt, self.broad.ee, self.g, self.system.unknowns, friction=self.friction
+        )
         self.friction.compile_kernels(self.x, self.broad.pt, self.broad.ee, self.g, self.vertex_mu)
         self.system.compile_kernels(self.barrier.hessians, self.barrier.stencils)
 
