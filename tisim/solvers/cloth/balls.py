@@ -128,12 +128,13 @@ class BallPairs(PairBatch):
         )
         return Eb + Ef
 
-    def add_contact_terms(self, x, x_ref, kappa: float, eps_v: float, h: float, g, unknowns):
+    def add_contact_terms(self, x, x_ref, kappa: float, eps_v: float, h: float, g, unknowns, same_x: bool = False):
         """g += the barrier's and friction's gradients (``add_terms`` then
         ``add_friction_terms``, the gradients in one launch); returns their (hessians,
-        stencils, rows), each None where it adds nothing."""
+        stencils, rows), each None where it adds nothing. same_x: x holds what it held at
+        the last :meth:`energies` call, over these rows (its active rows are reused)."""
         fr = (self.friction, x_ref, eps_v, h) if self.friction_on else None
-        part = self.add_terms(x, kappa, g, unknowns, friction=fr)
+        part = self.add_terms(x, kappa, g, unknowns, friction=fr, same_x=same_x)
         if fr is None:
             return part, None
         rows = self.friction.local_hessians(x, x_ref, eps_v, h, True)

@@ -70,17 +70,19 @@ class PairBatch:
             return 0.0
         return self.barrier.energy(x, *self._args(), self.dhat, self.xi, kappa * self.kappa_scale)
 
-    def compact_active(self, x):
-        """The rows within reach at x (BarrierPotential.compact_active)."""
-        return self.barrier.compact_active(x, *self._args(), self.dhat, self.xi)
+    def compact_active(self, x, same_x: bool = False):
+        """The rows within reach at x (BarrierPotential.compact_active; same_x: x holds
+        what it held at the last energy evaluation, over these rows)."""
+        return self.barrier.compact_active(x, *self._args(), self.dhat, self.xi, same_x=same_x)
 
-    def add_terms(self, x, kappa: float, g, unknowns, friction=None):
+    def add_terms(self, x, kappa: float, g, unknowns, friction=None, same_x: bool = False):
         """g += the barrier's gradient at x; returns (hessians, stencils, rows) of its
         projected local Hessians, or None when no pair is within reach. friction:
-        (FrictionPotential, x_ref, eps_v, h) whose gradient is added after the barrier's."""
+        (FrictionPotential, x_ref, eps_v, h) whose gradient is added after the barrier's;
+        same_x: as :meth:`compact_active`."""
         if self:
             kb = kappa * self.kappa_scale
-            apt, na_pt, aee, na_ee = self.compact_active(x)
+            apt, na_pt, aee, na_ee = self.compact_active(x, same_x)
             if na_pt + na_ee:
                 self.barrier.add_gradient(x, apt, na_pt, aee, na_ee, self.dhat, self.xi, kb, g, friction=friction)
                 rows = self.barrier.local_hessians(x, apt, na_pt, aee, na_ee, self.dhat, self.xi, kb, True, unknowns)

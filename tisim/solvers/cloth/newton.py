@@ -393,7 +393,9 @@ class NewtonLoop:
                 k.g += download(s.g)
         for ball in s.balls if s.kappa > 0 else ():
             _zero(s.g)
-            part, fpart = ball.add_contact_terms(s.x, s.x_ref, s.kappa, eps_v, h, s.g, system.unknowns)
+            # (the line search's last energy, at x, scanned the sphere's rows too)
+            same_x = c.barrier_at is x
+            part, fpart = ball.add_contact_terms(s.x, s.x_ref, s.kappa, eps_v, h, s.g, system.unknowns, same_x)
             for pp in (part, fpart):
                 if pp is not None:
                     k.pair_parts.append(pp)
@@ -454,8 +456,7 @@ class NewtonLoop:
         for vb, B in k.block_parts:
             sv = k.sysvert[vb]
             system.add_vertex_blocks(sv[sv >= 0], B[sv >= 0])
-        for H, st, rows in k.pair_parts:
-            system.add_pairs(H, st, rows)
+        system.add_pair_batches(k.pair_parts)
         pulled = c.pulled
         if pulled.any():
             if c.w_al == 0.0:
