@@ -96,6 +96,10 @@ class PairBatch:
         if self:
             self.barrier.add_gradient(x, *self._args(), self.dhat, self.xi, kappa * self.kappa_scale, g)
 
+    def ccd_batch(self) -> tuple:
+        """(pt, n_pt, ee, n_ee, thickness): the rows for CCD (``ccd.max_step_two``)."""
+        return (*self._args(), self.xi)
+
     def max_step(self, x, dx) -> float:
         """The batch's CCD bound on the step dx from x (a fraction in (0, 1]); the rows
         must cover the sweep."""
