@@ -403,21 +403,16 @@ def max_singular_value(F):
     return ti.sqrt(ti.max(l1, 0.0))
 
 
-@ti.kernel
-def strain_energy(
-    x: ti.types.ndarray(),
-    faces: ti.types.ndarray(),
-    data: ti.types.ndarray(),
-    out: ti.types.ndarray(),
-    s_max: float,
-    s_hat: float,
+@ti.func
+def strain_energy_pass(
+    x: ti.template(), faces: ti.template(), data: ti.template(), out: ti.template(), s_max, s_hat, count
 ):
     """out[0] = sum over faces of Phi (J); +inf where a sigma_i >= s_max. out[1] = the
     largest sigma_1 over the faces (``face_stretch``'s value, from the same eigenvalues)."""
     out[0] = 0.0
     out[1] = 0.0
     ti.loop_config(serialize=backend.SERIAL_SUMS)
-    for f in range(faces.shape[0]):
+    for f in range(count):
         BG = face_frame(data, f)
         F = deformation(x, faces, f, BG)
         l1, l2, _v1, _v2 = sym_eigen2(F.transpose() @ F)
@@ -427,6 +422,19 @@ def strain_energy(
         e2, _a2, _b2 = strain_scalar(l2, ka, s_max, s_hat)
         if e1 + e2 != 0.0:
             out[0] += e1 + e2
+
+
+@ti.kernel
+def strain_energy(
+    x: ti.types.ndarray(),
+    faces: ti.types.ndarray(),
+    data: ti.types.ndarray(),
+    out: ti.types.ndarray(),
+    s_max: float,
+    s_hat: float,
+):
+    """``strain_energy_pass`` in a launch of its own."""
+    strain_energy_pass(x, faces, data, out, s_max, s_hat, faces.shape[0])
 
 
 @ti.func

@@ -1,5 +1,5 @@
 """The shell term's passes of a Newton iteration (:class:`~tisim.solvers.cloth.terms.ShellTerm`),
-each in one launch: the energy (membrane, bending), the gradient (membrane, bending, a
+each in one launch: the energy (membrane, bending, a folded strain limit), the gradient (membrane, bending, a
 folded strain limit) and the Hessian (the membrane's and the strain limit's projected
 F-space Hessians gathered into the CSR values, then the bending's Gauss-Newton term).
 
@@ -30,10 +30,19 @@ def shell_energy(
     n_hinges: ti.i32,
     membrane: ti.types.ndarray(),
     bending: ti.types.ndarray(),
+    strain_faces: ti.types.ndarray(),
+    strain_data: ti.types.ndarray(),
+    n_strain: ti.i32,
+    s_max: float,
+    s_hat: float,
+    strain: ti.types.ndarray(),
 ):
-    """membrane[0] = Psi_m, bending[0] = Psi_b over the first n_hinges hinges (J)."""
+    """membrane[0] = Psi_m, bending[0] = Psi_b over the first n_hinges hinges (J), and
+    the strain limit's Phi and largest stretch over its first n_strain faces in strain[0]
+    and strain[1] (``strain_energy``; n_strain = 0: none, strain a scratch array)."""
     K.membrane_energy_pass(x, faces, face_data, membrane)
     B.bending_energy_pass(x, hinges, hinge_data, bending, n_hinges)
+    K.strain_energy_pass(x, strain_faces, strain_data, strain, s_max, s_hat, n_strain)
 
 
 @ti.kernel

@@ -71,6 +71,7 @@ class ShellTerm:
         # here (one projection of the sum); set by the solver, see fold_strain
         self.strain = None
         self._last = None  # the last full evaluation, see remember()
+        self._scratch = ti.ndarray(real, shape=(2,))  # (shell_energy's strain sums, unused)
         self._energy_at = None  # (x, E) of the last energy-only evaluation
 
     def fold_strain(self, strain) -> bool:
@@ -112,9 +113,16 @@ class ShellTerm:
         if not energy_only and kept is not None and np.array_equal(kept[0], x):
             E = kept[1]  # the line search's last trial, where this Newton iteration starts
         else:
-            # (ShellEnergy.energy's two passes in one launch, the same sum)
-            EK.shell_energy(self.x, e.faces, e.face_data, *hinge_args, e._scalar, e._bending_sum)
+            # ShellEnergy.energy's two passes in one launch, the same sum; with a folded
+            # strain limit, its energy too, for the line search's next call (StrainTerm.energy)
+            o = strain.obj if strain is not None and energy_only else None
+            s_args = (e.faces, e.face_data, 0, 0.0, 0.0, self._scratch)
+            if o is not None:
+                s_args = (o.faces, o.face_data, o.faces.shape[0], o.s_max, o.s_hat, o._scalar)
+            EK.shell_energy(self.x, e.faces, e.face_data, *hinge_args, e._scalar, e._bending_sum, *s_args)
             E = float(e._scalar[0]) + (float(e._bending_sum[0]) if e.hinge_count else 0.0)
+            if o is not None:
+                strain.evaluated(x, *download(o._scalar)[:2])
         if energy_only:
             self._energy_at = (np.array(x, dtype=np.float64), E)
             return E, None, None
@@ -216,14 +224,27 @@ class StrainTerm:
         self.assembler = DeviceAssembler(3 * n, [_np(self.obj.face_stencils)])
         self._hf = ti.ndarray(real, shape=(max(len(faces), 1), 6, 6))
         self._stretch_at = None  # (x, largest stretch) of the last energy() call
+        self._energy_at = None  # (x, energy) evaluated with the shell's (see evaluated)
 
     def energy(self, x):
+        kept, self._energy_at = self._energy_at, None
+        if kept is not None and np.array_equal(kept[0], x):
+            return kept[1]  # evaluated with the shell's energy (ShellTerm, folded)
         upload(self.x, x)
         E = self.obj.energy(self.x)
         # the largest stretch came with it: max_stretch / active_at at the same x reuse it
         # (the Newton iteration after an accepted line search starts at its last trial)
         self._stretch_at = (np.array(x, dtype=np.float64), self.obj.last_max_stretch)
         return E
+
+    def evaluated(self, x, E: float, stretch: float) -> None:
+        """The energy E and largest stretch at x (n, 3), evaluated elsewhere (the shell's
+        kernel, the same pass as ``energy``'s): the next :meth:`energy` call, if at x,
+        returns E without a launch (once)."""
+        x = np.array(x, dtype=np.float64)
+        self.obj.last_max_stretch = float(stretch)
+        self._energy_at = (x, float(E))
+        self._stretch_at = (x, float(stretch))
 
     def gradient_hessian(self, x):
         from tisim.energies import shell_kernels as K
