@@ -343,7 +343,7 @@ class FrictionPotential(_Rows):
             self.basis,
             self._sum,
         )
-        return float(self._sum[0])
+        return float(download(self._sum)[0])
 
     def add_gradient(self, x, x_ref, eps_v: float, h: float, g) -> None:
         """g += dD/dx (N)."""

@@ -628,7 +628,7 @@ class BarrierPotential(_Rows):
             return self.energy(x, pt, n_pt, ee, n_ee, dhat, thickness, kappa), friction.energy(x, x_ref, eps_v, h)
         e, dsq = self._scan(x, pt, n_pt, ee, n_ee, dhat, thickness, friction.pass_args(x_ref, eps_v, h, friction._sum))
         self.last_min_distance = math.sqrt(max(float(dsq), 0.0))
-        return float(kappa) * float(e), float(friction._sum[0])
+        return float(kappa) * float(e), float(download(friction._sum)[0])
 
     def local_hessians(
         self,
@@ -670,11 +670,11 @@ class BarrierPotential(_Rows):
         if n_pt + n_ee == 0:
             return math.inf
         _pair_stats(x, pt, int(n_pt), ee, int(n_ee), 0.0, 0.0, self._sum, self._count)
-        return math.sqrt(max(float(self._sum[0]), 0.0))
+        return math.sqrt(max(float(download(self._sum)[0]), 0.0))
 
     def active_count(self, x, pt, n_pt: int, ee, n_ee: int, dhat: float, thickness: float) -> int:
         """Number of pairs within the activation distance (s < s_hat, overlapping ones included)."""
         if n_pt + n_ee == 0:
             return 0
         _pair_stats(x, pt, int(n_pt), ee, int(n_ee), float(dhat), float(thickness), self._sum, self._count)
-        return int(self._count[0])
+        return int(download(self._count)[0])

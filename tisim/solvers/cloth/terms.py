@@ -120,7 +120,7 @@ class ShellTerm:
             if o is not None:
                 s_args = (o.faces, o.face_data, o.faces.shape[0], o.s_max, o.s_hat, o._scalar)
             EK.shell_energy(self.x, e.faces, e.face_data, *hinge_args, e._scalar, e._bending_sum, *s_args)
-            E = float(e._scalar[0]) + (float(e._bending_sum[0]) if e.hinge_count else 0.0)
+            E = float(download(e._scalar)[0]) + (float(download(e._bending_sum)[0]) if e.hinge_count else 0.0)
             if o is not None:
                 strain.evaluated(x, *download(o._scalar)[:2])
         if energy_only:
