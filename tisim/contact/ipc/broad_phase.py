@@ -339,6 +339,41 @@ def _visit(
     return rank
 
 
+@ti.func
+def _query(i, points: ti.template(), active: ti.template(), edges: ti.template(), n, nf, n_points):
+    """Query i: (is a point, the point or the edge's first vertex, the edge's second
+    vertex, its box id, whether it visits the obstacles' grid)."""
+    is_point = i < n_points
+    a0 = 0  # the point, or the edge's vertices
+    a1 = 0
+    box = 0
+    static_too = 1
+    if is_point:
+        a0 = points[i]
+        box = a0
+        static_too = active[a0]
+    else:
+        ei = i - n_points
+        a0, a1 = edges[ei, 0], edges[ei, 1]
+        box = n + nf + ei
+    return is_point, a0, a1, box, static_too
+
+
+@ti.func
+def _write_kept(
+    i, is_point, a0, a1, query_counts: ti.template(), found: ti.template(), faces: ti.template(),
+    edges: ti.template(), n, nf, ee_base, pt: ti.template(), ee: ti.template(),
+):  # fmt: skip
+    """Write query i's pairs from the partners the counting pass kept in found[i]."""
+    for r in range(query_counts[i, 0]):
+        other = found[i, r]
+        k = query_counts[i, 1] + r
+        if is_point:
+            pt[k] = ti.Vector([a0, faces[other - n, 0], faces[other - n, 1], faces[other - n, 2]])
+        else:
+            ee[k - ee_base] = ti.Vector([a0, a1, edges[other - n - nf, 0], edges[other - n - nf, 1]])
+
+
 @ti.kernel
 def _query_pairs(
     lo: ti.types.ndarray(),
@@ -393,30 +428,12 @@ def _query_pairs(
     traversing the grids again; only queries with more partners traverse twice.
     """
     for i in range(n_points + n_qe):
-        is_point = i < n_points
-        a0 = 0  # the point, or the edge's vertices
-        a1 = 0
-        box = 0
-        static_too = 1
-        if is_point:
-            a0 = points[i]
-            box = a0
-            static_too = active[a0]
-        else:
-            ei = i - n_points
-            a0, a1 = edges[ei, 0], edges[ei, 1]
-            box = n + nf + ei
+        is_point, a0, a1, box, static_too = _query(i, points, active, edges, n, nf, n_points)
         lo_a = lo[box]
         hi_a = hi[box]
         rank = 0
         if write != 0 and query_counts[i, 0] <= cap:  # the partners kept by the counting pass
-            for r in range(query_counts[i, 0]):
-                other = found[i, r]
-                k = query_counts[i, 1] + r
-                if is_point:
-                    pt[k] = ti.Vector([a0, faces[other - n, 0], faces[other - n, 1], faces[other - n, 2]])
-                else:
-                    ee[k - ee_base] = ti.Vector([a0, a1, edges[other - n - nf, 0], edges[other - n - nf, 1]])
+            _write_kept(i, is_point, a0, a1, query_counts, found, faces, edges, n, nf, ee_base, pt, ee)
         else:
             for g in ti.static(range(2)):  # the cloth's grid, then the obstacles' grid
                 visit = 1
@@ -433,6 +450,23 @@ def _query_pairs(
                 query_counts[i, 0] = rank
     scan(query_counts, query_blocks, query_counts.shape[0] * (1 - write))
     scan_total(query_counts, n_points, totals, 1 - write)
+    # The counting pass writes the pairs too when every query's partners were kept and the
+    # rows fit the pair arrays (totals[3] = the queries copied, else 0: the host then
+    # launches the writing pass): the writing pass's copies, one launch earlier
+    ti.loop_config(serialize=True)
+    for _ in range(1 - write):
+        totals[2] = 0
+    for i in range((n_points + n_qe) * (1 - write)):
+        if query_counts[i, 0] > cap:
+            totals[2] = 1  # (the stores may race; they all store the same value)
+    ti.loop_config(serialize=True)
+    for _ in range(1 - write):
+        totals[3] = 0
+        if totals[2] == 0 and totals[0] <= pt.shape[0] and totals[1] - totals[0] <= ee.shape[0]:
+            totals[3] = n_points + n_qe
+    for i in range(totals[3] * (1 - write)):
+        is_point, a0, a1, _box, _static = _query(i, points, active, edges, n, nf, n_points)
+        _write_kept(i, is_point, a0, a1, query_counts, found, faces, edges, n, nf, totals[0], pt, ee)
 
 
 # partners per query kept between the two passes of _query_pairs (a cloth vertex near a
@@ -545,7 +579,7 @@ class BroadPhase:
         self._kept = int(FOUND_KEPT)
         self._found = ti.ndarray(ti.i32, shape=(n_queries, max(self._kept, 1)))
         self._query_blocks = ti.ndarray(ti.i32, (n_queries + _SCAN_BLOCK - 1) // _SCAN_BLOCK)
-        self._totals = ti.ndarray(ti.i32, 2)
+        self._totals = ti.ndarray(ti.i32, 4)  # (point-triangle pairs, all, a query over FOUND_KEPT, copied)
         cap = int(initial_capacity)
         self._alloc_pairs("pt", cap)
         self._alloc_pairs("ee", cap)
@@ -626,15 +660,15 @@ class BroadPhase:
             s.entries if s is not None else d.entries,
             self._query_counts, self._found, self._kept,
         )  # fmt: skip
-        _query_pairs(*args, 0, 0, self.pt, self.ee, self._query_blocks, self._totals)  # count
-        n_pt, n_all = (int(c) for c in download(self._totals))
+        _query_pairs(*args, 0, 0, self.pt, self.ee, self._query_blocks, self._totals)  # count (and copy)
+        n_pt, n_all, _over, copied = (int(c) for c in download(self._totals))
         n_ee = n_all - n_pt
         cap_pt, cap_ee = self.capacity
         if n_pt > cap_pt:  # grow (the arrays change size, the kernels do not recompile)
             self._alloc_pairs("pt", _next_pow2(n_pt + n_pt // 2))
         if n_ee > cap_ee:
             self._alloc_pairs("ee", _next_pow2(n_ee + n_ee // 2))
-        if n_all:
+        if n_all and not copied:
             _query_pairs(*args, 1, n_pt, self.pt, self.ee, self._query_blocks, self._totals)  # write
         t2 = time.perf_counter()
         self.n_pt, self.n_ee = n_pt, n_ee
