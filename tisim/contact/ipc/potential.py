@@ -674,7 +674,11 @@ class BarrierPotential(_Rows):
 
     def active_count(self, x, pt, n_pt: int, ee, n_ee: int, dhat: float, thickness: float) -> int:
         """Number of pairs within the activation distance (s < s_hat, overlapping ones included)."""
+        return self.distance_stats(x, pt, n_pt, ee, n_ee, dhat, thickness)[1]
+
+    def distance_stats(self, x, pt, n_pt: int, ee, n_ee: int, dhat: float, thickness: float) -> tuple[float, int]:
+        """(:meth:`min_distance`, :meth:`active_count`) from one pass."""
         if n_pt + n_ee == 0:
-            return 0
+            return math.inf, 0
         _pair_stats(x, pt, int(n_pt), ee, int(n_ee), float(dhat), float(thickness), self._sum, self._count)
-        return int(download(self._count)[0])
+        return math.sqrt(max(float(download(self._sum)[0]), 0.0)), int(download(self._count)[0])

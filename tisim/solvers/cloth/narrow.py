@@ -120,6 +120,12 @@ class PairBatch:
             return 0
         return self.barrier.active_count(x, *self._args(), self.dhat, self.xi)
 
+    def distance_stats(self, x) -> tuple[float, int]:
+        """(:meth:`min_distance`, :meth:`active_count`) from one pass."""
+        if not self:
+            return math.inf, 0
+        return self.barrier.distance_stats(x, *self._args(), self.dhat, self.xi)
+
     def gap(self) -> float:
         """d^2 - xi^2 of the closest pair at the last energy evaluation, m^2."""
         d = self.barrier.last_min_distance

@@ -684,14 +684,14 @@ class NewtonLoop:
         n_pt, n_ee = s._detect(c.inflation, at=x)
         dmin = math.inf
         n_active = 0
-        if n_pt + n_ee:
-            dmin = s.barrier.min_distance(s.x, s.broad.pt, n_pt, s.broad.ee, n_ee)
-            n_active = s.barrier.active_count(s.x, s.broad.pt, n_pt, s.broad.ee, n_ee, dhat, xi)
+        if n_pt + n_ee:  # (the smallest distance and the active pairs from one pass)
+            dmin, n_active = s.barrier.distance_stats(s.x, s.broad.pt, n_pt, s.broad.ee, n_ee, dhat, xi)
         if s.narrow:
             n_active += s.narrow.active_count(s.x)
         for ball in s.balls:
-            n_active += ball.active_count(s.x)
-            dmin = min(dmin, ball.clearance(s.x))
+            d_ball, active = ball.distance_stats(s.x)
+            n_active += active
+            dmin = min(dmin, d_ball - ball.radius)  # (BallPairs.clearance)
         if planes:
             dmin = min(dmin, planes.min_distance(x[:nc]))
             n_active += planes.active_count(x[:nc], dhat, xi)
