@@ -55,8 +55,15 @@ def _hypot(a, b):
     return r
 
 
-@ti.func
-def project_psd_pass(A: ti.template(), count, dim, eps, chol_shift, max_iterations):
+@ti.kernel
+def _project_psd_kernel(
+    A: ti.types.ndarray(ndim=3),
+    count: ti.i32,
+    dim: ti.i32,
+    eps: float,
+    chol_shift: float,
+    max_iterations: ti.i32,
+):
     """Project each of ``count`` symmetric dim x dim blocks of A onto the PSD cone in place.
 
     One long kernel on purpose: each loop nest (and each kernel) costs LLVM compile time,
@@ -247,19 +254,6 @@ def project_psd_pass(A: ti.template(), count, dim, eps, chol_shift, max_iteratio
                         A[m, idx[q], idx[p]] = acc
 
 
-@ti.kernel
-def _project_psd_kernel(
-    A: ti.types.ndarray(ndim=3),
-    count: ti.i32,
-    dim: ti.i32,
-    eps: float,
-    chol_shift: float,
-    max_iterations: ti.i32,
-):
-    """``project_psd_pass`` in a launch of its own."""
-    project_psd_pass(A, count, dim, eps, chol_shift, max_iterations)
-
-
 class PSDProjector:
     """Projects batches of ``dim`` x ``dim`` matrices (dim <= MAX_DIM); any count.
 
@@ -286,16 +280,11 @@ class PSDProjector:
         """Compile the projection for arrays like ``A`` now (a launch over no matrix)."""
         self._launch(A, 0)
 
-    def pass_args(self, count: int) -> tuple:
-        """(count, dim, eps, chol_shift, max_iterations): ``project_psd_pass``'s arguments
-        after A, for a kernel that projects its own matrices (count: how many)."""
+    def _launch(self, A, count: int) -> None:
         from tisim import backend
 
         eps = float(np.finfo(backend.np_real()).eps)
-        return int(count), self.dim, eps, 16.0 * self.dim * eps, self.max_iterations
-
-    def _launch(self, A, count: int) -> None:
-        _project_psd_kernel(A, *self.pass_args(count))
+        _project_psd_kernel(A, count, self.dim, eps, 16.0 * self.dim * eps, self.max_iterations)
 
 
 def project_psd(A, count: int, projector: PSDProjector | None = None) -> PSDProjector:

@@ -76,7 +76,6 @@ from tisim.contact.ipc.pair_kernels import (
     _rest_array,
     _Rows,
 )
-from tisim.linalg.psd import PSDProjector, project_psd_pass
 
 log = logging.getLogger(__name__)
 
@@ -273,19 +272,19 @@ def _barrier_friction_gradient(
     friction_gradient_pass(x, x_ref, n_fr, eps, coef, stencil, weights, basis, g_fr)
 
 
-@ti.func
-def barrier_classify_pass(
-    x: ti.template(),
-    rest: ti.template(),
-    pt: ti.template(),
-    n_pt,
-    ee: ti.template(),
-    n_ee,
-    dhat,
-    xi,
-    kappa,
-    dtypes: ti.template(),
-    coefs: ti.template(),
+@ti.kernel
+def _barrier_classify(
+    x: ti.types.ndarray(),
+    rest: ti.types.ndarray(),
+    pt: ti.types.ndarray(),
+    n_pt: ti.i32,
+    ee: ti.types.ndarray(),
+    n_ee: ti.i32,
+    dhat: float,
+    xi: float,
+    kappa: float,
+    dtypes: ti.types.ndarray(),
+    coefs: ti.types.ndarray(),
 ):
     """First half of the local Hessians: per row the distance type (-1: inactive) and
     the scalar factors (kappa m b', kappa b, kappa m b'', kappa b', m', m'').
@@ -312,19 +311,19 @@ def barrier_classify_pass(
             coefs[k] = ti.Vector([kappa * m * db, kappa * b, kappa * m * d2b, kappa * db, dm, d2m])
 
 
-@ti.func
-def barrier_hessians_pass(
-    x: ti.template(),
-    pt: ti.template(),
-    n_pt,
-    ee: ti.template(),
-    n_ee,
-    dtypes: ti.template(),
-    coefs: ti.template(),
-    H: ti.template(),
-    stencils: ti.template(),
-    sysvert: ti.template(),
-    restrict,
+@ti.kernel
+def _barrier_hessians(
+    x: ti.types.ndarray(),
+    pt: ti.types.ndarray(),
+    n_pt: ti.i32,
+    ee: ti.types.ndarray(),
+    n_ee: ti.i32,
+    dtypes: ti.types.ndarray(),
+    coefs: ti.types.ndarray(),
+    H: ti.types.ndarray(),
+    stencils: ti.types.ndarray(),
+    sysvert: ti.types.ndarray(),
+    restrict: ti.i32,
 ):
     """Second half: H = kappa [m b' Hd + b Hm + m b'' gd gd^T + b' (gm gd^T + gd gm^T)]
     each row zeroed first by its own thread. restrict != 0: the rows and columns of the
@@ -385,38 +384,6 @@ def barrier_hessians_pass(
                                 for j in range(12):
                                     H[k, 3 * a + i, j] = 0.0
                                     H[k, j, 3 * a + i] = 0.0
-
-
-@ti.kernel
-def _barrier_local_hessians(
-    x: ti.types.ndarray(),
-    rest: ti.types.ndarray(),
-    pt: ti.types.ndarray(),
-    n_pt: ti.i32,
-    ee: ti.types.ndarray(),
-    n_ee: ti.i32,
-    dhat: float,
-    xi: float,
-    kappa: float,
-    dtypes: ti.types.ndarray(),
-    coefs: ti.types.ndarray(),
-    H: ti.types.ndarray(),
-    stencils: ti.types.ndarray(),
-    sysvert: ti.types.ndarray(),
-    restrict: ti.i32,
-    n_project: ti.i32,
-    dim: ti.i32,
-    eps: float,
-    chol_shift: float,
-    max_iterations: ti.i32,
-):
-    """The pairs' local Hessians in one launch: ``barrier_classify_pass``,
-    ``barrier_hessians_pass``, then the PSD projection of the first n_project of them
-    (``linalg.psd.project_psd_pass``; 0: none). One kernel of three passes also
-    compiles in less than half the time of the three kernels it replaces."""
-    barrier_classify_pass(x, rest, pt, n_pt, ee, n_ee, dhat, xi, kappa, dtypes, coefs)
-    barrier_hessians_pass(x, pt, n_pt, ee, n_ee, dtypes, coefs, H, stencils, sysvert, restrict)
-    project_psd_pass(H, n_project, dim, eps, chol_shift, max_iterations)
 
 
 @ti.kernel
@@ -584,7 +551,20 @@ class BarrierPotential(_Rows):
                 self._act_ee, self._act_counts, *fr,
             )  # fmt: skip
             _barrier_friction_gradient(x, self.rest, pt, 0, ee, 0, 1.0, 0.0, 0.0, g, *fr[:-1], g)
-        self._local_hessians(x, pt, 0, ee, 0, 1.0, 0.0, 0.0, unknowns, 0)
+        _barrier_classify(x, self.rest, pt, 0, ee, 0, 1.0, 0.0, 0.0, self._dtypes, self._coefs)
+        _barrier_hessians(
+            x,
+            pt,
+            0,
+            ee,
+            0,
+            self._dtypes,
+            self._coefs,
+            self.hessians,
+            self.stencils,
+            self._count if unknowns is None else unknowns,
+            0,
+        )
         _pair_stats(x, pt, 0, ee, 0, 0.0, 0.0, self._sum, self._count)
         self._compile_rows()
 
@@ -652,18 +632,26 @@ class BarrierPotential(_Rows):
         if rows == 0:
             return 0
         self.reserve(rows)
-        self._local_hessians(x, pt, n_pt, ee, n_ee, dhat, thickness, kappa, unknowns, rows if project else 0)
-        return rows
-
-    def _local_hessians(self, x, pt, n_pt, ee, n_ee, dhat, thickness, kappa, unknowns, n_project: int) -> None:
-        if self._psd is None:
-            self._psd = PSDProjector(12)
-        _barrier_local_hessians(
-            x, self.rest, pt, int(n_pt), ee, int(n_ee), float(dhat), float(thickness), float(kappa),
-            self._dtypes, self._coefs, self.hessians, self.stencils,
+        _barrier_classify(
+            x,
+            self.rest,
+            pt,
+            int(n_pt),
+            ee,
+            int(n_ee),
+            float(dhat),
+            float(thickness),
+            float(kappa),
+            self._dtypes,
+            self._coefs,
+        )
+        _barrier_hessians(
+            x, pt, int(n_pt), ee, int(n_ee), self._dtypes, self._coefs, self.hessians, self.stencils,
             self._count if unknowns is None else unknowns, int(unknowns is not None),
-            *self._psd.pass_args(n_project),
         )  # fmt: skip
+        if project:
+            self._project(rows)
+        return rows
 
     def min_distance(self, x, pt, n_pt: int, ee, n_ee: int) -> float:
         """Smallest unsigned distance over the pairs (m, not squared); +inf without pairs."""
