@@ -29,9 +29,11 @@ two passes: count each query's pairs, scan the counts, enumerate again and write
 at its query's offset plus its rank. A pair is reported only from the one cell that holds
 the lower corner of the two boxes' intersection, so each unordered pair appears once
 without a global de-duplication, and only when the boxes really overlap (hash
-collisions cost time, never pairs). A detection launches five kernels: the boxes, the
-grid's two, the counting pass with its scan, the writing pass; each reads a number back
-to the host between them (the statistics, the entries' total, the pairs' count).
+collisions cost time, never pairs). A detection launches four kernels, the host reading
+a number back after each of the first three (the statistics, the entries' total, the
+pairs' count): the boxes, the grid's two, and the counting pass with its scan, which also
+writes the rows when every query's partners were kept and the rows fit the pair arrays;
+otherwise a fifth, the writing pass, follows (and a moved obstacle's grid adds three).
 
 No atomic operation sits inside a loop whose trip count differs between threads:
 Taichi 1.7.4's SPIR-V code (Vulkan; seen with Mesa's lavapipe) loses some of those
