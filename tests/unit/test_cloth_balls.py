@@ -64,6 +64,42 @@ def test_a_detection_keeps_every_face_that_comes_within_reach_over_its_sweep(rng
     assert 0 < len(static) < m and len(swept) < m
 
 
+def test_candidates_are_those_of_the_plain_numpy_bound(rng):
+    """candidate_faces computes its bound by coordinate rows for speed: the same faces as
+    the bound written with numpy's reductions (mean over the vertices, norms, the
+    largest), at thresholds that fall between two faces' bounds (1 ulp on either side of
+    each), so a bound one rounding off would change a set."""
+    m = 300
+    tri = rng.normal(size=(m, 3, 3)) * 0.2 + rng.normal(size=(m, 1, 3)) * 0.4
+    move = 0.01 * rng.normal(size=(m, 3, 3))
+    x = np.concatenate([tri.reshape(-1, 3), [[0.01, -0.02, 0.03]]])
+    dx = np.concatenate([move.reshape(-1, 3), [[0.0, 0.0, 0.0]]])
+    faces = np.arange(3 * m).reshape(m, 3)
+    ball, _ = _batch(x, faces, 0.3)
+    checked = 0
+    for d in (None, dx):
+        c, t = x[-1], x[faces]
+        cen = t.mean(axis=1)
+        reach = np.linalg.norm(t - cen[:, None], axis=2).max(axis=1)
+        if d is not None:
+            t1 = t + d[faces]
+            cen1 = t1.mean(axis=1)
+            reach = np.maximum(reach, np.linalg.norm(t1 - cen1[:, None], axis=2).max(axis=1))
+            reach = reach + np.linalg.norm(cen1 - cen, axis=1)
+        lower = np.linalg.norm(cen - c, axis=1) - reach
+        base = ball.rho + DHAT
+        for bound in np.sort(lower)[::10]:
+            for limit in (np.nextafter(bound, -np.inf), bound, np.nextafter(bound, np.inf)):
+                want = np.flatnonzero(lower < limit)
+                # the inflation whose threshold rho + dhat + inflation lands on the limit
+                inflation = limit - base
+                if base + inflation != limit:
+                    continue
+                np.testing.assert_array_equal(ball.candidate_faces(x, inflation, d), want)
+                checked += 1
+    assert checked > 40  # (most limits are reachable as rho + dhat + an inflation)
+
+
 @pytest.mark.parametrize("gap", [1e-7, 1e-6])
 def test_the_balls_barrier_pushes_as_the_scenes_pairs_do_at_the_same_gap(gap):
     """The ball's barrier acts on the centre distance with thickness rho = R + xi, and its

@@ -345,6 +345,25 @@ def test_max_step_is_the_minimum_over_pairs(rng):
     assert max_step(_vfield(V2), dx, _ifield(pt), len(pt), _ifield([]), 0, XI) == 0.0
 
 
+def test_two_batches_in_one_launch_give_each_its_own_bound(rng):
+    """max_step_two: each batch's bound (its own rows and thickness) as max_step gives it
+    alone, bit for bit, whichever batch is the tighter."""
+    from tisim.contact.ipc.ccd import max_step, max_step_two
+
+    n = 40
+    V = rng.normal(size=(n, 3))
+    x = _vfield(V)
+    rows = [[rng.choice(n, 4, replace=False) for _ in range(k)] for k in (50, 30, 20, 0)]
+    a = (_ifield(rows[0]), len(rows[0]), _ifield(rows[1]), len(rows[1]), XI)
+    b = (_ifield(rows[2]), len(rows[2]), _ifield(rows[3]), 0, 3 * XI)
+    for scale in (0.3, 1.5, 4.0):
+        dx = _vfield(scale * rng.normal(size=(n, 3)))
+        alone = (max_step(x, dx, *a), max_step(x, dx, *b))
+        assert max_step_two(x, dx, a, b) == alone
+        assert max_step_two(x, dx, b, a) == alone[::-1]
+        assert alone[0] != alone[1]
+
+
 def _collision_mesh(V, F, E):
     return ipctk.CollisionMesh(V, E.astype(np.int32), F.astype(np.int32))
 

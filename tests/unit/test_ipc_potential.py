@@ -495,6 +495,16 @@ def _exercise(sc, barrier, friction, mu, x_ref):
     friction.add_gradient(sc.x, x_ref, 0.05, 0.01, sc.g)
     frows = friction.local_hessians(sc.x, x_ref, 0.05, 0.01, False)
     friction.local_hessians(sc.x, x_ref, 0.05, 0.01, True)
+    # the barrier and its friction in one launch: the same sums, bit for bit
+    assert barrier.energy_with_friction(sc.x, *pairs, sc.dhat, sc.xi, KAPPA, friction, x_ref, 0.05, 0.01) == (
+        barrier.energy(sc.x, *pairs, sc.dhat, sc.xi, KAPPA),
+        d,
+    )
+    g = sc.g.to_numpy()
+    sc.g.fill(0.0)
+    barrier.add_gradient(sc.x, *pairs, sc.dhat, sc.xi, KAPPA, sc.g, friction=(friction, x_ref, 0.05, 0.01))
+    np.testing.assert_array_equal(sc.g.to_numpy(), g)
+    assert np.abs(g).max() > 0 and frows > 0
     cap = barrier.capacity
     assert barrier.hessians.to_numpy().shape == (cap, 12, 12)
     assert barrier.stencils.to_numpy().shape == (cap, 4)
@@ -512,7 +522,7 @@ def test_second_instances_compile_nothing(scene, pots):
     t_first = time.perf_counter() - t0
     count = _compiled_counts()
     # each ran and compiled once
-    assert len(count) == 10 and set(count.values()) == {1}, count
+    assert len(count) == 12 and set(count.values()) == {1}, count
     sc2 = Scene(np.random.default_rng(7), size=3)
     assert sc2.n != sc.n
     t0 = time.perf_counter()

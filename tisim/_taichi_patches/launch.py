@@ -162,8 +162,10 @@ def install() -> bool:
                 ctx.set_arg_int(idx, int(v))
             elif kind == "u":
                 ctx.set_arg_uint(idx, int(v))
-            else:  # a real vector, as Taichi's set_arg_matrix
-                extra.set_kernel_struct_args(extra(*[float(v[i]) for i in range(extra.n)]), ctx, idx)
+            else:  # a real vector: what Taichi's set_kernel_struct_args sets, entry by entry,
+                # without building the ti.Vector it takes (a quarter of a launch's Python)
+                for i in range(extra.n):
+                    ctx.set_struct_arg_float((slot, i), float(v[i]))
         prog = impl.get_runtime().prog
         try:
             prog.launch_kernel(prog.compile_kernel(prog.config(), prog.get_device_caps(), kernel_cpp), ctx)

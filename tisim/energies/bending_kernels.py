@@ -67,6 +67,17 @@ def dihedral_gradient(xe0, xe1, xo0, xo1):
     return (el - s0) * q0 + (el - s1) * q1, s0 * q0 + s1 * q1, -el * q0, -el * q1
 
 
+@ti.func
+def bending_energy_pass(x: ti.template(), hinges: ti.template(), data: ti.template(), out: ti.template(), count):
+    """out[0] = sum over hinges of Psi_b (J)."""
+    out[0] = 0.0
+    ti.loop_config(serialize=backend.SERIAL_SUMS)
+    for h in range(count):
+        xe0, xe1, xo0, xo1 = hinge_positions(x, hinges, h)
+        d = dihedral_angle(xe0, xe1, xo0, xo1) - data[h, B_THETA]
+        out[0] += data[h, B_K] * data[h, B_WEIGHT] * d * d
+
+
 @ti.kernel
 def bending_energy(
     x: ti.types.ndarray(),
@@ -74,13 +85,22 @@ def bending_energy(
     data: ti.types.ndarray(),
     out: ti.types.ndarray(),
 ):
-    """out[0] = sum over hinges of Psi_b (J)."""
-    out[0] = 0.0
+    """``bending_energy_pass`` in a launch of its own."""
+    bending_energy_pass(x, hinges, data, out, hinges.shape[0])
+
+
+@ti.func
+def bending_gradient_pass(x: ti.template(), hinges: ti.template(), data: ti.template(), g: ti.template(), count):
+    """g += dPsi_b/dx (N)."""
     ti.loop_config(serialize=backend.SERIAL_SUMS)
-    for h in range(hinges.shape[0]):
+    for h in range(count):
         xe0, xe1, xo0, xo1 = hinge_positions(x, hinges, h)
-        d = dihedral_angle(xe0, xe1, xo0, xo1) - data[h, B_THETA]
-        out[0] += data[h, B_K] * data[h, B_WEIGHT] * d * d
+        c = 2.0 * data[h, B_K] * data[h, B_WEIGHT] * (dihedral_angle(xe0, xe1, xo0, xo1) - data[h, B_THETA])
+        g0, g1, g2, g3 = dihedral_gradient(xe0, xe1, xo0, xo1)
+        g[hinges[h, 0]] += c * g0
+        g[hinges[h, 1]] += c * g1
+        g[hinges[h, 2]] += c * g2
+        g[hinges[h, 3]] += c * g3
 
 
 @ti.kernel
@@ -90,16 +110,8 @@ def bending_gradient(
     data: ti.types.ndarray(),
     g: ti.types.ndarray(),
 ):
-    """g += dPsi_b/dx (N)."""
-    ti.loop_config(serialize=backend.SERIAL_SUMS)
-    for h in range(hinges.shape[0]):
-        xe0, xe1, xo0, xo1 = hinge_positions(x, hinges, h)
-        c = 2.0 * data[h, B_K] * data[h, B_WEIGHT] * (dihedral_angle(xe0, xe1, xo0, xo1) - data[h, B_THETA])
-        g0, g1, g2, g3 = dihedral_gradient(xe0, xe1, xo0, xo1)
-        g[hinges[h, 0]] += c * g0
-        g[hinges[h, 1]] += c * g1
-        g[hinges[h, 2]] += c * g2
-        g[hinges[h, 3]] += c * g3
+    """``bending_gradient_pass`` in a launch of its own."""
+    bending_gradient_pass(x, hinges, data, g, hinges.shape[0])
 
 
 # Coefficients of dc_{i, role r} / dx_{role s} = A[r][s] e_hat + B[r][s] p_i, with
@@ -198,14 +210,8 @@ def bending_hessian(
                     store_block(out, h, w, v, blk.transpose())
 
 
-@ti.kernel
-def bending_gauss_newton_factors(
-    x: ti.types.ndarray(),
-    hinges: ti.types.ndarray(),
-    data: ti.types.ndarray(),
-    count: ti.i32,
-    out: ti.types.ndarray(),
-):
+@ti.func
+def gauss_newton_factors_pass(x: ti.template(), hinges: ti.template(), data: ti.template(), count, out: ti.template()):
     """out[h, 0:12] = grad theta of hinge h (e0, e1, o0, o1 blocks), out[h, 12] = c = 2 k w:
     the factors of its Gauss-Newton Hessian c g g^T, for ``gather_bending_gauss_newton``."""
     for h in range(count):
@@ -218,13 +224,26 @@ def bending_gauss_newton_factors(
 
 
 @ti.kernel
-def gather_bending_gauss_newton(
-    factors: ti.types.ndarray(),
-    ptr: ti.types.ndarray(),
-    inc: ti.types.ndarray(),
-    rows: ti.types.ndarray(),
-    csr: ti.types.ndarray(),
-    lumped: ti.i32,
+def bending_gauss_newton_factors(
+    x: ti.types.ndarray(),
+    hinges: ti.types.ndarray(),
+    data: ti.types.ndarray(),
+    count: ti.i32,
+    out: ti.types.ndarray(),
+):
+    """``gauss_newton_factors_pass`` in a launch of its own."""
+    gauss_newton_factors_pass(x, hinges, data, count, out)
+
+
+@ti.func
+def gather_bending_gauss_newton_pass(
+    factors: ti.template(),
+    ptr: ti.template(),
+    inc: ti.template(),
+    rows: ti.template(),
+    csr: ti.template(),
+    lumped,
+    count,
 ):
     """csr[slot] += c g_i g_j for every hinge: the Gauss-Newton bending Hessian
     (``bending_hessian`` with full=False, c = 2 k w, g = grad theta) from the hinges'
@@ -237,7 +256,7 @@ def gather_bending_gauss_newton(
     (g_o1 - g_o0) / 2, g_o0, -g_o1) over (e0, e1, o0, o1), whose block between the two
     opposite vertices (which share no face) is zero: the pattern needs only the
     membrane's blocks (``ShellTerm``; the slots of those blocks are -1)."""
-    for v in range(ptr.shape[0] - 1):
+    for v in range(count):
         for j in range(ptr[v], ptr[v + 1]):
             h = inc[j, 0]
             a = inc[j, 1]
@@ -264,3 +283,16 @@ def gather_bending_gauss_newton(
                         if lumped != 0:
                             e += c * ua[k] * uw[l]
                         csr[s] = csr[s] + e  # no atomic add (row v is v's)
+
+
+@ti.kernel
+def gather_bending_gauss_newton(
+    factors: ti.types.ndarray(),
+    ptr: ti.types.ndarray(),
+    inc: ti.types.ndarray(),
+    rows: ti.types.ndarray(),
+    csr: ti.types.ndarray(),
+    lumped: ti.i32,
+):
+    """``gather_bending_gauss_newton_pass`` in a launch of its own."""
+    gather_bending_gauss_newton_pass(factors, ptr, inc, rows, csr, lumped, ptr.shape[0] - 1)

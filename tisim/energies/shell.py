@@ -583,7 +583,7 @@ class StrainLimit(_NdarrayEnergy):
         from tisim.energies import shell_kernels as K
 
         K.count_infeasible(x, self.faces, self.face_data, self._count, self.s_max)
-        return int(self._count[0])
+        return int(download(self._count)[0])
 
     def feasible(self, x) -> bool:
         """Whether every face has sigma_1 < s_max (the line search keeps this true)."""

@@ -163,13 +163,8 @@ def membrane_stress(F, area, mu, lam, tau):
     return 2.0 * F @ S, S, A, beta, kap
 
 
-@ti.kernel
-def membrane_energy(
-    x: ti.types.ndarray(),
-    faces: ti.types.ndarray(),
-    data: ti.types.ndarray(),
-    out: ti.types.ndarray(),
-):
+@ti.func
+def membrane_energy_pass(x: ti.template(), faces: ti.template(), data: ti.template(), out: ti.template()):
     """out[0] = sum over faces of Psi_m (J)."""
     out[0] = 0.0
     ti.loop_config(serialize=backend.SERIAL_SUMS)
@@ -180,12 +175,18 @@ def membrane_energy(
 
 
 @ti.kernel
-def membrane_gradient(
+def membrane_energy(
     x: ti.types.ndarray(),
     faces: ti.types.ndarray(),
     data: ti.types.ndarray(),
-    g: ti.types.ndarray(),
+    out: ti.types.ndarray(),
 ):
+    """``membrane_energy_pass`` in a launch of its own."""
+    membrane_energy_pass(x, faces, data, out)
+
+
+@ti.func
+def membrane_gradient_pass(x: ti.template(), faces: ti.template(), data: ti.template(), g: ti.template()):
     """g += dPsi_m/dx (N)."""
     ti.loop_config(serialize=backend.SERIAL_SUMS)
     for f in range(faces.shape[0]):
@@ -193,6 +194,17 @@ def membrane_gradient(
         F = deformation(x, faces, f, BG)
         P, _S, _A, _beta, _kap = membrane_stress(F, data[f, M_AREA], data[f, M_MU], data[f, M_LAM], data[f, M_THICK])
         scatter_gradient(g, faces, f, BG, P)
+
+
+@ti.kernel
+def membrane_gradient(
+    x: ti.types.ndarray(),
+    faces: ti.types.ndarray(),
+    data: ti.types.ndarray(),
+    g: ti.types.ndarray(),
+):
+    """``membrane_gradient_pass`` in a launch of its own."""
+    membrane_gradient_pass(x, faces, data, g)
 
 
 @ti.func
@@ -266,15 +278,15 @@ def _row_of(BG, a):
     return r
 
 
-@ti.kernel
-def gather_face_hessians(
-    data: ti.types.ndarray(),
-    hf: ti.types.ndarray(),
-    ptr: ti.types.ndarray(),
-    inc: ti.types.ndarray(),
-    rows: ti.types.ndarray(),
-    indptr: ti.types.ndarray(),
-    csr: ti.types.ndarray(),
+@ti.func
+def gather_face_hessians_pass(
+    data: ti.template(),
+    hf: ti.template(),
+    ptr: ti.template(),
+    inc: ti.template(),
+    rows: ti.template(),
+    indptr: ti.template(),
+    csr: ti.template(),
 ):
     """csr[slot] = sum of (D^T hf[f] D)[i, j] over the faces f: the 9 x 9 vertex Hessians
     from their F-space Hessians (``shell_hessian_f``), summed into a CSR value array
@@ -303,6 +315,20 @@ def gather_face_hessians(
                             for d in ti.static(range(2)):
                                 acc += ba[c] * BG[w, d] * hf[f, 3 * c + k, 3 * d + l]
                         csr[s] = csr[s] + acc  # row v is v's alone: no atomic add
+
+
+@ti.kernel
+def gather_face_hessians(
+    data: ti.types.ndarray(),
+    hf: ti.types.ndarray(),
+    ptr: ti.types.ndarray(),
+    inc: ti.types.ndarray(),
+    rows: ti.types.ndarray(),
+    indptr: ti.types.ndarray(),
+    csr: ti.types.ndarray(),
+):
+    """``gather_face_hessians_pass`` in a launch of its own."""
+    gather_face_hessians_pass(data, hf, ptr, inc, rows, indptr, csr)
 
 
 @ti.kernel
@@ -377,21 +403,16 @@ def max_singular_value(F):
     return ti.sqrt(ti.max(l1, 0.0))
 
 
-@ti.kernel
-def strain_energy(
-    x: ti.types.ndarray(),
-    faces: ti.types.ndarray(),
-    data: ti.types.ndarray(),
-    out: ti.types.ndarray(),
-    s_max: float,
-    s_hat: float,
+@ti.func
+def strain_energy_pass(
+    x: ti.template(), faces: ti.template(), data: ti.template(), out: ti.template(), s_max, s_hat, count
 ):
     """out[0] = sum over faces of Phi (J); +inf where a sigma_i >= s_max. out[1] = the
     largest sigma_1 over the faces (``face_stretch``'s value, from the same eigenvalues)."""
     out[0] = 0.0
     out[1] = 0.0
     ti.loop_config(serialize=backend.SERIAL_SUMS)
-    for f in range(faces.shape[0]):
+    for f in range(count):
         BG = face_frame(data, f)
         F = deformation(x, faces, f, BG)
         l1, l2, _v1, _v2 = sym_eigen2(F.transpose() @ F)
@@ -404,17 +425,25 @@ def strain_energy(
 
 
 @ti.kernel
-def strain_gradient(
+def strain_energy(
     x: ti.types.ndarray(),
     faces: ti.types.ndarray(),
     data: ti.types.ndarray(),
-    g: ti.types.ndarray(),
+    out: ti.types.ndarray(),
     s_max: float,
     s_hat: float,
 ):
+    """``strain_energy_pass`` in a launch of its own."""
+    strain_energy_pass(x, faces, data, out, s_max, s_hat, faces.shape[0])
+
+
+@ti.func
+def strain_gradient_pass(
+    x: ti.template(), faces: ti.template(), data: ti.template(), g: ti.template(), s_max, s_hat, count
+):
     """g += dPhi/dx (N), faces below activation skipped."""
     ti.loop_config(serialize=backend.SERIAL_SUMS)
-    for f in range(faces.shape[0]):
+    for f in range(count):
         BG = face_frame(data, f)
         F = deformation(x, faces, f, BG)
         l1, l2, v1, v2 = sym_eigen2(F.transpose() @ F)
@@ -424,6 +453,19 @@ def strain_gradient(
             _e2, gp2, _gq2 = strain_scalar(l2, ka, s_max, s_hat)
             S = gp1 * v1.outer_product(v1) + gp2 * v2.outer_product(v2)
             scatter_gradient(g, faces, f, BG, 2.0 * F @ S)
+
+
+@ti.kernel
+def strain_gradient(
+    x: ti.types.ndarray(),
+    faces: ti.types.ndarray(),
+    data: ti.types.ndarray(),
+    g: ti.types.ndarray(),
+    s_max: float,
+    s_hat: float,
+):
+    """``strain_gradient_pass`` in a launch of its own."""
+    strain_gradient_pass(x, faces, data, g, s_max, s_hat, faces.shape[0])
 
 
 @ti.func
@@ -564,19 +606,19 @@ def _add_block(H, a00, a01, a11, qa, qb, project: ti.i32):
     return H + m1 * q1.outer_product(q1) + m2 * q2.outer_product(q2)
 
 
-@ti.kernel
-def shell_hessian_f(
-    x: ti.types.ndarray(),
-    faces: ti.types.ndarray(),
-    data: ti.types.ndarray(),
-    sdata: ti.types.ndarray(),
-    membrane_on: ti.i32,
-    strain_on: ti.i32,
-    s_max: float,
-    s_hat: float,
-    tol: float,
-    project: ti.i32,
-    out: ti.types.ndarray(),
+@ti.func
+def shell_hessian_f_pass(
+    x: ti.template(),
+    faces: ti.template(),
+    data: ti.template(),
+    sdata: ti.template(),
+    membrane_on,
+    strain_on,
+    s_max,
+    s_hat,
+    tol,
+    project,
+    out: ti.template(),
 ):
     """out[f] = the 6 x 6 F-space Hessian of Psi_m (when membrane_on; per-face data
     ``data``) plus the strain limit's Phi (when strain_on; per-face data ``sdata``, on
@@ -653,6 +695,24 @@ def shell_hessian_f(
         for i in ti.static(range(6)):
             for j in ti.static(range(6)):
                 out[f, i, j] = H[i, j]
+
+
+@ti.kernel
+def shell_hessian_f(
+    x: ti.types.ndarray(),
+    faces: ti.types.ndarray(),
+    data: ti.types.ndarray(),
+    sdata: ti.types.ndarray(),
+    membrane_on: ti.i32,
+    strain_on: ti.i32,
+    s_max: float,
+    s_hat: float,
+    tol: float,
+    project: ti.i32,
+    out: ti.types.ndarray(),
+):
+    """``shell_hessian_f_pass`` in a launch of its own."""
+    shell_hessian_f_pass(x, faces, data, sdata, membrane_on, strain_on, s_max, s_hat, tol, project, out)
 
 
 @ti.kernel

@@ -24,15 +24,16 @@ an obstacle's thousands of primitives cost neither a per-call insertion nor a qu
 a detection). A query box is clipped to the static grid's domain before its cells are
 visited, so a long swept box costs at most that domain's cells.
 
-A grid is built in passes: each box's cell count, an exclusive scan of the counts, each
-box lists its (box, cell) entries at its offset, then one thread per entry counts the
-entries per hash bucket (atomics), an exclusive scan over the buckets, and one thread
-per entry scatters it with a per-bucket atomic cursor. The query runs in two passes:
-count each query's pairs, scan the counts, enumerate again and write each pair at its
-query's offset plus its rank. A pair is reported only from the one cell that holds the
-lower corner of the two boxes' intersection, so each unordered pair appears once
+A grid is built in two kernels (:mod:`tisim.contact.ipc.hash_grid`). The query runs in
+two passes: count each query's pairs, scan the counts, enumerate again and write each pair
+at its query's offset plus its rank. A pair is reported only from the one cell that holds
+the lower corner of the two boxes' intersection, so each unordered pair appears once
 without a global de-duplication, and only when the boxes really overlap (hash
-collisions cost time, never pairs).
+collisions cost time, never pairs). A detection launches four kernels, the host reading
+a number back after each of the first three (the statistics, the entries' total, the
+pairs' count): the boxes, the grid's two, and the counting pass with its scan, which also
+writes the rows when every query's partners were kept and the rows fit the pair arrays;
+otherwise a fifth, the writing pass, follows (and a moved obstacle's grid adds three).
 
 No atomic operation sits inside a loop whose trip count differs between threads:
 Taichi 1.7.4's SPIR-V code (Vulkan; seen with Mesa's lavapipe) loses some of those
@@ -74,35 +75,9 @@ import taichi as ti
 
 from tisim import backend
 from tisim.backend import download, upload
+from tisim.contact.ipc.hash_grid import _SCAN_BLOCK, _SCAN_SHIFT, _cell_of, _Grid, _hash, _next_pow2, scan, scan_total
 
 log = logging.getLogger(__name__)
-
-CELL_SCALE = 2.0  # cell size / mean box size (the largest side of each inserted box)
-MAX_CELLS_PER_AXIS = 16  # the largest box spans at most this many cells per axis
-_SCAN_BLOCK = 256  # buckets summed per thread in the prefix sum's first pass
-# a power of two: block counts are taken with a shift, because an integer floor division
-# in a kernel's serial part is not supported by Taichi's SPIR-V (Vulkan) code generator
-_SCAN_SHIFT = 8
-assert _SCAN_BLOCK == 1 << _SCAN_SHIFT
-_MAX_GRID_CELLS = 1 << 20  # cells per axis over the whole domain (keeps i32 cell ids safe)
-
-
-@ti.func
-def _cell_of(p, origin, inv_cell):
-    """Integer grid cell of point p. The same (monotone) formula everywhere, so the cell of
-    a point inside a box lies within the box's cell range."""
-    return ti.cast(ti.floor((p - origin) * inv_cell), ti.i32)
-
-
-@ti.func
-def _hash(cx, cy, cz, mask):
-    # unsigned arithmetic: the products wrap instead of overflowing a signed int
-    h = (
-        (ti.cast(cx, ti.u32) * ti.u32(73856093))
-        ^ (ti.cast(cy, ti.u32) * ti.u32(19349663))
-        ^ (ti.cast(cz, ti.u32) * ti.u32(83492791))
-    )
-    return ti.cast(h & ti.cast(mask, ti.u32), ti.i32)
 
 
 @ti.func
@@ -117,19 +92,19 @@ def _overlap(lo_a, hi_a, lo_b, hi_b):
     )
 
 
-@ti.kernel
-def _vertex_boxes(
-    X: ti.types.ndarray(),
-    DX: ti.types.ndarray(),
-    alpha: float,
-    pad: float,
-    n: ti.i32,
-    active: ti.types.ndarray(),
-    lo: ti.types.ndarray(),
-    hi: ti.types.ndarray(),
-    cache_lo: ti.types.ndarray(),
-    cache_hi: ti.types.ndarray(),
-    flags: ti.types.ndarray(),
+@ti.func
+def vertex_boxes(
+    X: ti.template(),
+    DX: ti.template(),
+    alpha,
+    pad,
+    n,
+    active: ti.template(),
+    lo: ti.template(),
+    hi: ti.template(),
+    cache_lo: ti.template(),
+    cache_hi: ti.template(),
+    flags: ti.template(),
 ):
     """Boxes of the vertices [0, n) (X, DX: vec3 positions and step).
 
@@ -152,20 +127,20 @@ def _vertex_boxes(
             flags[0] = 1
 
 
-@ti.kernel
-def _prim_boxes(
-    lo: ti.types.ndarray(),
-    hi: ti.types.ndarray(),
-    faces: ti.types.ndarray(),
-    edges: ti.types.ndarray(),
-    n: ti.i32,
-    nf: ti.i32,
-    ids: ti.types.ndarray(),
-    count: ti.i32,
-    ext: ti.types.ndarray(),
-    block_sums: ti.types.ndarray(),
-    box_blocks: ti.types.ndarray(),
-    stats: ti.types.ndarray(),
+@ti.func
+def prim_boxes(
+    lo: ti.template(),
+    hi: ti.template(),
+    faces: ti.template(),
+    edges: ti.template(),
+    n,
+    nf,
+    ids: ti.template(),
+    count,
+    ext: ti.template(),
+    block_sums: ti.template(),
+    box_blocks: ti.template(),
+    stats: ti.template(),
 ):
     """Boxes of the primitives ids[0 .. count - 1] (box ids: vertex v, face n + f, edge
     n + nf + e) from their vertices' boxes, and their statistics.
@@ -230,140 +205,52 @@ def _prim_boxes(
 
 
 @ti.kernel
-def _box_cells(
+def _detection_boxes(
+    X: ti.types.ndarray(),
+    DX: ti.types.ndarray(),
+    alpha: float,
+    pad: float,
+    n: ti.i32,
+    active: ti.types.ndarray(),
     lo: ti.types.ndarray(),
     hi: ti.types.ndarray(),
-    inserted: ti.types.ndarray(),
+    cache_lo: ti.types.ndarray(),
+    cache_hi: ti.types.ndarray(),
+    flags: ti.types.ndarray(),
+    faces: ti.types.ndarray(),
+    edges: ti.types.ndarray(),
+    nf: ti.i32,
+    ids: ti.types.ndarray(),
     count: ti.i32,
-    origin: ti.types.vector(3, float),
-    inv_cell: float,
-    cells: ti.types.ndarray(),
-    write: ti.i32,
-    raw: ti.types.ndarray(),
+    ext: ti.types.ndarray(),
+    block_sums: ti.types.ndarray(),
+    box_blocks: ti.types.ndarray(),
+    stats: ti.types.ndarray(),
 ):
-    """The grid cells of the boxes inserted[0 .. count - 1], in two passes.
-
-    write = 0: cells[i, 0] = number of cells box inserted[i] covers. write = 1, after
-    the exclusive scan of those counts into cells[:, 1]: raw[cells[i, 1] + j] = (box,
-    cell x, y, z) for its j-th cell, plain stores at the box's offset (no atomics inside
-    the per-box loop)."""
-    for i in range(count):
-        b = inserted[i]
-        c0 = _cell_of(lo[b], origin, inv_cell)
-        c1 = _cell_of(hi[b], origin, inv_cell)
-        if write == 0:
-            span = c1 - c0 + 1
-            cells[i, 0] = span[0] * span[1] * span[2]
-        else:
-            k = cells[i, 1]
-            for cx, cy, cz in ti.ndrange((c0[0], c1[0] + 1), (c0[1], c1[1] + 1), (c0[2], c1[2] + 1)):
-                raw[k, 0] = b
-                raw[k, 1] = cx
-                raw[k, 2] = cy
-                raw[k, 3] = cz
-                k += 1
+    """A detection's boxes in one launch: the vertices' (``vertex_boxes``), then those of
+    the primitives ids[0 .. count - 1] with their statistics (``prim_boxes``)."""
+    vertex_boxes(X, DX, alpha, pad, n, active, lo, hi, cache_lo, cache_hi, flags)
+    prim_boxes(lo, hi, faces, edges, n, nf, ids, count, ext, block_sums, box_blocks, stats)
 
 
 @ti.kernel
-def _count_buckets(raw: ti.types.ndarray(), total: ti.i32, buckets: ti.types.ndarray()):
-    """buckets[:, 0] = number of entries per hash bucket (one thread per entry)."""
-    for j in range(buckets.shape[0]):
-        buckets[j, 0] = 0
-    mask = buckets.shape[0] - 1
-    for e in range(total):
-        ti.atomic_add(buckets[_hash(raw[e, 1], raw[e, 2], raw[e, 3], mask), 0], 1)
-
-
-@ti.kernel
-def _scan_buckets(buckets: ti.types.ndarray(), block_sums: ti.types.ndarray()):
-    """Exclusive prefix sum buckets[:, 1] = scan(buckets[:, 0]): per-block sums in parallel,
-    a serial scan over the (few) blocks, then a parallel add of the block offsets."""
-    n = buckets.shape[0]
-    n_blocks = (n + _SCAN_BLOCK - 1) >> _SCAN_SHIFT
-    for b in range(n_blocks):
-        acc = 0
-        for j in range(b * _SCAN_BLOCK, ti.min((b + 1) * _SCAN_BLOCK, n)):
-            buckets[j, 1] = acc
-            acc += buckets[j, 0]
-        block_sums[b] = acc
-    ti.loop_config(serialize=True)
-    for _ in range(1):  # one thread runs the loop inside serially (loop_config(serialize)
-        # is not supported by the SPIR-V backends): block b's offset needs blocks < b.
-        # The running sum is a local: the in-place form (block_sums[b] += block_sums[b - 1])
-        # gave wrong offsets from the fifth block on under Vulkan (lavapipe)
-        acc = 0
-        for b in range(n_blocks):
-            acc += block_sums[b]
-            block_sums[b] = acc
-    for j in range(n):
-        b = j // _SCAN_BLOCK
-        if b > 0:
-            buckets[j, 1] += block_sums[b - 1]
-        buckets[j, 2] = 0  # the fill cursor
-
-
-@ti.kernel
-def _scan_total(a: ti.types.ndarray(), upto: ti.i32, out: ti.types.ndarray()):
-    """out[0] = sum of a[:upto, 0] and out[1] = sum of a[:, 0], from the scan in a[:, 1]."""
-    ti.loop_config(serialize=True)
-    for _ in range(1):
-        m = a.shape[0]
-        out[0] = a[m - 1, 1] + a[m - 1, 0]
-        if upto < m:
-            out[0] = a[upto, 1]
-        out[1] = a[m - 1, 1] + a[m - 1, 0]
-
-
-@ti.kernel
-def _fill_entries(raw: ti.types.ndarray(), total: ti.i32, buckets: ti.types.ndarray(), entries: ti.types.ndarray()):
-    """Scatter the entries into their buckets (one thread per entry, atomic cursors; the
-    order within a bucket is fixed afterwards by ``_sort_buckets``)."""
-    mask = buckets.shape[0] - 1
-    for e in range(total):
-        h = _hash(raw[e, 1], raw[e, 2], raw[e, 3], mask)
-        k = buckets[h, 1] + ti.atomic_add(buckets[h, 2], 1)
-        for c in ti.static(range(4)):
-            entries[k, c] = raw[e, c]
-
-
-@ti.func
-def _entry_less(entries: ti.template(), a, b):
-    """Lexicographic order of the entry rows a and b (box, cell x, y, z)."""
-    less = False
-    decided = False
-    for c in ti.static(range(4)):
-        if not decided and entries[a, c] != entries[b, c]:
-            less = entries[a, c] < entries[b, c]
-            decided = True
-    return less
-
-
-@ti.kernel
-def _sort_buckets(buckets: ti.types.ndarray(), entries: ti.types.ndarray(), first_edge: ti.i32):
-    """Insertion-sort each bucket's entries (a few rows each), so that the order of the
-    candidates a query visits does not depend on the scatter's atomic cursors; then
-    buckets[h, 2] (the fill cursor, no longer needed) = the index of the bucket's first
-    edge entry (box id >= first_edge): the faces come before it, so a point visits only
-    [start, buckets[h, 2]) and an edge only [buckets[h, 2], end)."""
-    for h in range(buckets.shape[0]):
-        start = buckets[h, 1]
-        end = start + buckets[h, 0]
-        for k in range(start + 1, end):
-            j = k
-            # (no `and` in the condition: Taichi's operators do not short-circuit)
-            while j > start:
-                if not _entry_less(entries, j, j - 1):
-                    break
-                for c in ti.static(range(4)):
-                    tmp = entries[j, c]
-                    entries[j, c] = entries[j - 1, c]
-                    entries[j - 1, c] = tmp
-                j -= 1
-        split = end
-        for k in range(start, end):
-            if entries[k, 0] >= first_edge and split == end:
-                split = k
-        buckets[h, 2] = split
+def _prim_boxes(
+    lo: ti.types.ndarray(),
+    hi: ti.types.ndarray(),
+    faces: ti.types.ndarray(),
+    edges: ti.types.ndarray(),
+    n: ti.i32,
+    nf: ti.i32,
+    ids: ti.types.ndarray(),
+    count: ti.i32,
+    ext: ti.types.ndarray(),
+    block_sums: ti.types.ndarray(),
+    box_blocks: ti.types.ndarray(),
+    stats: ti.types.ndarray(),
+):
+    """The boxes of the primitives ids[0 .. count - 1] alone (``prim_boxes``: the
+    obstacles' grid, rebuilt when they moved)."""
+    prim_boxes(lo, hi, faces, edges, n, nf, ids, count, ext, block_sums, box_blocks, stats)
 
 
 @ti.func
@@ -454,6 +341,41 @@ def _visit(
     return rank
 
 
+@ti.func
+def _query(i, points: ti.template(), active: ti.template(), edges: ti.template(), n, nf, n_points):
+    """Query i: (is a point, the point or the edge's first vertex, the edge's second
+    vertex, its box id, whether it visits the obstacles' grid)."""
+    is_point = i < n_points
+    a0 = 0  # the point, or the edge's vertices
+    a1 = 0
+    box = 0
+    static_too = 1
+    if is_point:
+        a0 = points[i]
+        box = a0
+        static_too = active[a0]
+    else:
+        ei = i - n_points
+        a0, a1 = edges[ei, 0], edges[ei, 1]
+        box = n + nf + ei
+    return is_point, a0, a1, box, static_too
+
+
+@ti.func
+def _write_kept(
+    i, is_point, a0, a1, query_counts: ti.template(), found: ti.template(), faces: ti.template(),
+    edges: ti.template(), n, nf, ee_base, pt: ti.template(), ee: ti.template(),
+):  # fmt: skip
+    """Write query i's pairs from the partners the counting pass kept in found[i]."""
+    for r in range(query_counts[i, 0]):
+        other = found[i, r]
+        k = query_counts[i, 1] + r
+        if is_point:
+            pt[k] = ti.Vector([a0, faces[other - n, 0], faces[other - n, 1], faces[other - n, 2]])
+        else:
+            ee[k - ee_base] = ti.Vector([a0, a1, edges[other - n - nf, 0], edges[other - n - nf, 1]])
+
+
 @ti.kernel
 def _query_pairs(
     lo: ti.types.ndarray(),
@@ -484,6 +406,8 @@ def _query_pairs(
     ee_base: ti.i32,
     pt: ti.types.ndarray(),
     ee: ti.types.ndarray(),
+    query_blocks: ti.types.ndarray(),
+    totals: ti.types.ndarray(),
 ):
     """The pairs of every query, in two passes.
 
@@ -494,8 +418,8 @@ def _query_pairs(
     in the positions' precision: a ``float`` argument is f32 when this module was
     imported before ``ti.init``, and a clip rounded inwards would lose pairs), so an
     obstacle vertex away from the cloth visits no cell. s_on = 0: no static grid.
-    write = 0: query_counts[i, 0] = number of pairs of query i. write = 1, after the
-    exclusive scan of those counts into query_counts[:, 1]: the pairs are written, a
+    write = 0: query_counts[i, 0] = number of pairs of query i, their exclusive scan into
+    query_counts[:, 1] and totals = (point-triangle pairs, all pairs). write = 1: the pairs are written, a
     point's at pt[start(i) + rank], an edge's at ee[start(i) - ee_base + rank], where
     ee_base = start(n_points). Each thread enumerates its candidates in a fixed order and
     writes with plain stores: no atomics (Taichi's SPIR-V code loses atomic updates made
@@ -506,30 +430,12 @@ def _query_pairs(
     traversing the grids again; only queries with more partners traverse twice.
     """
     for i in range(n_points + n_qe):
-        is_point = i < n_points
-        a0 = 0  # the point, or the edge's vertices
-        a1 = 0
-        box = 0
-        static_too = 1
-        if is_point:
-            a0 = points[i]
-            box = a0
-            static_too = active[a0]
-        else:
-            ei = i - n_points
-            a0, a1 = edges[ei, 0], edges[ei, 1]
-            box = n + nf + ei
+        is_point, a0, a1, box, static_too = _query(i, points, active, edges, n, nf, n_points)
         lo_a = lo[box]
         hi_a = hi[box]
         rank = 0
         if write != 0 and query_counts[i, 0] <= cap:  # the partners kept by the counting pass
-            for r in range(query_counts[i, 0]):
-                other = found[i, r]
-                k = query_counts[i, 1] + r
-                if is_point:
-                    pt[k] = ti.Vector([a0, faces[other - n, 0], faces[other - n, 1], faces[other - n, 2]])
-                else:
-                    ee[k - ee_base] = ti.Vector([a0, a1, edges[other - n - nf, 0], edges[other - n - nf, 1]])
+            _write_kept(i, is_point, a0, a1, query_counts, found, faces, edges, n, nf, ee_base, pt, ee)
         else:
             for g in ti.static(range(2)):  # the cloth's grid, then the obstacles' grid
                 visit = 1
@@ -544,61 +450,30 @@ def _query_pairs(
                     )  # fmt: skip
             if write == 0:
                 query_counts[i, 0] = rank
+    scan(query_counts, query_blocks, query_counts.shape[0] * (1 - write))
+    scan_total(query_counts, n_points, totals, 1 - write)
+    # The counting pass writes the pairs too when every query's partners were kept and the
+    # rows fit the pair arrays (totals[3] = the queries copied, else 0: the host then
+    # launches the writing pass): the writing pass's copies, one launch earlier
+    ti.loop_config(serialize=True)
+    for _ in range(1 - write):
+        totals[2] = 0
+    for i in range((n_points + n_qe) * (1 - write)):
+        if query_counts[i, 0] > cap:
+            totals[2] = 1  # (the stores may race; they all store the same value)
+    ti.loop_config(serialize=True)
+    for _ in range(1 - write):
+        totals[3] = 0
+        if totals[2] == 0 and totals[0] <= pt.shape[0] and totals[1] - totals[0] <= ee.shape[0]:
+            totals[3] = n_points + n_qe
+    for i in range(totals[3] * (1 - write)):
+        is_point, a0, a1, _box, _static = _query(i, points, active, edges, n, nf, n_points)
+        _write_kept(i, is_point, a0, a1, query_counts, found, faces, edges, n, nf, totals[0], pt, ee)
 
 
 # partners per query kept between the two passes of _query_pairs (a cloth vertex near a
 # tessellated sphere has a few; deep in a fold, dozens: those traverse the grids twice)
 FOUND_KEPT = 16
-
-
-def _next_pow2(k: int) -> int:
-    return 1 << max(0, int(k - 1).bit_length())
-
-
-class _Grid:
-    """One hash grid's storage and build (see the module docstring): ``build`` inserts
-    the boxes ids[0 .. count - 1] of the shared lo / hi arrays."""
-
-    def __init__(self, n_ins: int):
-        n_ins = max(1, int(n_ins))
-        # about 2 buckets per inserted box (collisions only cost time); columns (count,
-        # start, fill cursor)
-        n_buckets = max(1024, _next_pow2(2 * n_ins))
-        self.buckets = ti.ndarray(ti.i32, shape=(n_buckets, 3))
-        self._block_sums = ti.ndarray(ti.i32, (n_buckets + _SCAN_BLOCK - 1) // _SCAN_BLOCK)
-        # per inserted box: (cells covered, first of its raw entries, unused)
-        self._cells = ti.ndarray(ti.i32, shape=(n_ins, 3))
-        self._cell_blocks = ti.ndarray(ti.i32, (n_ins + _SCAN_BLOCK - 1) // _SCAN_BLOCK)
-        self._raw = ti.ndarray(ti.i32, shape=(max(1024, 4 * n_ins), 4))
-        self.entries = ti.ndarray(ti.i32, shape=(max(1024, 4 * n_ins), 4))
-        self._totals = ti.ndarray(ti.i32, 2)
-        self.origin = ti.Vector([0.0, 0.0, 0.0])
-        self.inv_cell = 1.0
-        self.cell_size = 0.0
-
-    def build(self, lo, hi, ids, count: int, stats: np.ndarray, first_edge: int) -> None:
-        """Insert the count boxes listed in ids; stats: ``_prim_boxes``' statistics of
-        those boxes (the cells' size follows their mean largest side); first_edge: the
-        smallest edge box id (faces have smaller ids)."""
-        mean_ext, max_ext = stats[0] / max(1, count), stats[1]
-        domain = float(np.max(stats[5:8] - stats[2:5]))
-        cell = max(CELL_SCALE * mean_ext, max_ext / MAX_CELLS_PER_AXIS, domain / _MAX_GRID_CELLS, 1e-12)
-        self.cell_size = cell
-        self.origin = ti.Vector([float(c) for c in stats[2:5]])
-        self.inv_cell = 1.0 / cell
-        args = (lo, hi, ids, count, self.origin, self.inv_cell, self._cells)
-        _box_cells(*args, 0, self._raw)  # count
-        _scan_buckets(self._cells, self._cell_blocks)
-        _scan_total(self._cells, count, self._totals)
-        total = int(download(self._totals)[0])
-        if total > self.entries.shape[0]:
-            self._raw = ti.ndarray(ti.i32, shape=(_next_pow2(total), 4))
-            self.entries = ti.ndarray(ti.i32, shape=(_next_pow2(total), 4))
-        _box_cells(*args, 1, self._raw)  # list
-        _count_buckets(self._raw, total, self.buckets)
-        _scan_buckets(self.buckets, self._block_sums)
-        _fill_entries(self._raw, total, self.buckets, self.entries)
-        _sort_buckets(self.buckets, self.entries, first_edge)
 
 
 class BroadPhase:
@@ -706,7 +581,7 @@ class BroadPhase:
         self._kept = int(FOUND_KEPT)
         self._found = ti.ndarray(ti.i32, shape=(n_queries, max(self._kept, 1)))
         self._query_blocks = ti.ndarray(ti.i32, (n_queries + _SCAN_BLOCK - 1) // _SCAN_BLOCK)
-        self._totals = ti.ndarray(ti.i32, 2)
+        self._totals = ti.ndarray(ti.i32, 4)  # (point-triangle pairs, all, a query over FOUND_KEPT, copied)
         cap = int(initial_capacity)
         self._alloc_pairs("pt", cap)
         self._alloc_pairs("ee", cap)
@@ -758,11 +633,12 @@ class BroadPhase:
         self.n_pt = self.n_ee = 0
         if self._n_dyn == 0:
             return 0, 0  # no primitive with an active vertex: no pair
-        _vertex_boxes(
+        _detection_boxes(
             x, dx, float(alpha), 0.5 * float(inflation), n, self._active, self._lo, self._hi,
-            self._cache_lo, self._cache_hi, self._flags,
+            self._cache_lo, self._cache_hi, self._flags, self._faces, self._edges, nf, self._dynamic,
+            self._n_dyn, self._ext, self._ext_blocks, self._box_blocks, self._stats,
         )  # fmt: skip
-        st = self._boxes(self._dynamic, self._n_dyn, self._stats)
+        st = download(self._stats)
         if not np.all(np.isfinite(st[:8])):
             raise FloatingPointError("broad phase: non-finite positions")
         stale = self._sgrid is not None and (not self._static_valid or int(download(self._flags)[0]) != 0)
@@ -786,18 +662,16 @@ class BroadPhase:
             s.entries if s is not None else d.entries,
             self._query_counts, self._found, self._kept,
         )  # fmt: skip
-        _query_pairs(*args, 0, 0, self.pt, self.ee)  # count
-        _scan_buckets(self._query_counts, self._query_blocks)
-        _scan_total(self._query_counts, self.point_count, self._totals)
-        n_pt, n_all = (int(c) for c in download(self._totals))
+        _query_pairs(*args, 0, 0, self.pt, self.ee, self._query_blocks, self._totals)  # count (and copy)
+        n_pt, n_all, _over, copied = (int(c) for c in download(self._totals))
         n_ee = n_all - n_pt
         cap_pt, cap_ee = self.capacity
         if n_pt > cap_pt:  # grow (the arrays change size, the kernels do not recompile)
             self._alloc_pairs("pt", _next_pow2(n_pt + n_pt // 2))
         if n_ee > cap_ee:
             self._alloc_pairs("ee", _next_pow2(n_ee + n_ee // 2))
-        if n_all:
-            _query_pairs(*args, 1, n_pt, self.pt, self.ee)  # write
+        if n_all and not copied:
+            _query_pairs(*args, 1, n_pt, self.pt, self.ee, self._query_blocks, self._totals)  # write
         t2 = time.perf_counter()
         self.n_pt, self.n_ee = n_pt, n_ee
         self.last_timings = {"build": t1 - t0, "query": t2 - t1}

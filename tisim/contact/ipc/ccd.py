@@ -276,45 +276,69 @@ def _max_step_kernel(
     thickness: float,
     toi_min: ti.types.ndarray(),
     capped: ti.types.ndarray(),
+    pt2: ti.types.ndarray(),
+    n_pt2: ti.i32,
+    ee2: ti.types.ndarray(),
+    n_ee2: ti.i32,
+    thickness2: float,
+    toi_min2: ti.types.ndarray(),
 ):
     """toi_min[0] = min(1, min over pairs of their ACCD time); capped[0] = pairs that hit
-    the iteration cap. X, DX: (n,) vec3 ndarrays; pt, ee: (m,) vec4 i32 ndarrays.
+    the iteration cap. X, DX: (n,) vec3 ndarrays; pt, ee: (m,) vec4 i32 ndarrays. A second
+    batch (pt2, ee2 with thickness2; no rows: n_pt2 = n_ee2 = 0) gets its own minimum in
+    toi_min2[0], in the same loop (one launch, and the ACCD's code compiled once).
 
     toi_min is exact and order-independent (a float minimum of per-pair times that do
     not depend on the running bound unless they exceed it); capped may vary between runs.
     """
     toi_min[0] = 1.0
+    toi_min2[0] = 1.0
     capped[0] = 0
-    for k in range(n_pt + n_ee):
+    n1 = n_pt + n_ee
+    for k in range(n1 + n_pt2 + n_ee2):
         # The running minimum is a valid t_max for this pair: a pair that reaches the gap
         # earlier gets the same toi as without the bound, one that does not cannot lower
         # the minimum. A stale read (another thread lowered it meanwhile) is still valid.
+        second = k >= n1
+        j = k
         t_max = toi_min[0]
+        xi = thickness
+        is_pt = k < n_pt
+        q = ti.Vector([0, 0, 0, 0])
+        if second:
+            j = k - n1
+            t_max = toi_min2[0]
+            xi = thickness2
+            is_pt = j < n_pt2
+            if is_pt:
+                q = pt2[j]
+            else:
+                q = ee2[j - n_pt2]
+        elif is_pt:
+            q = pt[j]
+        else:
+            q = ee[j - n_pt]
         toi = t_max
         cap = 0
-        if k < n_pt:
-            q = pt[k]
-            i0, i1, i2, i3 = q[0], q[1], q[2], q[3]
-            toi, cap = point_triangle_ccd_capped(
-                X[i0], X[i1], X[i2], X[i3], DX[i0], DX[i1], DX[i2], DX[i3], thickness, t_max
-            )
+        i0, i1, i2, i3 = q[0], q[1], q[2], q[3]
+        if is_pt:
+            toi, cap = point_triangle_ccd_capped(X[i0], X[i1], X[i2], X[i3], DX[i0], DX[i1], DX[i2], DX[i3], xi, t_max)
         else:
-            j = k - n_pt
-            q = ee[j]
-            i0, i1, i2, i3 = q[0], q[1], q[2], q[3]
-            toi, cap = edge_edge_ccd_capped(
-                X[i0], X[i1], X[i2], X[i3], DX[i0], DX[i1], DX[i2], DX[i3], thickness, t_max
-            )
+            toi, cap = edge_edge_ccd_capped(X[i0], X[i1], X[i2], X[i3], DX[i0], DX[i1], DX[i2], DX[i3], xi, t_max)
         # (only pairs that lower the bound or hit the cap touch the shared cells: an
         # atomic per pair on one cache line costs the threads more than the ACCD)
         if toi < t_max:
-            ti.atomic_min(toi_min[0], toi)
+            if second:
+                ti.atomic_min(toi_min2[0], toi)
+            else:
+                ti.atomic_min(toi_min[0], toi)
         if cap != 0:
             ti.atomic_add(capped[0], cap)
 
 
 class _Workspace:
-    """The two one-element result arrays of :func:`max_step`, kept per Taichi runtime."""
+    """The one-element result arrays of :func:`max_step` (the minimum, the capped pairs,
+    a second batch's minimum), kept per Taichi runtime."""
 
     _prog = None
     _arrays: tuple = ()
@@ -323,20 +347,29 @@ class _Workspace:
     def get(cls) -> tuple:
         prog = ti.lang.impl.get_runtime().prog
         if cls._prog is not prog or not cls._arrays:
-            cls._arrays = (ti.ndarray(backend.real(), 1), ti.ndarray(ti.i32, 1))
+            cls._arrays = (ti.ndarray(backend.real(), 1), ti.ndarray(ti.i32, 1), ti.ndarray(backend.real(), 1))
             cls._prog = prog
         return cls._arrays
 
 
-def _reduce(X, DX, pt, n_pt, ee, n_ee, thickness, out, capped) -> float:
-    _max_step_kernel(X, DX, pt, int(n_pt), ee, int(n_ee), float(thickness), out, capped)
-    alpha = float(download(out)[0])
+def _reduce(X, DX, pt, n_pt, ee, n_ee, thickness, out, capped, second=None, out2=None) -> float | tuple:
+    """:func:`max_step`'s launch; second: a second batch (pt, n_pt, ee, n_ee, thickness)
+    whose minimum goes to out2, both returned then."""
+    b = (pt, 0, ee, 0, 1.0) if second is None else second
+    _max_step_kernel(
+        X, DX, pt, int(n_pt), ee, int(n_ee), float(thickness), out, capped,
+        b[0], int(b[1]), b[2], int(b[3]), float(b[4]), _Workspace.get()[2] if out2 is None else out2,
+    )  # fmt: skip
     n_capped = int(download(capped)[0])
     if n_capped:
         log.debug("additive CCD: %d pair(s) reached the iteration cap", n_capped)
-    if alpha <= 0.0:
-        log.warning("CCD: a candidate pair starts at distance <= thickness %.3g m", thickness)
-    return alpha
+    alphas = [(float(download(out)[0]), thickness)]
+    if second is not None:
+        alphas.append((float(download(out2)[0]), b[4]))
+    for alpha, xi in alphas:
+        if alpha <= 0.0:
+            log.warning("CCD: a candidate pair starts at distance <= thickness %.3g m", xi)
+    return alphas[0][0] if second is None else (alphas[0][0], alphas[1][0])
 
 
 def max_step(x, dx, pt, n_pt: int, ee, n_ee: int, thickness: float) -> float:
@@ -357,8 +390,20 @@ def max_step(x, dx, pt, n_pt: int, ee, n_ee: int, thickness: float) -> float:
         raise ValueError(f"n_pt={n_pt}, n_ee={n_ee} exceed the pair arrays' rows {pt.shape[0]}, {ee.shape[0]}")
     if x.shape != dx.shape:
         raise ValueError(f"x and dx shapes differ: {tuple(x.shape)} vs {tuple(dx.shape)}")
-    out, capped = _Workspace.get()
+    out, capped, _ = _Workspace.get()
     return _reduce(x, dx, pt, n_pt, ee, n_ee, thickness, out, capped)
+
+
+def max_step_two(x, dx, first: tuple, second: tuple) -> tuple[float, float]:
+    """:func:`max_step` of two batches of pairs, each (pt, n_pt, ee, n_ee, thickness), in
+    one launch: (alpha of the first, alpha of the second)."""
+    for pt, n_pt, ee, n_ee, _ in (first, second):
+        if int(n_pt) > pt.shape[0] or int(n_ee) > ee.shape[0]:
+            raise ValueError(f"n_pt={n_pt}, n_ee={n_ee} exceed the pair arrays' rows {pt.shape[0]}, {ee.shape[0]}")
+    if x.shape != dx.shape:
+        raise ValueError(f"x and dx shapes differ: {tuple(x.shape)} vs {tuple(dx.shape)}")
+    out, capped, out2 = _Workspace.get()
+    return _reduce(x, dx, *first, out, capped, second, out2)
 
 
 class CCD:

@@ -105,6 +105,27 @@ def _tangential(
     return basis[k].transpose() @ rel
 
 
+@ti.func
+def friction_energy_pass(
+    x: ti.template(),
+    x_ref: ti.template(),
+    n,
+    eps,
+    coef: ti.template(),
+    stencil: ti.template(),
+    weights: ti.template(),
+    basis: ti.template(),
+    out: ti.template(),
+):
+    """out[0] = the friction potential D of the first n lagged pairs (J, unscaled)."""
+    out[0] = 0.0
+    ti.loop_config(serialize=backend.SERIAL_SUMS)
+    for k in range(n):
+        if coef[k] != 0.0:
+            u = _tangential(k, x, x_ref, stencil, weights, basis)
+            out[0] += coef[k] * fr.smooth_friction_f0(u.norm(), eps)
+
+
 @ti.kernel
 def _friction_energy(
     x: ti.types.ndarray(),
@@ -117,12 +138,33 @@ def _friction_energy(
     basis: ti.types.ndarray(),
     out: ti.types.ndarray(),
 ):
-    out[0] = 0.0
+    """``friction_energy_pass`` in a launch of its own."""
+    friction_energy_pass(x, x_ref, n, eps, coef, stencil, weights, basis, out)
+
+
+@ti.func
+def friction_gradient_pass(
+    x: ti.template(),
+    x_ref: ti.template(),
+    n,
+    eps,
+    coef: ti.template(),
+    stencil: ti.template(),
+    weights: ti.template(),
+    basis: ti.template(),
+    g: ti.template(),
+):
+    """g += dD/dx over the first n lagged pairs (N)."""
     ti.loop_config(serialize=backend.SERIAL_SUMS)
     for k in range(n):
         if coef[k] != 0.0:
             u = _tangential(k, x, x_ref, stencil, weights, basis)
-            out[0] += coef[k] * fr.smooth_friction_f0(u.norm(), eps)
+            f = coef[k] * fr.smooth_friction_f1_over_x(u.norm(), eps) * (basis[k] @ u)
+            sidx = stencil[k]
+            wt = weights[k]
+            for a in ti.static(range(4)):
+                if sidx[a] >= 0:
+                    g[sidx[a]] += wt[a] * f
 
 
 @ti.kernel
@@ -137,16 +179,8 @@ def _friction_gradient(
     basis: ti.types.ndarray(),
     g: ti.types.ndarray(),
 ):
-    ti.loop_config(serialize=backend.SERIAL_SUMS)
-    for k in range(n):
-        if coef[k] != 0.0:
-            u = _tangential(k, x, x_ref, stencil, weights, basis)
-            f = coef[k] * fr.smooth_friction_f1_over_x(u.norm(), eps) * (basis[k] @ u)
-            sidx = stencil[k]
-            wt = weights[k]
-            for a in ti.static(range(4)):
-                if sidx[a] >= 0:
-                    g[sidx[a]] += wt[a] * f
+    """``friction_gradient_pass`` in a launch of its own."""
+    friction_gradient_pass(x, x_ref, n, eps, coef, stencil, weights, basis, g)
 
 
 @ti.kernel
@@ -288,6 +322,11 @@ class FrictionPotential(_Rows):
         )
         self._compile_rows()
 
+    def pass_args(self, x_ref, eps_v: float, h: float, out) -> tuple:
+        """The arguments of ``friction_energy_pass`` / ``friction_gradient_pass`` after x,
+        for a kernel that runs them after another pass (``out``: the sum, or g)."""
+        return (x_ref, self.rows, float(eps_v) * float(h), self.coef, self.lag_stencils, self.weights, self.basis, out)
+
     def energy(self, x, x_ref, eps_v: float, h: float) -> float:
         """D(x) (J) for the lagged pairs, displacements x - x_ref (m; both
         ti.Vector.ndarray(3, real, n))."""
@@ -304,7 +343,7 @@ class FrictionPotential(_Rows):
             self.basis,
             self._sum,
         )
-        return float(self._sum[0])
+        return float(download(self._sum)[0])
 
     def add_gradient(self, x, x_ref, eps_v: float, h: float, g) -> None:
         """g += dD/dx (N)."""

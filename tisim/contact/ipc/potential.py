@@ -63,7 +63,11 @@ from tisim import backend
 from tisim.backend import download
 from tisim.contact.ipc import barrier as bar
 from tisim.contact.ipc import distance as dist
-from tisim.contact.ipc.friction_potential import FrictionPotential  # noqa: F401  (part of this module's interface)
+from tisim.contact.ipc.friction_potential import (  # noqa: F401  (FrictionPotential: part of this module's interface)
+    FrictionPotential,
+    friction_energy_pass,
+    friction_gradient_pass,
+)
 from tisim.contact.ipc.pair_kernels import (
     _eps_x,
     _load_pair,
@@ -79,22 +83,22 @@ log = logging.getLogger(__name__)
 # barrier kernels
 
 
-@ti.kernel
-def _barrier_energy(
-    x: ti.types.ndarray(),
-    rest: ti.types.ndarray(),
-    pt: ti.types.ndarray(),
-    n_pt: ti.i32,
-    ee: ti.types.ndarray(),
-    n_ee: ti.i32,
-    dhat: float,
-    xi: float,
-    out: ti.types.ndarray(),
-    values: ti.types.ndarray(),
-    dsq: ti.types.ndarray(),
-    out_pt: ti.types.ndarray(),
-    out_ee: ti.types.ndarray(),
-    counts: ti.types.ndarray(),
+@ti.func
+def barrier_energy_pass(
+    x: ti.template(),
+    rest: ti.template(),
+    pt: ti.template(),
+    n_pt,
+    ee: ti.template(),
+    n_ee,
+    dhat,
+    xi,
+    out: ti.template(),
+    values: ti.template(),
+    dsq: ti.template(),
+    out_pt: ti.template(),
+    out_ee: ti.template(),
+    counts: ti.template(),
 ):
     """out[0] = sum of the pairs' barriers (unscaled by kappa), out[1] = their smallest
     squared distance (the same values as _pair_stats', at no extra pass); the pairs
@@ -139,7 +143,7 @@ def _barrier_energy(
 
 
 @ti.kernel
-def _barrier_gradient(
+def _barrier_energy(
     x: ti.types.ndarray(),
     rest: ti.types.ndarray(),
     pt: ti.types.ndarray(),
@@ -148,8 +152,29 @@ def _barrier_gradient(
     n_ee: ti.i32,
     dhat: float,
     xi: float,
-    kappa: float,
-    g: ti.types.ndarray(),
+    out: ti.types.ndarray(),
+    values: ti.types.ndarray(),
+    dsq: ti.types.ndarray(),
+    out_pt: ti.types.ndarray(),
+    out_ee: ti.types.ndarray(),
+    counts: ti.types.ndarray(),
+):
+    """``barrier_energy_pass`` in a launch of its own."""
+    barrier_energy_pass(x, rest, pt, n_pt, ee, n_ee, dhat, xi, out, values, dsq, out_pt, out_ee, counts)
+
+
+@ti.func
+def barrier_gradient_pass(
+    x: ti.template(),
+    rest: ti.template(),
+    pt: ti.template(),
+    n_pt,
+    ee: ti.template(),
+    n_ee,
+    dhat,
+    xi,
+    kappa,
+    g: ti.template(),
 ):
     ti.loop_config(serialize=backend.SERIAL_SUMS)
     for k in range(n_pt + n_ee):
@@ -170,6 +195,81 @@ def _barrier_gradient(
             for a in ti.static(range(4)):
                 if mask[a] != 0:
                     g[idx[a]] += ti.Vector([gv[3 * a], gv[3 * a + 1], gv[3 * a + 2]])
+
+
+@ti.kernel
+def _barrier_gradient(
+    x: ti.types.ndarray(),
+    rest: ti.types.ndarray(),
+    pt: ti.types.ndarray(),
+    n_pt: ti.i32,
+    ee: ti.types.ndarray(),
+    n_ee: ti.i32,
+    dhat: float,
+    xi: float,
+    kappa: float,
+    g: ti.types.ndarray(),
+):
+    """``barrier_gradient_pass`` in a launch of its own."""
+    barrier_gradient_pass(x, rest, pt, n_pt, ee, n_ee, dhat, xi, kappa, g)
+
+
+@ti.kernel
+def _barrier_friction_energy(
+    x: ti.types.ndarray(),
+    rest: ti.types.ndarray(),
+    pt: ti.types.ndarray(),
+    n_pt: ti.i32,
+    ee: ti.types.ndarray(),
+    n_ee: ti.i32,
+    dhat: float,
+    xi: float,
+    out: ti.types.ndarray(),
+    values: ti.types.ndarray(),
+    dsq: ti.types.ndarray(),
+    out_pt: ti.types.ndarray(),
+    out_ee: ti.types.ndarray(),
+    counts: ti.types.ndarray(),
+    x_ref: ti.types.ndarray(),
+    n_fr: ti.i32,
+    eps: float,
+    coef: ti.types.ndarray(),
+    stencil: ti.types.ndarray(),
+    weights: ti.types.ndarray(),
+    basis: ti.types.ndarray(),
+    fr_out: ti.types.ndarray(),
+):
+    """``barrier_energy_pass``, then ``friction_energy_pass`` of the pairs' lagged friction
+    (the same sums as the two kernels give, in one launch)."""
+    barrier_energy_pass(x, rest, pt, n_pt, ee, n_ee, dhat, xi, out, values, dsq, out_pt, out_ee, counts)
+    friction_energy_pass(x, x_ref, n_fr, eps, coef, stencil, weights, basis, fr_out)
+
+
+@ti.kernel
+def _barrier_friction_gradient(
+    x: ti.types.ndarray(),
+    rest: ti.types.ndarray(),
+    pt: ti.types.ndarray(),
+    n_pt: ti.i32,
+    ee: ti.types.ndarray(),
+    n_ee: ti.i32,
+    dhat: float,
+    xi: float,
+    kappa: float,
+    g: ti.types.ndarray(),
+    x_ref: ti.types.ndarray(),
+    n_fr: ti.i32,
+    eps: float,
+    coef: ti.types.ndarray(),
+    stencil: ti.types.ndarray(),
+    weights: ti.types.ndarray(),
+    basis: ti.types.ndarray(),
+    g_fr: ti.types.ndarray(),
+):
+    """``barrier_gradient_pass`` into g, then ``friction_gradient_pass`` into g_fr (the
+    same array: the barrier's gradient, then friction's, added in one launch)."""
+    barrier_gradient_pass(x, rest, pt, n_pt, ee, n_ee, dhat, xi, kappa, g)
+    friction_gradient_pass(x, x_ref, n_fr, eps, coef, stencil, weights, basis, g_fr)
 
 
 @ti.kernel
@@ -350,11 +450,12 @@ class BarrierPotential(_Rows):
         self._dtypes = ti.ndarray(ti.i32, cap)
         self._coefs = ti.Vector.ndarray(6, backend.real(), cap)
 
-    def _scan(self, x, pt, n_pt: int, ee, n_ee: int, dhat: float, thickness: float) -> tuple[float, float]:
+    def _scan(self, x, pt, n_pt: int, ee, n_ee: int, dhat: float, thickness: float, friction=()) -> tuple[float, float]:
         """One pass of ``_barrier_energy`` over the candidates: returns (sum of the pairs'
         unscaled barriers, smallest squared distance) and keeps the active pairs'
         rows in ``_act_pt`` / ``_act_ee`` (``compact_active``), tagged with the call's
-        arguments."""
+        arguments. friction: ``FrictionPotential.pass_args`` of a friction whose energy
+        the same launch sums after (``_barrier_friction_energy``)."""
         from tisim import backend
 
         rows = int(n_pt) + int(n_ee)
@@ -372,7 +473,7 @@ class BarrierPotential(_Rows):
         if rows == 0:
             self._act_n = (0, 0)
             return 0.0, math.inf
-        _barrier_energy(
+        (_barrier_friction_energy if friction else _barrier_energy)(
             x,
             self.rest,
             pt,
@@ -387,6 +488,7 @@ class BarrierPotential(_Rows):
             self._act_pt,
             self._act_ee,
             self._act_counts,
+            *friction,
         )
         c = download(self._act_counts)
         self._act_n = (int(c[0]), int(c[1]))
@@ -416,10 +518,11 @@ class BarrierPotential(_Rows):
             self._scan(x, pt, n_pt, ee, n_ee, dhat, thickness)
         return self._act_pt, self._act_n[0], self._act_ee, self._act_n[1]
 
-    def compile_kernels(self, x, pt, ee, g, unknowns=None) -> None:
+    def compile_kernels(self, x, pt, ee, g, unknowns=None, friction=None) -> None:
         """Compile every kernel of the barrier now, for arrays like these (x, g:
         ti.Vector.ndarray(3, real, n); pt, ee: candidate rows; unknowns as in
-        :meth:`local_hessians`): each is launched over zero pairs, which computes
+        :meth:`local_hessians`; friction: a FrictionPotential, for the kernels that run
+        both): each is launched over zero pairs, which computes
         nothing. Left to the first contact, their compilation stalls that frame by about
         a second (64 x 64 drape, frame 16), a visible freeze in a live view."""
         self._scan(x, pt, 0, ee, 0, 1.0, 0.0)  # allocates the compacted rows and the scratch
@@ -440,6 +543,14 @@ class BarrierPotential(_Rows):
             self._act_counts,
         )
         _barrier_gradient(x, self.rest, pt, 0, ee, 0, 1.0, 0.0, 0.0, g)
+        if friction is not None:
+            fr = friction.pass_args(x, 0.0, 0.0, friction._sum)
+            fr = (fr[0], 0, *fr[2:])  # (no rows)
+            _barrier_friction_energy(
+                x, self.rest, pt, 0, ee, 0, 1.0, 0.0, self._sum, self._values, self._dsq, self._act_pt,
+                self._act_ee, self._act_counts, *fr,
+            )  # fmt: skip
+            _barrier_friction_gradient(x, self.rest, pt, 0, ee, 0, 1.0, 0.0, 0.0, g, *fr[:-1], g)
         _barrier_classify(x, self.rest, pt, 0, ee, 0, 1.0, 0.0, 0.0, self._dtypes, self._coefs)
         _barrier_hessians(
             x,
@@ -469,22 +580,35 @@ class BarrierPotential(_Rows):
         self.last_min_distance = math.sqrt(max(float(dsq), 0.0))
         return float(kappa) * float(e)
 
-    def add_gradient(self, x, pt, n_pt: int, ee, n_ee: int, dhat: float, thickness: float, kappa: float, g) -> None:
-        """g += dB/dx (N; g a ti.Vector.ndarray(3, real, n)). Overlapping pairs add nothing."""
-        if n_pt + n_ee == 0:
+    def add_gradient(
+        self, x, pt, n_pt: int, ee, n_ee: int, dhat: float, thickness: float, kappa: float, g, friction=None
+    ) -> None:
+        """g += dB/dx (N; g a ti.Vector.ndarray(3, real, n)). Overlapping pairs add nothing.
+        friction: (FrictionPotential, x_ref, eps_v, h) whose gradient is added after the
+        barrier's (``FrictionPotential.add_gradient``), in the same launch."""
+        if n_pt + n_ee == 0 or friction is None or friction[0].rows == 0:
+            if n_pt + n_ee:
+                _barrier_gradient(
+                    x, self.rest, pt, int(n_pt), ee, int(n_ee), float(dhat), float(thickness), float(kappa), g
+                )
+            if friction is not None:
+                friction[0].add_gradient(x, *friction[1:], g)
             return
-        _barrier_gradient(
-            x,
-            self.rest,
-            pt,
-            int(n_pt),
-            ee,
-            int(n_ee),
-            float(dhat),
-            float(thickness),
-            float(kappa),
-            g,
-        )
+        _barrier_friction_gradient(
+            x, self.rest, pt, int(n_pt), ee, int(n_ee), float(dhat), float(thickness), float(kappa), g,
+            *friction[0].pass_args(*friction[1:], g),
+        )  # fmt: skip
+
+    def energy_with_friction(
+        self, x, pt, n_pt: int, ee, n_ee: int, dhat: float, thickness: float, kappa: float, friction, x_ref, eps_v, h
+    ) -> tuple[float, float]:
+        """(:meth:`energy`, ``friction.energy(x, x_ref, eps_v, h)``), J: both sums in one
+        launch where both have pairs."""
+        if n_pt + n_ee == 0 or friction.rows == 0:
+            return self.energy(x, pt, n_pt, ee, n_ee, dhat, thickness, kappa), friction.energy(x, x_ref, eps_v, h)
+        e, dsq = self._scan(x, pt, n_pt, ee, n_ee, dhat, thickness, friction.pass_args(x_ref, eps_v, h, friction._sum))
+        self.last_min_distance = math.sqrt(max(float(dsq), 0.0))
+        return float(kappa) * float(e), float(download(friction._sum)[0])
 
     def local_hessians(
         self,
@@ -534,11 +658,15 @@ class BarrierPotential(_Rows):
         if n_pt + n_ee == 0:
             return math.inf
         _pair_stats(x, pt, int(n_pt), ee, int(n_ee), 0.0, 0.0, self._sum, self._count)
-        return math.sqrt(max(float(self._sum[0]), 0.0))
+        return math.sqrt(max(float(download(self._sum)[0]), 0.0))
 
     def active_count(self, x, pt, n_pt: int, ee, n_ee: int, dhat: float, thickness: float) -> int:
         """Number of pairs within the activation distance (s < s_hat, overlapping ones included)."""
+        return self.distance_stats(x, pt, n_pt, ee, n_ee, dhat, thickness)[1]
+
+    def distance_stats(self, x, pt, n_pt: int, ee, n_ee: int, dhat: float, thickness: float) -> tuple[float, int]:
+        """(:meth:`min_distance`, :meth:`active_count`) from one pass."""
         if n_pt + n_ee == 0:
-            return 0
+            return math.inf, 0
         _pair_stats(x, pt, int(n_pt), ee, int(n_ee), float(dhat), float(thickness), self._sum, self._count)
-        return int(self._count[0])
+        return math.sqrt(max(float(download(self._sum)[0]), 0.0)), int(download(self._count)[0])

@@ -219,7 +219,7 @@ class SystemAssembler:
         self._pattern = None  # (indptr, indices) of the base
         self._bmap = None  # see _set_pattern
         self._grow = None  # where the base lacked diagonal-block entries (inserted as zeros)
-        self._outside = np.zeros(0, dtype=np.int32)
+        self._outside = [np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.int32)]
 
     def set_unknowns(self, sysvert: np.ndarray) -> None:
         key = sysvert.tobytes()
@@ -307,18 +307,45 @@ class SystemAssembler:
             return
         np.add.at(self.data, self._block_slots[vertices].ravel(), np.asarray(blocks, dtype=np.float64).ravel())
 
+    def _outside_buffer(self, i: int, rows: int) -> np.ndarray:
+        """The i-th scratch array of per-pair outside counts, of at least ``rows`` rows."""
+        out = self._outside[i]
+        if len(out) < rows:
+            out = self._outside[i] = np.zeros(max(rows, 2 * len(out)), dtype=np.int32)
+        return out
+
     def add_pairs(self, H, stencils, rows: int) -> None:
         """Add the local Hessians H[:rows] (12 x 12, ``stencils`` rows of 4 vertices) over
         the unknowns (``set_unknowns``)."""
-        from tisim.solvers.cloth.assembly_kernels import emit_outside, scatter_pairs
+        from tisim.solvers.cloth.assembly_kernels import scatter_pairs
 
         if rows <= 0:
             return
-        if len(self._outside) < rows:
-            self._outside = np.zeros(max(rows, 2 * len(self._outside)), dtype=np.int32)
-        out = self._outside
+        out = self._outside_buffer(0, rows)
         scatter_pairs(H, stencils, rows, self.unknowns, self._d_indptr, self._d_indices, self.data, out)
-        counts = out[:rows]
+        self._emit(H, stencils, out[:rows])
+
+    def add_pair_batches(self, batches) -> None:
+        """:meth:`add_pairs` of each (H, stencils, rows) in ``batches``, in order, two
+        batches a launch (``scatter_two``: the same sums)."""
+        from tisim.solvers.cloth.assembly_kernels import scatter_two
+
+        batches = [b for b in batches if b[2] > 0]
+        for i in range(0, len(batches) - 1, 2):
+            (H, st, rows), (H2, st2, rows2) = batches[i], batches[i + 1]
+            out, out2 = self._outside_buffer(0, rows), self._outside_buffer(1, rows2)
+            ip, ix = self._d_indptr, self._d_indices
+            scatter_two(H, st, rows, H2, st2, rows2, self.unknowns, ip, ix, self.data, out, out2)
+            self._emit(H, st, out[:rows])
+            self._emit(H2, st2, out2[:rows2])
+        if len(batches) % 2:
+            self.add_pairs(*batches[-1])
+
+    def _emit(self, H, stencils, counts: np.ndarray) -> None:
+        """The entries outside the pattern of the pairs with counts > 0 (``scatter_*``'s
+        per-pair counts), kept as triplets for :meth:`matrix` / :meth:`block_upper`."""
+        from tisim.solvers.cloth.assembly_kernels import emit_outside
+
         pairs = np.flatnonzero(counts).astype(np.int32)
         if not len(pairs):
             return
@@ -337,11 +364,12 @@ class SystemAssembler:
         (launches over zero pairs into scratch arrays of the pattern's types)."""
         import taichi as ti
 
-        from tisim.solvers.cloth.assembly_kernels import emit_outside, scatter_pairs
+        from tisim.solvers.cloth.assembly_kernels import emit_outside, scatter_pairs, scatter_two
 
         ip, ix = ti.ndarray(ti.i32, shape=1), ti.ndarray(ti.i32, shape=1)
         i32 = np.zeros(1, dtype=np.int32)
         scatter_pairs(H, stencils, 0, self.unknowns, ip, ix, np.zeros(1), i32)
+        scatter_two(H, stencils, 0, H, stencils, 0, self.unknowns, ip, ix, np.zeros(1), i32, i32.copy())
         emit_outside(
             H,
             stencils,

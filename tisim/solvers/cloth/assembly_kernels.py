@@ -148,6 +148,31 @@ def scatter_pairs(
 
 
 @ti.kernel
+def scatter_two(
+    H: ti.types.ndarray(),
+    stencils: ti.types.ndarray(),
+    rows: ti.i32,
+    H2: ti.types.ndarray(),
+    stencils2: ti.types.ndarray(),
+    rows2: ti.i32,
+    sysvert: ti.types.ndarray(),
+    indptr: ti.types.ndarray(),
+    indices: ti.types.ndarray(),
+    csr: ti.types.ndarray(),
+    outside: ti.types.ndarray(),
+    outside2: ti.types.ndarray(),
+):
+    """``scatter_pairs`` of two batches, the first's pairs then the second's (the same
+    additions in the same order as two launches), in one launch."""
+    ti.loop_config(serialize=backend.SERIAL_SUMS)
+    for k in range(rows):
+        outside[k] = _pair_entries(H, stencils, sysvert, indptr, indices, k, csr, csr, csr, csr, 0, False)
+    ti.loop_config(serialize=backend.SERIAL_SUMS)
+    for k in range(rows2):
+        outside2[k] = _pair_entries(H2, stencils2, sysvert, indptr, indices, k, csr, csr, csr, csr, 0, False)
+
+
+@ti.kernel
 def emit_outside(
     H: ti.types.ndarray(),
     stencils: ti.types.ndarray(),

@@ -70,27 +70,35 @@ class PairBatch:
             return 0.0
         return self.barrier.energy(x, *self._args(), self.dhat, self.xi, kappa * self.kappa_scale)
 
-    def compact_active(self, x):
-        """The rows within reach at x (BarrierPotential.compact_active)."""
-        return self.barrier.compact_active(x, *self._args(), self.dhat, self.xi)
+    def compact_active(self, x, same_x: bool = False):
+        """The rows within reach at x (BarrierPotential.compact_active; same_x: x holds
+        what it held at the last energy evaluation, over these rows)."""
+        return self.barrier.compact_active(x, *self._args(), self.dhat, self.xi, same_x=same_x)
 
-    def add_terms(self, x, kappa: float, g, unknowns):
+    def add_terms(self, x, kappa: float, g, unknowns, friction=None, same_x: bool = False):
         """g += the barrier's gradient at x; returns (hessians, stencils, rows) of its
-        projected local Hessians, or None when no pair is within reach."""
-        if not self:
-            return None
-        kb = kappa * self.kappa_scale
-        apt, na_pt, aee, na_ee = self.compact_active(x)
-        if na_pt + na_ee == 0:
-            return None
-        self.barrier.add_gradient(x, apt, na_pt, aee, na_ee, self.dhat, self.xi, kb, g)
-        rows = self.barrier.local_hessians(x, apt, na_pt, aee, na_ee, self.dhat, self.xi, kb, True, unknowns)
-        return self.barrier.hessians, self.barrier.stencils, rows
+        projected local Hessians, or None when no pair is within reach. friction:
+        (FrictionPotential, x_ref, eps_v, h) whose gradient is added after the barrier's;
+        same_x: as :meth:`compact_active`."""
+        if self:
+            kb = kappa * self.kappa_scale
+            apt, na_pt, aee, na_ee = self.compact_active(x, same_x)
+            if na_pt + na_ee:
+                self.barrier.add_gradient(x, apt, na_pt, aee, na_ee, self.dhat, self.xi, kb, g, friction=friction)
+                rows = self.barrier.local_hessians(x, apt, na_pt, aee, na_ee, self.dhat, self.xi, kb, True, unknowns)
+                return self.barrier.hessians, self.barrier.stencils, rows
+        if friction is not None:
+            friction[0].add_gradient(x, *friction[1:], g)
+        return None
 
     def add_gradient(self, x, kappa: float, g) -> None:
         """g += the barrier's gradient at x."""
         if self:
             self.barrier.add_gradient(x, *self._args(), self.dhat, self.xi, kappa * self.kappa_scale, g)
+
+    def ccd_batch(self) -> tuple:
+        """(pt, n_pt, ee, n_ee, thickness): the rows for CCD (``ccd.max_step_two``)."""
+        return (*self._args(), self.xi)
 
     def max_step(self, x, dx) -> float:
         """The batch's CCD bound on the step dx from x (a fraction in (0, 1]); the rows
@@ -111,6 +119,12 @@ class PairBatch:
         if not self:
             return 0
         return self.barrier.active_count(x, *self._args(), self.dhat, self.xi)
+
+    def distance_stats(self, x) -> tuple[float, int]:
+        """(:meth:`min_distance`, :meth:`active_count`) from one pass."""
+        if not self:
+            return math.inf, 0
+        return self.barrier.distance_stats(x, *self._args(), self.dhat, self.xi)
 
     def gap(self) -> float:
         """d^2 - xi^2 of the closest pair at the last energy evaluation, m^2."""

@@ -317,16 +317,22 @@ class NewtonLoop:
             E += s.strain.energy(xcc)
         upload(s.x, xx)
         c.barrier_at = None
+        E_friction = None  # the scene's friction, summed with the barrier where both act
         if sum(pairs) and s.kappa > 0:
-            E += s.barrier.energy(s.x, s.broad.pt, pairs[0], s.broad.ee, pairs[1], dhat, xi, s.kappa)
+            args = (s.x, s.broad.pt, pairs[0], s.broad.ee, pairs[1], dhat, xi, s.kappa)
+            if c.friction_on:
+                Eb, E_friction = s.barrier.energy_with_friction(*args, s.friction, s.x_ref, eps_v, h)
+                E += Eb
+            else:
+                E += s.barrier.energy(*args)
             c.barrier_at = xx
         if s.narrow and s.kappa > 0:
             E += s.narrow.energy(s.x, s.kappa)
         if s.kappa > 0:
             for ball in s.balls:
-                E += ball.energy(s.x, s.kappa) + ball.friction_energy(s.x, s.x_ref, eps_v, h)
+                E += ball.energies(s.x, s.x_ref, s.kappa, eps_v, h)
         if c.friction_on:
-            E += s.friction.energy(s.x, s.x_ref, eps_v, h)
+            E += s.friction.energy(s.x, s.x_ref, eps_v, h) if E_friction is None else E_friction
         if planes and s.kappa > 0:
             E += planes.energy(xcc, dhat, xi, s.kappa)
             if c.plane_friction:
@@ -387,8 +393,9 @@ class NewtonLoop:
                 k.g += download(s.g)
         for ball in s.balls if s.kappa > 0 else ():
             _zero(s.g)
-            part = ball.add_terms(s.x, s.kappa, s.g, system.unknowns)
-            fpart = ball.add_friction_terms(s.x, s.x_ref, eps_v, h, s.g)
+            # (the line search's last energy, at x, scanned the sphere's rows too)
+            same_x = c.barrier_at is x
+            part, fpart = ball.add_contact_terms(s.x, s.x_ref, s.kappa, eps_v, h, s.g, system.unknowns, same_x)
             for pp in (part, fpart):
                 if pp is not None:
                     k.pair_parts.append(pp)
@@ -401,9 +408,8 @@ class NewtonLoop:
             apt, na_pt, aee, na_ee = s.barrier.compact_active(
                 s.x, s.broad.pt, pairs[0], s.broad.ee, pairs[1], dhat, xi, same_x=c.barrier_at is x
             )
-            s.barrier.add_gradient(s.x, apt, na_pt, aee, na_ee, dhat, xi, s.kappa, s.g)
-            if c.friction_on:
-                s.friction.add_gradient(s.x, s.x_ref, eps_v, h, s.g)
+            fr = (s.friction, s.x_ref, eps_v, h) if c.friction_on else None  # (friction's after, one launch)
+            s.barrier.add_gradient(s.x, apt, na_pt, aee, na_ee, dhat, xi, s.kappa, s.g, friction=fr)
             k.g += download(s.g)
             rows = s.barrier.local_hessians(
                 s.x, apt, na_pt, aee, na_ee, dhat, xi, s.kappa, True, unknowns=system.unknowns
@@ -450,8 +456,7 @@ class NewtonLoop:
         for vb, B in k.block_parts:
             sv = k.sysvert[vb]
             system.add_vertex_blocks(sv[sv >= 0], B[sv >= 0])
-        for H, st, rows in k.pair_parts:
-            system.add_pairs(H, st, rows)
+        system.add_pair_batches(k.pair_parts)
         pulled = c.pulled
         if pulled.any():
             if c.w_al == 0.0:
@@ -679,14 +684,14 @@ class NewtonLoop:
         n_pt, n_ee = s._detect(c.inflation, at=x)
         dmin = math.inf
         n_active = 0
-        if n_pt + n_ee:
-            dmin = s.barrier.min_distance(s.x, s.broad.pt, n_pt, s.broad.ee, n_ee)
-            n_active = s.barrier.active_count(s.x, s.broad.pt, n_pt, s.broad.ee, n_ee, dhat, xi)
+        if n_pt + n_ee:  # (the smallest distance and the active pairs from one pass)
+            dmin, n_active = s.barrier.distance_stats(s.x, s.broad.pt, n_pt, s.broad.ee, n_ee, dhat, xi)
         if s.narrow:
             n_active += s.narrow.active_count(s.x)
         for ball in s.balls:
-            n_active += ball.active_count(s.x)
-            dmin = min(dmin, ball.clearance(s.x))
+            d_ball, active = ball.distance_stats(s.x)
+            n_active += active
+            dmin = min(dmin, d_ball - ball.radius)  # (BallPairs.clearance)
         if planes:
             dmin = min(dmin, planes.min_distance(x[:nc]))
             n_active += planes.active_count(x[:nc], dhat, xi)

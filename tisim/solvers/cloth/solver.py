@@ -233,7 +233,9 @@ class SolverCloth(Solver):
         self._stats_total = {"steps": 0, "newton": 0, "ccd_clamps": 0, "max_kinematic_lag": 0.0}
         self._lag_warned = False
         # the contact kernels compile now, not at the first contact (a second's freeze)
-        self.barrier.compile_kernels(self.x, self.broad.pt, self.broad.ee, self.g, self.system.unknowns)
+        self.barrier.compile_kernels(
+            self.x, self.broad.pt, self.broad.ee, self.g, self.system.unknowns, friction=self.friction
+        )
         self.friction.compile_kernels(self.x, self.broad.pt, self.broad.ee, self.g, self.vertex_mu)
         self.system.compile_kernels(self.barrier.hessians, self.barrier.stencils)
 
@@ -704,17 +706,20 @@ class SolverCloth(Solver):
         return not planes or planes.max_step(x[:nc], d[:nc], self.contact.thickness, self.config.ccd_eta) >= 1.0
 
     def _ccd(self, pairs) -> float:
-        from tisim.contact.ipc.ccd import max_step
+        """The CCD bound on the step self.dx from self.x over the narrow pairs, the spheres'
+        rows and the scene's ``pairs``: the smallest of their bounds (exact: a minimum of
+        per-pair times), two batches a launch."""
+        from tisim.contact.ipc.ccd import max_step, max_step_two
 
-        toi = self.narrow.max_step(self.x, self.dx) if self.narrow is not None else 1.0
-        for ball in self.balls:
-            toi = min(toi, ball.max_step(self.x, self.dx))
-        if not sum(pairs):
-            return toi
-        return min(
-            toi,
-            float(max_step(self.x, self.dx, self.broad.pt, pairs[0], self.broad.ee, pairs[1], self.contact.thickness)),
-        )
+        batches = [b.ccd_batch() for b in ([self.narrow] if self.narrow is not None else []) + self.balls if b]
+        if sum(pairs):
+            batches.append((self.broad.pt, pairs[0], self.broad.ee, pairs[1], self.contact.thickness))
+        toi = 1.0
+        for i in range(0, len(batches) - 1, 2):
+            toi = min(toi, *max_step_two(self.x, self.dx, batches[i], batches[i + 1]))
+        if len(batches) % 2:
+            toi = min(toi, float(max_step(self.x, self.dx, *batches[-1])))
+        return toi
 
     def _init_kappa(self, x, x_hat, f_ext, h, n_pt, n_ee):
         """IPC's initial barrier stiffness: balance the barrier's gradient against the

@@ -71,6 +71,7 @@ class ShellTerm:
         # here (one projection of the sum); set by the solver, see fold_strain
         self.strain = None
         self._last = None  # the last full evaluation, see remember()
+        self._scratch = ti.ndarray(real, shape=(2,))  # (shell_energy's strain sums, unused)
         self._energy_at = None  # (x, E) of the last energy-only evaluation
 
     def fold_strain(self, strain) -> bool:
@@ -103,36 +104,48 @@ class ShellTerm:
 
     def _evaluate(self, x: np.ndarray, hessian: bool, energy_only: bool, strain=None):
         from tisim.linalg.psd import project_psd
+        from tisim.solvers.cloth import elastic_kernels as EK
 
         upload(self.x, x)
+        e = self.energy_obj
+        hinge_args = (e.hinges, e.hinge_data, e.hinge_count)
         kept = self._energy_at
         if not energy_only and kept is not None and np.array_equal(kept[0], x):
             E = kept[1]  # the line search's last trial, where this Newton iteration starts
         else:
-            E = self.energy_obj.energy(self.x)
+            # ShellEnergy.energy's two passes in one launch, the same sum; with a folded
+            # strain limit, its energy too, for the line search's next call (StrainTerm.energy)
+            o = strain.obj if strain is not None and energy_only else None
+            s_args = (e.faces, e.face_data, 0, 0.0, 0.0, self._scratch)
+            if o is not None:
+                s_args = (o.faces, o.face_data, o.faces.shape[0], o.s_max, o.s_hat, o._scalar)
+            EK.shell_energy(self.x, e.faces, e.face_data, *hinge_args, e._scalar, e._bending_sum, *s_args)
+            E = float(download(e._scalar)[0]) + (float(download(e._bending_sum)[0]) if e.hinge_count else 0.0)
+            if o is not None:
+                strain.evaluated(x, *download(o._scalar)[:2])
         if energy_only:
             self._energy_at = (np.array(x, dtype=np.float64), E)
             return E, None, None
         _zero(self.g)
-        self.energy_obj.add_gradient(self.x, self.g)
         st = strain
         strain_on = st is not None and st.active_at(x)
-        if strain_on:
-            st.obj.add_gradient(self.x, self.g)
+        # the membrane's, the bending's and the strain limit's gradients, in one launch
+        o = st.obj if strain_on else None
+        s_faces, s_data = (e.faces, e.face_data) if o is None else (o.faces, o.face_data)
+        s_args = (0, 0.0, 0.0) if o is None else (o.faces.shape[0], o.s_max, o.s_hat)
+        EK.shell_gradient(self.x, e.faces, e.face_data, *hinge_args, s_faces, s_data, *s_args, self.g)
         g = download(self.g)[: self.n]
         if not hessian:
             return E, g, None
         from tisim.energies import shell_kernels as K
 
-        e = self.energy_obj
         asm = self.assembler
         # membrane (+ strain limit) F-space Hessians, projected from their eigensystem
-        o = st.obj if strain_on else None
-        K.shell_hessian_f(
+        f_args = (
             self.x,
             e.faces,
             e.face_data,
-            e.face_data if o is None else o.face_data,
+            s_data,
             1,
             int(strain_on),
             0.0 if o is None else o.s_max,
@@ -141,19 +154,25 @@ class ShellTerm:
             1,
             self._hf,
         )
+        if not len(self.hinges) or self.gauss_newton_bending:
+            # and the Gauss-Newton bending, in the same launch (no hinges: placeholders)
+            bend = asm.incidence[1] if len(self.hinges) else asm.incidence[0]
+            n_gather = bend[0].shape[0] - 1 if len(self.hinges) else 0
+            EK.shell_hessian(
+                *f_args, *asm.incidence[0], asm.indptr, asm.data, *hinge_args, self._gn, *bend, n_gather,
+                int(self.lumped_bending),
+            )  # fmt: skip
+            return E, g, asm.matrix()
+        K.shell_hessian_f(*f_args)
         K.gather_face_hessians(e.face_data, self._hf, *asm.incidence[0], asm.indptr, asm.data)  # (zeroes first)
-        if len(self.hinges) and self.gauss_newton_bending:
-            K.bending_gauss_newton_factors(self.x, e.hinges, e.hinge_data, len(self.hinges), self._gn)
-            K.gather_bending_gauss_newton(self._gn, *asm.incidence[1], asm.data, int(self.lumped_bending))
-        elif len(self.hinges):
-            if self.lumped_bending:
-                raise ValueError(
-                    "the full bending Hessian needs the hinges' couplings in the pattern "
-                    "(solver.bending_hessian = 'coupled')"
-                )
-            K.bending_hessian(self.x, e.hinges, e.hinge_data, e.bending_hessians, True)
-            self._psd_b = project_psd(e.bending_hessians, len(self.hinges), self._psd_b)
-            K.scatter_blocks(e.bending_hessians, len(self.hinges), asm.slots[1], asm.data)
+        if self.lumped_bending:
+            raise ValueError(
+                "the full bending Hessian needs the hinges' couplings in the pattern "
+                "(solver.bending_hessian = 'coupled')"
+            )
+        K.bending_hessian(self.x, e.hinges, e.hinge_data, e.bending_hessians, True)
+        self._psd_b = project_psd(e.bending_hessians, len(self.hinges), self._psd_b)
+        K.scatter_blocks(e.bending_hessians, len(self.hinges), asm.slots[1], asm.data)
         return E, g, asm.matrix()
 
 
@@ -205,14 +224,27 @@ class StrainTerm:
         self.assembler = DeviceAssembler(3 * n, [_np(self.obj.face_stencils)])
         self._hf = ti.ndarray(real, shape=(max(len(faces), 1), 6, 6))
         self._stretch_at = None  # (x, largest stretch) of the last energy() call
+        self._energy_at = None  # (x, energy) evaluated with the shell's (see evaluated)
 
     def energy(self, x):
+        kept, self._energy_at = self._energy_at, None
+        if kept is not None and np.array_equal(kept[0], x):
+            return kept[1]  # evaluated with the shell's energy (ShellTerm, folded)
         upload(self.x, x)
         E = self.obj.energy(self.x)
         # the largest stretch came with it: max_stretch / active_at at the same x reuse it
         # (the Newton iteration after an accepted line search starts at its last trial)
         self._stretch_at = (np.array(x, dtype=np.float64), self.obj.last_max_stretch)
         return E
+
+    def evaluated(self, x, E: float, stretch: float) -> None:
+        """The energy E and largest stretch at x (n, 3), evaluated elsewhere (the shell's
+        kernel, the same pass as ``energy``'s): the next :meth:`energy` call, if at x,
+        returns E without a launch (once)."""
+        x = np.array(x, dtype=np.float64)
+        self.obj.last_max_stretch = float(stretch)
+        self._energy_at = (x, float(E))
+        self._stretch_at = (x, float(stretch))
 
     def gradient_hessian(self, x):
         from tisim.energies import shell_kernels as K
