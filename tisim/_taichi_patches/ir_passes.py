@@ -11,10 +11,11 @@ time and bought no speed: a fresh machine's first two frames (every kernel compi
 (``benchmarks/bench_compile.py``). The cloth's kernels (shell, bending, broad phase) ran
 7-10% slower without them, so modules in ``KEEP_PASSES`` keep them; so does every other
 backend. Inside those modules, the kernels in ``LIGHT`` do not: the contact barrier's
-per-pair kernels and the pair scatter took 1.6-8 s each to compile with the passes
-(0.2-0.9 s without), about 30 s of a cloth run's 49 s of compile, and together under 0.1 ms
-of a 289-vertex contact frame's ~55 ms either way (Taichi's kernel profiler, 30 frames of
-refine-drape, the passes on and off in turn).
+per-pair kernels and the pair scatters took 1-8 s each to compile with the passes
+(0.2-0.9 s without), most of a cold cloth run's compile (a 20-frame cloth-drape's first
+launches: 26 s with every cloth kernel's passes, 8.6 s without these), and ran no slower
+without them (Taichi's kernel profiler, 30 contact frames of refine-drape at 289 vertices:
+together under 0.1 ms a frame either way).
 
 The switch is Taichi's own config, read when a kernel compiles: it is turned off for the
 first launch of a kernel outside ``KEEP_PASSES`` (its compile, or its load from the offline
@@ -44,9 +45,12 @@ LIGHT = frozenset(
         "tisim.contact.ipc.potential._barrier_energy",
         "tisim.contact.ipc.potential._barrier_classify",
         "tisim.contact.ipc.potential._pair_stats",
+        "tisim.contact.ipc.potential._barrier_friction_energy",
+        "tisim.contact.ipc.potential._barrier_friction_gradient",
         "tisim.contact.ipc.friction_potential._friction_update",
         "tisim.solvers.cloth.assembly_kernels.scatter_pairs",
         "tisim.solvers.cloth.assembly_kernels.emit_outside",
+        "tisim.solvers.cloth.assembly_kernels.scatter_two",
     }
 )
 ENV = "TISIM_TAICHI_IR_OPT"
