@@ -550,6 +550,7 @@ class NewtonLoop:
         upload(s.x, x)
         upload(s.dx, p)
         c.pairs = s._detect(c.inflation, alpha)
+        c.barrier_at = None  # the detection replaced the pair buffers: no active list to reuse
         toi = s._ccd(c.pairs)  # a fraction of the full step p
         if s.planes:
             toi = min(toi, s.planes.max_step(x[:nc], p[:nc], s.contact.thickness, s.config.ccd_eta))
