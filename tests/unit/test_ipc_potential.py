@@ -495,15 +495,15 @@ def _exercise(sc, barrier, friction, mu, x_ref):
     friction.add_gradient(sc.x, x_ref, 0.05, 0.01, sc.g)
     frows = friction.local_hessians(sc.x, x_ref, 0.05, 0.01, False)
     friction.local_hessians(sc.x, x_ref, 0.05, 0.01, True)
-    # the barrier and its friction in one launch: the same sums, bit for bit
-    assert barrier.energy_with_friction(sc.x, *pairs, sc.dhat, sc.xi, KAPPA, friction, x_ref, 0.05, 0.01) == (
-        barrier.energy(sc.x, *pairs, sc.dhat, sc.xi, KAPPA),
-        d,
-    )
+    # the barrier and its friction in one launch: the same sums (bit for bit with Taichi's
+    # IR passes on both; the fused kernels compile without them on the CPU, and then the
+    # last bits of a few products differ: round-off, ir_passes.LIGHT)
+    eb, ef = barrier.energy_with_friction(sc.x, *pairs, sc.dhat, sc.xi, KAPPA, friction, x_ref, 0.05, 0.01)
+    np.testing.assert_allclose([eb, ef], [barrier.energy(sc.x, *pairs, sc.dhat, sc.xi, KAPPA), d], rtol=1e-13)
     g = sc.g.to_numpy()
     sc.g.fill(0.0)
     barrier.add_gradient(sc.x, *pairs, sc.dhat, sc.xi, KAPPA, sc.g, friction=(friction, x_ref, 0.05, 0.01))
-    np.testing.assert_array_equal(sc.g.to_numpy(), g)
+    np.testing.assert_allclose(sc.g.to_numpy(), g, rtol=0, atol=1e-13 * np.abs(g).max())
     assert np.abs(g).max() > 0 and frows > 0
     cap = barrier.capacity
     assert barrier.hessians.to_numpy().shape == (cap, 12, 12)
