@@ -112,7 +112,7 @@ def _flat_mesh(V: np.ndarray, F: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return V[F.reshape(-1)], np.arange(3 * len(F)).reshape(-1, 3)
 
 
-class _MeshFields:
+class _MeshBuffers:
     """The vertex buffer (f32 positions, normals, colours in GGUI's layout), indices and
     identity transform of one fixed-topology mesh, as host arrays
     (:mod:`tisim.render.host_draw`: no Taichi fields, so nothing to compile)."""
@@ -188,7 +188,7 @@ def crease_matrix(positions: np.ndarray, faces: np.ndarray, degrees: float = CRE
     return sp.csr_matrix((np.ones(int(keep.sum())), (M.row[keep], M.col[keep])), shape=(3 * k, k))
 
 
-class _CreasedMesh(_MeshFields):
+class _CreasedMesh(_MeshBuffers):
     """The objects' surface drawn with a corner per face and vertex: colours per corner
     (a cloth's checker keeps sharp edges) and normals smooth within a smooth region and
     split at creases (:func:`crease_matrix`, found in the first positions drawn, the rest
@@ -218,11 +218,11 @@ class _CreasedMesh(_MeshFields):
         super().update(x[self.corners], nrm)
 
 
-def _shadow_fields(vertex_count: int, faces: np.ndarray, copies: int) -> _MeshFields:
-    """Fields for ``copies`` shadows of one caster in one mesh (one a light sample)."""
+def _shadow_buffers(vertex_count: int, faces: np.ndarray, copies: int) -> _MeshBuffers:
+    """Buffers for ``copies`` shadows of one caster in one mesh (one a light sample)."""
     n = vertex_count
     F = np.concatenate([faces + k * n for k in range(copies)])
-    return _MeshFields(copies * n, F, np.zeros((copies * n, 3)))
+    return _MeshBuffers(copies * n, F, np.zeros((copies * n, 3)))
 
 
 def nice_length(x: float) -> float:
@@ -308,7 +308,7 @@ class _Ground:
         faces = np.arange(len(self.uw)).reshape(-1, 3)
         if np.dot(np.cross(V[1] - V[0], V[2] - V[0]), n) < 0:
             faces = faces[:, ::-1].copy()
-        self.fields = _MeshFields(len(V), faces, self.colors)
+        self.fields = _MeshBuffers(len(V), faces, self.colors)
         self.fields.update(V, n)
 
     @staticmethod
@@ -377,7 +377,7 @@ class SceneDrawer:
         cam = info.camera
         self._cam_dist = float(np.linalg.norm(np.subtract(cam.position, cam.lookat)))
         self.sun = sun_direction(cam)
-        self.colliders: list[tuple[Any, _MeshFields, bool, tuple]] = []
+        self.colliders: list[tuple[Any, _MeshBuffers, bool, tuple]] = []
         self._collider_vertices: list[np.ndarray] = []
         self.grounds: list[_Ground] = []
         tile = nice_length(self._cam_dist / 6.0)
@@ -413,19 +413,19 @@ class SceneDrawer:
             if c.kind in ("cylinder", "sphere"):
                 pattern = collider_pattern(c, V[F].mean(axis=1), 0.0).repeat(3)
                 colors = np.where(pattern[:, None] == 1, np.array(COLLIDER_STRIPE), np.array(COLLIDER_COLOR))
-            fields = _MeshFields(len(V), F, colors, COLLIDER_COLOR)
+            fields = _MeshBuffers(len(V), F, colors, COLLIDER_COLOR)
             fields.update(V, nrm)
             self.colliders.append((c, fields, c.is_moving(), COLLIDER_COLOR))
             self._collider_vertices.append(V)
         # shadows: per floor and caster (the surface, then each collider) one mesh that
         # holds a copy of the caster per light sample
         self._lights = self._light_samples()
-        self._shadows: list[list[_MeshFields]] = []
+        self._shadows: list[list[_MeshBuffers]] = []
         L = len(self._lights)
         casters = [(info.vertex_count, info.faces)]
         casters += [(f.vertex_count, f.faces) for _, f, _, _ in self.colliders]
         for _ in self.grounds:
-            self._shadows.append([_shadow_fields(nv, F, L) for nv, F in casters])
+            self._shadows.append([_shadow_buffers(nv, F, L) for nv, F in casters])
         self._shadow_on = False
         # (floor, caster) pairs whose shadow is drawn and cannot change: a still collider
         # over a still floor (the light is fixed in the world), projected once
