@@ -143,7 +143,7 @@ def init(arch: str = "auto", precision: str | None = None, *, debug: bool = Fals
     limit_numpy_blas()
     import atexit
 
-    atexit.register(write_kernel_cache)
+    atexit.register(_write_kernel_cache_in_turn)
     return _current
 
 
@@ -165,7 +165,7 @@ def _clear_stale_cache_lock() -> None:
     it, and every later process warned "Lock ... failed" on stderr and neither read nor
     wrote the cache (a whole test run compiled everything and its one-line-error tests
     failed). A lock older than STALE_LOCK_AGE is removed, while no tisim process holds the
-    write lock of :func:`write_kernel_cache`."""
+    write lock of :func:`_write_kernel_cache_in_turn`."""
     import time
 
     try:
@@ -185,13 +185,11 @@ def _clear_stale_cache_lock() -> None:
         return
 
 
-def write_kernel_cache() -> None:
-    """Write Taichi's offline kernel cache (``ti.reset``: Taichi is shut down after it)
-    while holding a lock of tisim's own. Registered for a process's exit; a multiprocessing
-    worker, which ends without running the exit handlers, calls it when it is done (else
-    each such worker compiled every kernel again). Taichi's own lock does not wait: of two
-    processes that end together (the test suite's two workers, a sweep's runs, a pipelined
-    refine's levels) the second skipped its write ("Lock ... failed") and every kernel only it had compiled was
+def _write_kernel_cache_in_turn() -> None:
+    """At exit: write Taichi's offline kernel cache (``ti.reset``) while holding a lock of
+    tisim's own. Taichi's own lock does not wait: of two processes that end together (the
+    test suite's two workers, a sweep's runs, a pipelined refine's levels) the second
+    skipped its write ("Lock ... failed") and every kernel only it had compiled was
     compiled again by the next run."""
     import time
 

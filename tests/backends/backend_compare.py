@@ -71,12 +71,7 @@ def _child(arch: str, precision: str, module: str, name: str, args, kwargs):
     info = backend.init(arch, precision)
     if info.arch != arch:
         return {"_skip": f"Taichi fell back to {info.arch} instead of {arch}"}
-    got = getattr(importlib.import_module(module), name)(*args, **kwargs)
-    # the pool's worker is ended without its exit handlers: write down what it compiled, so
-    # that the next child on this backend loads the kernels the scenes share (the PD
-    # solver's in most) instead of compiling them again
-    backend.write_kernel_cache()
-    return got
+    return getattr(importlib.import_module(module), name)(*args, **kwargs)
 
 
 # Scenes whose kernels take far longer for lavapipe to optimise than to run: the fused
