@@ -4,10 +4,9 @@ Why: Taichi writes its offline cache when a process ends. pytest's workers live 
 whole suite, so on a fresh machine each of them compiled every kernel it met by itself, and
 so did every command-line run or child process a test started before some other process
 had ended and written the kernel down. This runs every demo's solver for a few frames on
-shrunk meshes (plus a three-level refine, again on one thread as the bit-for-bit refine
-tests run it, and the compared integrators) in child processes, ``--jobs`` at a time, each
-taking one family of solvers, and lets them write the cache as they end; the suite's
-processes then load those kernels instead of compiling them again.
+shrunk meshes (plus a two-level refine and the compared integrators), in ``--jobs``
+processes that each take one family of solvers, and lets them write the cache as they end;
+the suite's processes then load those kernels instead of compiling them again.
 
 Run by ``make test`` (the Makefile's ``warm`` step); run it by hand to time it:
 ``python tools/warm_kernel_cache.py --jobs 2``. It changes no result: a kernel loaded from
@@ -24,7 +23,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 # one family of solvers per process, so no two processes compile the same kernels;
@@ -102,65 +100,32 @@ def _group(names: list[str]) -> None:
     with tempfile.TemporaryDirectory() as out:
         for name in names:
             done += {"cloth": _cloth, "refine": _refine, "solids": _solids}[name](Path(out))
-    threads = os.environ.get("TI_CPU_MAX_NUM_THREADS")
-    on = f" on {threads} thread(s)" if threads else ""
-    print(f"  {'+'.join(names)}{on}: {time.perf_counter() - t0:.0f} s ({', '.join(done)})", flush=True)
-
-
-def _stamp() -> Path:
-    """A file in Taichi's cache folder named for this tree's kernels: tisim's sources, the
-    demos, this script and Taichi's version. (Taichi may evict kernels of a stamped cache
-    when it outgrows its size cap: the suite then compiles those again, as without this.)"""
-    import hashlib
-
-    import taichi as ti
-
-    from tisim import backend
-
-    root = Path(__file__).resolve().parent.parent
-    h = hashlib.sha256(repr(ti.__version__).encode())
-    files = sorted((root / "tisim").rglob("*.py")) + sorted((root / "demos").glob("*.toml")) + [Path(__file__)]
-    for f in files:
-        h.update(str(f.relative_to(root)).encode() + f.read_bytes())
-    return Path(backend._cache_folder()) / f"tisim-warm-{h.hexdigest()[:16]}"
+    print(f"  {'+'.join(names)}: {time.perf_counter() - t0:.0f} s ({', '.join(done)})", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--jobs", type=int, default=2, help="processes (default 2)")
-    ap.add_argument("--force", action="store_true", help="run even when this tree warmed the cache already")
     ap.add_argument("--group", help=argparse.SUPPRESS)  # a child's share, comma-separated
     args = ap.parse_args(argv)
     if args.group:
         _group(args.group.split(","))
         return 0
-    stamp = _stamp()
-    if stamp.exists() and not args.force:
-        print(f"Taichi's kernel cache holds this tree's kernels already ({stamp.name}; --force to warm it again)")
-        return 0
-    # (group, Taichi's CPU threads): the refine again on one thread, whose kernels compile
-    # with serial loops (backend.SERIAL_LOOPS), as the bit-for-bit refine tests run them
-    children = [(["solids"], None), (["cloth", "refine"], None), (["refine"], "1")]
-    if args.jobs >= 3:
-        children[1:2] = [(["cloth"], None), (["refine"], None)]
+    groups = [["solids", "cloth", "refine"]]
+    if args.jobs == 2:
+        groups = [["solids"], ["cloth", "refine"]]
+    elif args.jobs >= 3:
+        groups = [["solids"], ["cloth"], ["refine"]]
     t0 = time.perf_counter()
+    # child processes that end normally: Taichi writes its cache at a process's exit, which
+    # a multiprocessing worker skips
     # MKL on one thread, as in the suite (conftest.py): its idle thread spins on a busy core
-    base = {"MKL_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", **os.environ}
-
-    def run(child) -> str | None:
-        group, threads = child
-        env = base if threads is None else {**base, "TI_CPU_MAX_NUM_THREADS": threads}
-        cmd = [sys.executable, __file__, "--group", ",".join(group)]
-        # a process each, ending normally: Taichi writes its cache at a process's exit
-        return None if subprocess.run(cmd, env=env, check=False).returncode == 0 else ",".join(group)
-
-    with ThreadPoolExecutor(max(1, args.jobs)) as lanes:
-        failed = [g for g in lanes.map(run, children) if g]
+    env = {"MKL_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", **os.environ}
+    children = [subprocess.Popen([sys.executable, __file__, "--group", ",".join(g)], env=env) for g in groups]
+    failed = [c.args[-1] for c in children if c.wait() != 0]
     if failed:
-        print(f"warming Taichi's kernel cache failed in: {'; '.join(failed)}", file=sys.stderr)
+        print(f"warming Taichi's kernel cache failed in: {', '.join(failed)}", file=sys.stderr)
         return 1
-    stamp.parent.mkdir(parents=True, exist_ok=True)
-    stamp.touch()
     print(f"Taichi's kernel cache warmed in {time.perf_counter() - t0:.0f} s")
     return 0
 
