@@ -27,12 +27,7 @@ $(STAMP): pyproject.toml setup.py tools/install_system_deps.sh
 demo: setup
 	$(BIN)/tisim demo squeeze-ball
 
-# warm: every demo's solver for a few frames, so that Taichi's kernel cache holds the
-# suite's kernels before pytest's long-lived workers start (each compiled every kernel by
-# itself on a fresh machine: tools/warm_kernel_cache.py)
 test: setup
-	@$(BIN)/python tools/warm_kernel_cache.py --jobs $(TEST_JOBS) \
-	  || echo "warning: warming Taichi's kernel cache failed (above); the tests compile what they need" >&2
 	$(BIN)/python -m pytest -n $(TEST_JOBS) --dist worksteal $(PYTEST_ARGS)
 
 test-fast: setup
