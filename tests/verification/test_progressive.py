@@ -445,9 +445,7 @@ def test_bits_depend_on_the_loops_form_not_the_thread_count(tmp_path):
     scene = json.dumps(
         {
             **_ON_SPHERE,
-            "objects": {
-                "c": _cloth(cloth_resolution=[12, 12], translation=[0.03, 0.13, 0.0], velocity=[0.0, -1.0, 0.0])
-            },
+            "objects": {"c": _cloth(cloth_resolution=[8, 8], translation=[0.03, 0.13, 0.0], velocity=[0.0, -1.0, 0.0])},
         }
     )
     code = """
