@@ -10,10 +10,10 @@ import pytest
 os.environ.setdefault("MPLBACKEND", "Agg")
 # MKL (PARDISO) on one thread in the test processes and the CLI runs they start: the suite
 # runs two workers on two cores, and MKL's second thread waits for work by spinning. A
-# 40-frame cloth-drape took 14.3 s of CPU for 10.5 s of wall time with it and 12.8 s of CPU
-# without it, with the same positions to the bit after 40 frames; that CPU time is what
-# the other worker wants. Taichi's threads stay as a user's (its loop
-# forms depend on them: backend.SERIAL_LOOPS).
+# 40-frame `tisim run` of cloth-drape (2-core AMD EPYC, two runs each) took 15.6-16.3 s of
+# CPU with two MKL threads and 11.9-12.6 s with one, in 12.0-12.9 s of wall time either way,
+# with the same stats to the last digit; that CPU time is what the other worker wants.
+# Taichi's threads stay as a user's (its loop forms depend on them: backend.SERIAL_LOOPS).
 for _name in ("MKL_NUM_THREADS", "OMP_NUM_THREADS"):
     os.environ.setdefault(_name, "1")
 

@@ -130,8 +130,8 @@ def cloth_drape(frames: int = 4) -> dict:
     """The cloth solver (C-IPC barrier, CCD, friction, strain limit) per frame: cloth
     positions, smallest primitive distance minus the thickness, contacts, Newton iterations.
     Two frames of free fall, then the impact (17 Newton iterations) and the frame after it
-    (10): every contact kernel runs. On lavapipe a launch of a contact kernel costs 10-180 ms
-    even for one pair (a loop whose end is known only at run time is dispatched as 65,536
+    (10): every contact kernel runs. On lavapipe a launch of a contact kernel costs 3-180 ms
+    (most 10-60 ms) even for one pair (a loop whose end is known only at run time is dispatched as 65,536
     invocations on SPIR-V, and lavapipe pays for each), so each later frame cost 2-5 s: the
     test took 50 s with six frames, 41.5 s with four."""
     from tisim import backend

@@ -308,8 +308,8 @@ class _Ground:
         faces = np.arange(len(self.uw)).reshape(-1, 3)
         if np.dot(np.cross(V[1] - V[0], V[2] - V[0]), n) < 0:
             faces = faces[:, ::-1].copy()
-        self.fields = _MeshBuffers(len(V), faces, self.colors)
-        self.fields.update(V, n)
+        self.buffers = _MeshBuffers(len(V), faces, self.colors)
+        self.buffers.update(V, n)
 
     @staticmethod
     def _unlit_background(info: ViewInfo, V: np.ndarray, n: np.ndarray) -> np.ndarray:
@@ -413,9 +413,9 @@ class SceneDrawer:
             if c.kind in ("cylinder", "sphere"):
                 pattern = collider_pattern(c, V[F].mean(axis=1), 0.0).repeat(3)
                 colors = np.where(pattern[:, None] == 1, np.array(COLLIDER_STRIPE), np.array(COLLIDER_COLOR))
-            fields = _MeshBuffers(len(V), F, colors, COLLIDER_COLOR)
-            fields.update(V, nrm)
-            self.colliders.append((c, fields, c.is_moving(), COLLIDER_COLOR))
+            buffers = _MeshBuffers(len(V), F, colors, COLLIDER_COLOR)
+            buffers.update(V, nrm)
+            self.colliders.append((c, buffers, c.is_moving(), COLLIDER_COLOR))
             self._collider_vertices.append(V)
         # shadows: per floor and caster (the surface, then each collider) one mesh that
         # holds a copy of the caster per light sample
@@ -480,14 +480,14 @@ class SceneDrawer:
             self.radius = max(0.006 * diag, 2.0 * pixel, 1e-6)
             self._sized = True
         if time != self.time:
-            for i, (c, fields, moving, _) in enumerate(self.colliders):
+            for i, (c, buffers, moving, _) in enumerate(self.colliders):
                 if moving:
                     V, _, nrm = self._collider_mesh(c, time)
-                    fields.update(V, nrm)
+                    buffers.update(V, nrm)
                     self._collider_vertices[i] = V
             for g in self.grounds:
                 if g.c.is_moving():
-                    g.fields.update(g.vertices(time), g.frame(time)[1])
+                    g.buffers.update(g.vertices(time), g.frame(time)[1])
         self.time = time
         self._update_shadows(x, time)
         self._set_points(extra_points)
@@ -504,7 +504,7 @@ class SceneDrawer:
         for gi, (g, per_caster) in enumerate(zip(self.grounds, self._shadows)):
             p, n, u, w = g.frame(time)
             floor_still = not g.c.is_moving()
-            for ci, (V, fields) in enumerate(zip(casters, per_caster)):
+            for ci, (V, buffers) in enumerate(zip(casters, per_caster)):
                 if (gi, ci) in self._shadow_static:
                     continue
                 if still[ci] and floor_still:
@@ -520,8 +520,8 @@ class SceneDrawer:
                     # shadows lie near the target, where the fog colour hardly matters
                     pos.append(S)
                     col.append((1 - fog) * dark + fog * g.fog_color.mean(0))
-                fields.set_colors(np.concatenate(col))
-                fields.update(np.concatenate(pos), n)
+                buffers.set_colors(np.concatenate(col))
+                buffers.update(np.concatenate(pos), n)
         self._shadow_on = True
 
     def _set_points(self, pts: np.ndarray | None) -> None:
@@ -546,14 +546,14 @@ class SceneDrawer:
 
     def draw(self, scene) -> None:
         for g in self.grounds:
-            g.fields.draw(scene, PLANE_COLOR)
+            g.buffers.draw(scene, PLANE_COLOR)
         if self._shadow_on:
             for per_caster in self._shadows:
-                for fields in per_caster:
-                    fields.draw(scene, PLANE_COLOR)
+                for buffers in per_caster:
+                    buffers.draw(scene, PLANE_COLOR)
         self.surface.draw(scene, self.info.render.color)
-        for _, fields, _, color in self.colliders:
-            fields.draw(scene, color)
+        for _, buffers, _, color in self.colliders:
+            buffers.draw(scene, color)
         from tisim.render import host_draw
 
         if self._point_count:
@@ -717,7 +717,7 @@ class OffscreenRenderer:
         return True
 
     def close(self) -> None:
-        """Finish the video (if recording) and drop the scene's fields; the shared
+        """Finish the video (if recording) and drop the scene's buffers; the shared
         window stays for the next ``open``. Safe to call repeatedly."""
         if self.frames is not None and self._drawer is not None:
             self.video_path = self.frames.finish()
