@@ -20,6 +20,14 @@ PRECISIONS = ("f64", "f32")
 # exit above it): every kernel of every backend and precision fits, with room
 OFFLINE_CACHE_BYTES = 1 << 30
 
+# backends whose kernels outside the cloth's modules compile without Taichi's IR passes
+# (_taichi_patches/ir_passes.py). Vulkan since stop 57: on lavapipe, a scene's first frames
+# (every kernel compiled, empty caches) took 148.7 s over the eight test scenes with the
+# passes and 82.6 s with this policy (the twisting bar 32.0 -> 5.3 s, the ADMM bar 15.3 ->
+# 6.0 s), and their later frames ran no slower (40.6 -> 32.6 s). CUDA keeps every pass
+# until a GPU measures its kernels without them.
+LIGHT_COMPILE_ARCHS = ("cpu", "vulkan")
+
 
 @dataclass(frozen=True)
 class BackendInfo:
@@ -138,7 +146,7 @@ def init(arch: str = "auto", precision: str | None = None, *, debug: bool = Fals
     forced = os.environ.get("TISIM_SERIAL_LOOPS")  # "1" / "0": as a run to be continued had it
     serial = forced == "1" if forced in ("0", "1") else ti.lang.impl.current_cfg().cpu_max_num_threads == 1
     SERIAL_LOOPS = actual == "cpu" and serial and _taichi_patches.serialize_loops()
-    if actual == "cpu" or os.environ.get("TISIM_TAICHI_IR_OPT") == "0":  # (forced off: any arch)
+    if actual in LIGHT_COMPILE_ARCHS or os.environ.get("TISIM_TAICHI_IR_OPT") == "0":  # (forced off: any arch)
         _taichi_patches.light_compile()
     limit_numpy_blas()
     import atexit

@@ -9,8 +9,8 @@ to run, so ``backend.init`` installs five patches, each in its own module with i
 - ``serial_loops``: kernel loops compiled serial on a one-thread CPU backend (installed
   by ``backend.init`` through ``serialize_loops()`` only in that case);
 - ``ir_passes``: Taichi's IR optimisation passes left out of the kernels that compile
-  slowly with them and run no faster, on the CPU backend (``light_compile()``; on any
-  backend for every kernel with ``TISIM_TAICHI_IR_OPT=0``).
+  slowly with them and run no faster, on the CPU and Vulkan backends (``light_compile()``;
+  on any backend for every kernel with ``TISIM_TAICHI_IR_OPT=0``).
 
 All apply to Taichi 1.7 only (``SUPPORTED``): on another version, or with the environment
 variable ``TISIM_PLAIN_TAICHI=1``, none is installed and tisim runs on plain Taichi, with
@@ -79,7 +79,7 @@ def serialize_loops() -> bool:
 
 def light_compile() -> bool:
     """Compile the kernels outside ``ir_passes.KEEP_PASSES`` without Taichi's IR passes
-    (the CPU backend); returns whether the patch is in place (False on plain Taichi)."""
+    (the backends in ``backend.LIGHT_COMPILE_ARCHS``); returns whether the patch is in place (False on plain Taichi)."""
     if not enabled():
         return False
     from tisim._taichi_patches import ir_passes

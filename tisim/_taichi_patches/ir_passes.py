@@ -1,5 +1,5 @@
 """Taichi's IR optimisation passes left out of the kernels that gain nothing from them, on
-the CPU backend (installed by ``backend.init`` through ``light_compile()``).
+the CPU and Vulkan backends (installed by ``backend.init`` through ``light_compile()``).
 
 Taichi runs its own optimisation passes over a kernel's IR (``advanced_optimization``:
 whole-kernel common subexpressions, control-flow store forwarding, iterated
@@ -9,13 +9,16 @@ SVD, the ADMM proximal steps, the contact update) those passes took most of the 
 time and bought no speed: a fresh machine's first two frames (every kernel compiled) took
 11-12 s with them and 3-6 s without, at the same frame time afterwards
 (``benchmarks/bench_compile.py``). The cloth's kernels (shell, bending, broad phase) ran
-7-10% slower without them, so modules in ``KEEP_PASSES`` keep them; so does every other
-backend. Inside those modules, the kernels in ``LIGHT`` do not: the contact barrier's
-per-pair kernels and the pair scatters took 1-8 s each to compile with the passes
-(0.2-0.9 s without), most of a cold cloth run's compile (a 20-frame cloth-drape's first
-launches: 26 s with every cloth kernel's passes, 8.6 s without these), and ran no slower
-without them (Taichi's kernel profiler, 30 contact frames of refine-drape at 289 vertices:
-together under 0.1 ms a frame either way).
+7-10% slower without them, so modules in ``KEEP_PASSES`` keep them. Inside those modules,
+the kernels in ``LIGHT`` do not: the contact barrier's per-pair kernels and the pair
+scatters took 1-8 s each to compile with the passes (0.2-0.9 s without), most of a cold
+cloth run's compile (a 20-frame cloth-drape's first launches: 26 s with every cloth
+kernel's passes, 8.6 s without these), and ran no slower without them (Taichi's kernel
+profiler, 30 contact frames of refine-drape at 289 vertices: together under 0.1 ms a frame
+either way). Vulkan follows the same policy (``backend.LIGHT_COMPILE_ARCHS``): on lavapipe
+the test scenes' first frames took 148.7 s with every pass and 82.6 s with it, and their
+later frames ran no slower. CUDA keeps every pass until a GPU measures its kernels without
+them.
 
 The switch is Taichi's own config, read when a kernel compiles: it is turned off for the
 first launch of a kernel outside ``KEEP_PASSES`` (its compile, or its load from the offline
