@@ -16,6 +16,45 @@ def tisim(*args, cwd=None, timeout=120):
     )
 
 
+def tisim_here(*args, timeout=120):
+    """``tisim *args`` run in this test process, through the console script's ``main()``:
+    what ``tisim()`` gives (exit code, stdout, stderr) without a fresh interpreter's
+    start-up, which for a 4 x 4 cloth of three frames is 5-6 s of its 6 s (imports, Taichi's
+    front end for every kernel and the cached kernels' loads), where this process has them
+    already. Only for runs on the session's backend (the CPU in f64): a run asking for
+    another arch or precision must be a subprocess. Python's warnings are all printed to the
+    captured stderr, as a fresh process prints each the first time (Taichi's own C++ log
+    lines are not captured: tests that look for those need ``tisim()``). A run that hangs
+    ends this worker after ``timeout`` s (pytest-xdist reports the test as failed)."""
+    import contextlib
+    import faulthandler
+    import io
+    import warnings
+
+    from tisim.cli import app as cli
+
+    out, err = io.StringIO(), io.StringIO()
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        err.write(warnings.formatwarning(message, category, filename, lineno, line))
+
+    argv, code = sys.argv, 0
+    faulthandler.dump_traceback_later(timeout, exit=True)
+    try:
+        sys.argv = ["tisim", *args]
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), warnings.catch_warnings():
+            warnings.simplefilter("always")
+            warnings.showwarning = show
+            try:
+                cli.main()
+            except SystemExit as e:
+                code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    finally:
+        faulthandler.cancel_dump_traceback_later()
+        sys.argv = argv
+    return subprocess.CompletedProcess(["tisim", *args], code, out.getvalue(), err.getvalue())
+
+
 def assert_one_line_error(r, *fragments):
     assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
@@ -104,13 +143,13 @@ def test_missing_mesh_file(tmp_path):
     of an object, a cloth object and a mesh collider."""
     p = tmp_path / "m.toml"
     p.write_text('[objects.a]\nmesh = "missing.msh"\n')
-    r = tisim("run", str(p), "--no-render", "-n", "1")
+    r = tisim_here("run", str(p), "--no-render", "-n", "1")
     assert_one_line_error(r, "m.toml", "objects.a.mesh", "missing.msh", "scene's folder")
     p.write_text('[solver]\ntype = "cloth"\n[objects.c]\nkind = "cloth"\nmesh = "sheet.obj"\n')
-    r = tisim("run", str(p), "--no-render", "-n", "1")
+    r = tisim_here("run", str(p), "--no-render", "-n", "1")
     assert_one_line_error(r, "m.toml", "objects.c.mesh", "sheet.obj")
     p.write_text('[objects.a]\ngenerator = "box"\n[colliders.rock]\ntype = "mesh"\nmesh = "rock.stl"\n')
-    r = tisim("run", str(p), "--no-render", "-n", "1")
+    r = tisim_here("run", str(p), "--no-render", "-n", "1")
     assert_one_line_error(r, "m.toml", "colliders.rock.mesh", "rock.stl")
 
 
@@ -213,10 +252,10 @@ def test_top_edge_pin_of_a_flat_lying_cloth_is_refused(tmp_path):
         'generator = "cloth"\ncloth_size = [0.4, 0.4]\ncloth_resolution = [6, 6]\n'
         'translation = [0.0, 0.5, 0.0]\npin = "top-edge"\n'
     )
-    r = tisim("run", str(p), "-n", "1", "--no-render", "--out", str(tmp_path / "o"))
+    r = tisim_here("run", str(p), "-n", "1", "--no-render", "--out", str(tmp_path / "o"))
     assert_one_line_error(r, "flat.toml", "objects.sheet.pin", "whole border", "x-min")
     p.write_text(p.read_text().replace('"top-edge"', '"x-min"'))
-    r = tisim("run", str(p), "-n", "1", "--no-render", "--out", str(tmp_path / "o"))
+    r = tisim_here("run", str(p), "-n", "1", "--no-render", "--out", str(tmp_path / "o"))
     assert r.returncode == 0, r.stderr
 
 
@@ -275,11 +314,11 @@ def test_a_shorter_rerun_leaves_no_frames_of_the_earlier_run(tmp_path, demos_dir
         "--out",
         str(out),
     )
-    r = tisim(*args, "-n", "3")
+    r = tisim_here(*args, "-n", "3")
     assert r.returncode == 0, r.stderr
     assert sorted(p.name for p in (out / "meshes").iterdir()) == [f"cloth_{i:05d}.obj" for i in range(4)]
     (out / "meshes" / "my notes.txt").write_text("mine")
-    r = tisim(*args, "-n", "1")
+    r = tisim_here(*args, "-n", "1")
     assert r.returncode == 0, r.stderr
     assert sorted(p.name for p in (out / "meshes").iterdir()) == ["cloth_00000.obj", "cloth_00001.obj", "my notes.txt"]
 
@@ -300,9 +339,9 @@ def test_a_cloth_starting_through_a_collider_names_it(tmp_path):
 
 def test_compare_needs_an_integrator_and_runs_each_once(tmp_path):
     """`-i ,` was an internal error (exit 1); `-i admm,admm` ran admm twice into one folder."""
-    r = tisim("compare", "spinning-bar", "-i", ",", "-n", "1", "--out", str(tmp_path / "c"))
+    r = tisim_here("compare", "spinning-bar", "-i", ",", "-n", "1", "--out", str(tmp_path / "c"))
     assert_one_line_error(r, "--integrators", "one or more")
-    r = tisim("compare", "spinning-bar", "-i", "admm,admm", "-n", "1", "--out", str(tmp_path / "c"))
+    r = tisim_here("compare", "spinning-bar", "-i", "admm,admm", "-n", "1", "--out", str(tmp_path / "c"))
     assert r.returncode == 0, r.stderr
     assert (r.stdout + r.stderr).count("running spinning-bar with admm") == 1, r.stderr
 
@@ -317,7 +356,7 @@ def test_compare_with_a_diverged_run_writes_everything_and_exits_as_run_does(tmp
     from tisim.runner import EXIT_DIVERGED
 
     out = tmp_path / "c"
-    r = tisim(
+    r = tisim_here(
         "compare",
         "spinning-bar",
         "-i",

@@ -7,13 +7,13 @@ import json
 
 import pytest
 
-from tests.unit.test_cli import assert_one_line_error, tisim
+from tests.unit.test_cli import assert_one_line_error, tisim, tisim_here
 
 SMALL = ("--set", "objects.cloth.cloth_resolution=[4,4]")
 
 
 def _drape(demos_dir, out, *extra):
-    return tisim(
+    return tisim_here(
         "run", str(demos_dir / "cloth-drape.toml"), "--headless", "--no-render", "-q", *SMALL, "--out", str(out), *extra
     )
 

@@ -4,11 +4,10 @@ through one with every vertex outside, and solver values the solver cannot use."
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import numpy as np
 import pytest
+
+from tests.unit.test_cli import tisim_here
 
 SHEET = """
 [sim]
@@ -28,10 +27,10 @@ translation = [0.0, {y}, 0.0]
 def _run(tmp_path, collider: str, *sets, size=0.3, cells=4, y=0.0, timeout=300):
     scene = tmp_path / "scene.toml"
     scene.write_text(SHEET.format(size=size, cells=cells, y=y) + collider)
-    args = [sys.executable, "-m", "tisim", "run", str(scene), "--no-render", "-q", "-o", str(tmp_path / "out")]
+    args = ["run", str(scene), "--no-render", "-q", "-o", str(tmp_path / "out")]
     for s in sets:
         args += ["--set", s]
-    return subprocess.run(args, capture_output=True, text=True, cwd=tmp_path, timeout=timeout, check=False)
+    return tisim_here(*args, timeout=timeout)
 
 
 def _one_line(r, *fragments):
