@@ -24,6 +24,37 @@ def total(a: ti.types.ndarray(), n: ti.i32) -> ti.f64:
     for i in range(n):
         t += a[i]
     return t
+
+@ti.kernel
+def sums(a: ti.types.ndarray(), n: ti.i32) -> ti.types.vector(3, float):
+    s = ti.Vector([0.0, 0.0, ti.math.inf])
+    for i in range(n):
+        s[0] += a[i]
+        s[1] += a[i] * a[i]
+        ti.atomic_min(s[2], a[i])
+    return s
+
+@ti.kernel
+def counts(a: ti.types.ndarray(), n: ti.i32) -> ti.types.vector(2, ti.i32):
+    c = ti.Vector([0, 0])
+    for i in range(n):
+        if a[i] > 0:
+            c[0] += 1
+        else:
+            c[1] -= 1
+    return c
+
+@ti.kernel
+def positives(a: ti.types.ndarray(), n: ti.i32) -> ti.u32:
+    c = ti.u32(0)
+    for i in range(n):
+        if a[i] > 0:
+            c += 1
+    return c
+
+@ti.kernel
+def pair(a: ti.types.ndarray(), n: ti.i32) -> (ti.f64, ti.i32):
+    return a[0] * 2.0, n - 1
 '''
 
 SCRIPT = '''
@@ -71,6 +102,20 @@ bad = {{"float_for_int": (a, bv, 2.5, 1.25, o, 5, out), "string_for_float": (a, 
 for k, args in bad.items():
     res[k] = [error(kern.mix, *args), error(lambda *x: L.taichi_call(kern.mix._primal, *x), *args)]
 res["total"] = [kern.total(a, n), float(a.sum())]
+# return values on the short path: the values (and types) Taichi's own path gives
+rets = {{}}
+for name in ("total", "sums", "counts", "positives", "pair"):
+    k = getattr(kern, name)
+    k(a, n)  # the first call with these array types compiles through Taichi's path
+    s0 = L.counts["short"]
+    got = k(a, n)
+    ref = L.taichi_call(k._primal, a, n)
+    flat = lambda v: [float(x) for x in (v.to_numpy() if hasattr(v, "to_numpy") else np.atleast_1d(v))]
+    got_l, ref_l = (got, ref) if isinstance(got, (list, tuple)) else ([got], [ref])
+    rets[name] = {{"short": L.counts["short"] - s0,
+                  "types": [[type(g).__name__, type(r).__name__] for g, r in zip(got_l, ref_l)],
+                  "same": all(np.array_equal(np.array(flat(g)), np.array(flat(r))) for g, r in zip(got_l, ref_l))}}
+res["rets"] = rets
 print(json.dumps(res))
 '''
 
@@ -97,5 +142,10 @@ def test_short_launch_path_matches_taichis(tmp_path):
         assert short.split(":")[0] == taichi.split(":")[0] and taichi.split(": ", 1)[1] in short, (k, short, taichi)
     assert res["float_for_int"][0].startswith("TaichiRuntimeTypeError")
     assert "dtype" in res["f32_for_f64"][0] and "contiguous" in res["strided"][0].lower(), res
-    # a kernel with a return value takes Taichi's path
     assert abs(res["total"][0] - res["total"][1]) < 1e-12, res
+    # return values: scalars (real, signed, unsigned), vectors (real, integer) and several,
+    # read on the short path, equal to Taichi's own and of the same types
+    for name, r in res["rets"].items():
+        assert r["short"] == 1 and r["same"], (name, r)
+        assert all(g == t for g, t in r["types"]), (name, r)
+    assert res["rets"]["sums"]["types"] == [["Vector", "Vector"]], res["rets"]

@@ -21,9 +21,15 @@ annotations once (a *plan*) and, per call:
   launches with the same ``compile_kernel`` (Taichi's compiled-kernel cache) and
   ``launch_kernel``, so results are bit for bit the same.
 
+A kernel's return values (real or integer scalars and vectors) are read as Taichi reads
+them, after the same synchronisation; a vector is built as ``ti.Vector(entries, dt=...)``
+directly, the object Taichi's ``VectorType.__call__`` ends in after 30 us of argument
+sorting (an ADMM iteration's sums, a PD iteration's residual: one such launch per
+iteration).
+
 Anything else goes through Taichi's path unchanged: kernels with template, struct or
 matrix (2-D) arguments (a ``ti.data_oriented`` class's kernels, whose ``self`` is a
-template), a return value or ``print``; keyword or missing arguments; an
+template), other return types or ``print``; keyword or missing arguments; an
 ndarray with a gradient; a numpy array that is not C-contiguous; autodiff (tapes,
 forward mode). After ``ti.reset()`` Taichi empties each kernel's compiled instances,
 and a kept key that no longer finds one goes through Taichi's path again.
@@ -53,10 +59,10 @@ def install() -> bool:
     internal classes, imported here rather than at module import, so that a Taichi whose
     internals differ leaves the launch path as it is instead of failing to import."""
     try:
-        from taichi.lang import impl, kernel_impl
+        from taichi.lang import impl, kernel_impl, runtime_ops
         from taichi.lang._ndarray import Ndarray
         from taichi.lang.enums import AutodiffMode
-        from taichi.lang.matrix import MatrixType
+        from taichi.lang.matrix import MatrixType, Vector
         from taichi.lang.util import cook_dtype
         from taichi.types import ndarray_type, primitive_types
         from taichi.types.utils import is_signed
@@ -80,17 +86,42 @@ def install() -> bool:
     real_ids, int_ids = primitive_types.real_type_ids, primitive_types.integer_type_ids
     NONE = AutodiffMode.NONE
 
+    def scalar_kind(anno):
+        if id(anno) in real_ids:
+            return "f"
+        if id(anno) in int_ids:
+            return "i" if is_signed(cook_dtype(anno)) else "u"
+        return None
+
+    def returns_of(kernel):
+        """[(kind, vector length or None, vector dtype or None)] per return value, [] for
+        none, or None when Taichi's path must read them."""
+        rets = []
+        for r in kernel.return_type or ():
+            if isinstance(r, MatrixType) and r.ndim == 1:  # its dtype is cooked: compared by value
+                if r.dtype in primitive_types.real_types:
+                    rets.append(("f", r.n, r.dtype))
+                elif r.dtype in primitive_types.integer_types:
+                    rets.append(("i" if is_signed(cook_dtype(r.dtype)) else "u", r.n, r.dtype))
+                else:
+                    return None
+            elif scalar_kind(r):
+                rets.append((scalar_kind(r), None, None))
+            else:
+                return None
+        return rets
+
     def plan_of(kernel):
-        """[(kind, extra)] per argument, or False when a call must take Taichi's path."""
-        if kernel.return_type is not None or kernel.has_print:
+        """[(kind, extra)] per argument and the return values' reading, or False when a call
+        must take Taichi's path."""
+        rets = returns_of(kernel)
+        if rets is None or kernel.has_print:
             return False
         kinds = []
         for a in kernel.arguments:
             anno = a.annotation
-            if id(anno) in real_ids:
-                kinds.append(("f", None))
-            elif id(anno) in int_ids:
-                kinds.append(("i" if is_signed(cook_dtype(anno)) else "u", None))
+            if scalar_kind(anno):
+                kinds.append((scalar_kind(anno), None))
             elif isinstance(anno, ndarray_type.NdarrayType):
                 if anno.needs_grad:
                     return False
@@ -99,7 +130,7 @@ def install() -> bool:
                 kinds.append(("v", anno))
             else:
                 return False
-        return {"kinds": kinds, "keys": {}}
+        return {"kinds": kinds, "keys": {}, "rets": rets}
 
     def call(self, *args, **kwargs):
         plan = self.__dict__.get("_tisim_plan")
@@ -137,7 +168,7 @@ def install() -> bool:
             kernel_cpp = self.compiled_kernels.get(key) if key is not None else None
             if kernel_cpp is not None:
                 counts["short"] += 1
-                return _launch(self, kernel_cpp, plan["kinds"], args)
+                return _launch(self, kernel_cpp, plan, args)
             # a new key (or Taichi was reset): Taichi's checks and compilation, once
             key = self.ensure_compiled(*args)
             plan["keys"][sig] = key
@@ -146,9 +177,9 @@ def install() -> bool:
         counts["taichi"] += 1
         return taichi_call(self, *args, **kwargs)
 
-    def _launch(self, kernel_cpp, kinds, args):
+    def _launch(self, kernel_cpp, plan, args):
         ctx = kernel_cpp.make_launch_context()
-        for slot, ((kind, extra), v) in enumerate(zip(kinds, args)):
+        for slot, ((kind, extra), v) in enumerate(zip(plan["kinds"], args)):
             idx = (slot,)
             if kind == "a":
                 if isinstance(v, Ndarray):
@@ -173,6 +204,25 @@ def install() -> bool:
             if from_cpp is None:
                 raise
             raise from_cpp(e) from None
+        rets = plan["rets"]
+        if not rets:
+            return None
+        runtime_ops.sync()  # as Taichi's launch_kernel does before reading a return value
+        out = []
+        for i, (kind, n, dtype) in enumerate(rets):
+            get = (
+                ctx.get_struct_ret_float
+                if kind == "f"
+                else ctx.get_struct_ret_int
+                if kind == "i"
+                else ctx.get_struct_ret_uint
+            )
+            if n is None:
+                out.append(get((i,)))
+            else:
+                cast = float if kind == "f" else int
+                out.append(Vector([cast(get((i, j))) for j in range(n)], dt=dtype))
+        return out[0] if len(out) == 1 else out
 
     call._tisim = True
     call.__doc__ = taichi_call.__doc__
