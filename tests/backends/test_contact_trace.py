@@ -111,7 +111,8 @@ def test_traces_that_part_and_non_finite_values(ct, rng):
 def cpu_trace(tmp_path_factory):
     """The tool on the CPU against itself in f32: the squeeze-ball's first six device
     contact updates recorded (five in frame 11, which converge before a Newton step, and
-    the impact frame's first) and replayed. (Until the f32 gravity fix the ball fell faster
+    the impact frame's first) and replayed (``--replay-only``: the second whole run, which
+    no test here reads, is left out: 19.2 -> 16.6 s with the kernel cache warm). (Until the f32 gravity fix the ball fell faster
     in f32 and the first update already took Newton steps.)"""
     out = tmp_path_factory.mktemp("contact_trace")
     r = subprocess.run(
@@ -131,6 +132,7 @@ def cpu_trace(tmp_path_factory):
             "0",
             "--late-tol",
             "0",
+            "--replay-only",
             "--out",
             str(out),
         ],
