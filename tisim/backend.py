@@ -21,11 +21,8 @@ PRECISIONS = ("f64", "f32")
 OFFLINE_CACHE_BYTES = 1 << 30
 
 # backends whose kernels outside the cloth's modules compile without Taichi's IR passes
-# (_taichi_patches/ir_passes.py). Vulkan since stop 57: on lavapipe, a scene's first frames
-# (every kernel compiled, empty caches) took 148.7 s over the eight test scenes with the
-# passes and 82.6 s with this policy (the twisting bar 32.0 -> 5.3 s, the ADMM bar 15.3 ->
-# 6.0 s), and their later frames ran no slower (40.6 -> 32.6 s). CUDA keeps every pass
-# until a GPU measures its kernels without them.
+# (measured for each in _taichi_patches/ir_passes.py; CUDA keeps every pass until a GPU
+# measures its kernels without them)
 LIGHT_COMPILE_ARCHS = ("cpu", "vulkan")
 
 

@@ -19,9 +19,9 @@ def tisim(*args, cwd=None, timeout=120):
 def tisim_here(*args, timeout=120):
     """``tisim *args`` run in this test process, through the console script's ``main()``:
     what ``tisim()`` gives (exit code, stdout, stderr) without a fresh interpreter's
-    start-up, which for a 4 x 4 cloth of three frames is 5-6 s of its 6 s (imports, Taichi's
-    front end for every kernel and the cached kernels' loads), where this process has them
-    already. Only for runs on the session's backend (the CPU in f64): a run asking for
+    start-up: a 4 x 4 cloth of three frames took 5.7-8.0 s as a subprocess, of which its
+    frames 0.15 s (the rest: imports, Taichi's front end for every kernel and the cached
+    kernels' loads, which this process has already). Only for runs on the session's backend (the CPU in f64): a run asking for
     another arch or precision must be a subprocess. Python's warnings are all printed to the
     captured stderr, as a fresh process prints each the first time (Taichi's own C++ log
     lines are not captured: tests that look for those need ``tisim()``). A run that hangs
@@ -47,8 +47,10 @@ def tisim_here(*args, timeout=120):
             warnings.showwarning = show
             try:
                 cli.main()
-            except SystemExit as e:
+            except SystemExit as e:  # what the interpreter does with it at exit
                 code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+                if e.code is not None and not isinstance(e.code, int):
+                    err.write(f"{e.code}\n")
     finally:
         faulthandler.cancel_dump_traceback_later()
         sys.argv = argv
