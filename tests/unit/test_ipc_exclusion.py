@@ -215,10 +215,17 @@ def test_the_lips_of_a_slit_pushed_together_stay_apart_by_their_own_thickness(tm
     st, spare = model.initial_state(), model.initial_state()
     side = np.where(x0[:, 2] > 0.05, -1.0, 1.0)  # the slit is at z = 0.05
     st.velocities[sl, 2] = side * 1.0
+    closest = np.inf
     for _ in range(3):
         solver.step(st, spare, 0.01)
         st, spare = spare, st
-        Vt = st.positions[sl]
-        assert _lip_distance(Vt, ex) > narrow.xi
-    # (and the lips did close in: the test pushed them into contact)
-    assert _lip_distance(Vt, ex) < 1e-3
+        d = _lip_distance(st.positions[sl], ex)
+        assert d > narrow.xi
+        closest = min(closest, d)
+    # (and the lips did close in: the test pushed them into contact). The closest
+    # approach, not the last step's distance: the first step's 50 Newton iterations end
+    # unconverged in this violent scene (40-43 CCD clamps), so how fast the lips part
+    # afterwards is round-off's choice. Compiled with and without Taichi's IR passes on
+    # a 2-core Xeon, they stood 2.0 and 0.33 mm apart after the third step, after
+    # coming within 0.153 and 0.125 mm.
+    assert closest < 0.25e-3
