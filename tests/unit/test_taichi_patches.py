@@ -51,7 +51,7 @@ def _env(plain: bool) -> dict:
     # (Taichi's own TI_ADVANCED_OPTIMIZATION): what leaving them out changes (round-off)
     # is tested in test_backend.py; here the other patches must give the same bits. With
     # the passes on for both, the patched child's compile of the PD kernels took 15 of the
-    # test's 22 s.
+    # test's 20 s.
     env["TISIM_TAICHI_IR_OPT"] = "0"
     env["TI_ADVANCED_OPTIMIZATION"] = "0"
     if plain:

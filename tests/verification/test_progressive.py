@@ -10,9 +10,9 @@ as they were written. Taichi's parallel atomic sums used to add in a different o
 every run (two multi-threaded runs of the plain cloth solver differed by ~1e-16 after a
 step and ~1e-11 after six); those sums now run on one thread on the CPU backend
 (backend.SERIAL_SUMS), and test_bits_depend_on_the_loops_form_not_the_thread_count checks
-that a run on two threads equals one on a single thread exactly. Runs agree bit for bit for the same BLAS
-thread count: CHOLMOD's factorisation with one and with two OpenBLAS threads differs in
-the last bits.
+that a run on two threads equals one on a single thread exactly. Runs agree bit for bit
+for the same BLAS thread count: CHOLMOD's factorisation with one and with two OpenBLAS
+threads differs in the last bits.
 """
 
 from __future__ import annotations
