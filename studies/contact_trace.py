@@ -16,9 +16,9 @@ before contact, so comparing two whole runs cannot say which kernel is wrong; th
 2. replays those calls, inputs identical to the bit, on each backend in a fresh process
    with the stages launched one by one (TISIM_CONTACT_SERIAL=0, the GPU path, everywhere),
    each update from the forces the recording had when it began, keeping after each load,
-   kinematics/merit, Newton begin, CR iteration, CR end, line-search trial, commit and
-   record the per-contact arrays (first k rows) and scalars, and after each update the
-   forces lambda and H^T lambda;
+   kinematics/merit, Newton begin, CR iteration, CR end, line search (its trials at
+   once, then the commit) and record the per-contact arrays (first k rows) and scalars,
+   and after each update the forces lambda and H^T lambda;
 3. lines the two replays up and prints, stage by stage, the largest relative difference
    per array, stopping at the first judged stage past its tolerance (:func:`judged`: each
    update's first Newton step on everything, later steps, which amplify round-off, on
@@ -46,16 +46,16 @@ from pathlib import Path
 import numpy as np
 
 # storage arrays kept after each stage (their first k rows, or 3k entries of the flat ones)
-ROWS = ("lam", "d", "u", "d1", "u1", "new", "dlam", "epar")
-FLAT = ("res", "om", "E", "dl", "x", "r", "p", "s", "step", "act")
+ROWS = ("lam", "d", "u", "dlam", "epar")
+FLAT = ("res", "om", "E", "dl", "x", "r", "p", "s", "act")
 LOADED = ("vert", "wgt", "frames", "gap0", "point0", "mu", "r_n", "r_t", "cjj")
-STAGES = ("start", "merit", "newton_begin", "cr_iteration", "cr_last", "trial", "commit", "record")
+STAGES = ("start", "merit", "newton_begin", "cr_iteration", "cr_last", "line_search", "record")
 # what a verdict is taken on: the problem as loaded, the gaps and slips, the CR solution, the
 # Newton direction and the forces. Not the CR's work vectors (s, p, r: measured 0.18 apart on
 # Mesa's lavapipe against the CPU, both right, from round-off in a few CR iterations), not
 # the scalars (residuals and merits near convergence are round-off themselves), not the
 # active-set flags (a row at the Fischer-Burmeister kink may flip with round-off).
-KEY = ("lam", "dlam", "x", "d", "u", "d1", "u1", "force", "W", "cparams", *LOADED)
+KEY = ("lam", "dlam", "x", "d", "u", "force", "W", "cparams", *LOADED)
 
 
 def _scene():
@@ -242,13 +242,12 @@ def relative_difference(a: np.ndarray, b: np.ndarray) -> float:
 
 
 # arrays a stage leaves that an earlier update's stages wrote last until this update
-# rewrites them: the CR solution and direction until its first CR solve, the trial point's
-# gaps and slips until its first line-search trial (judged from then on)
-_WRITTEN_BY = {"cr_last": ("x", "dlam"), "trial": ("d1", "u1")}
+# rewrites them: the CR solution and direction until its first CR solve (judged from then on)
+_WRITTEN_BY = {"cr_last": ("x", "dlam")}
 
 
 # what later Newton steps are judged on: the forces, gaps and slips, not the directions
-PHYSICAL = ("lam", "force", "d", "u", "d1", "u1")
+PHYSICAL = ("lam", "force", "d", "u")
 
 
 def judged(label: str, newton_step: int) -> tuple[str, ...]:

@@ -181,10 +181,11 @@ def test_newton_update_matches_numpy(rng, ncp, friction_jacobian):
     rtol = max(RTOL, 10 * spread / np.abs(host.lam).max())
     for fused in (False, True):  # one launch per stage (GPUs), one for all (the CPU)
         dev.set_lam(lam)
-        dev.cr_total = 0
+        cr0, ls0 = dev.cr_total, dev.halvings
         dev.update(q, 3, fused=fused)
         _close(dev.get_lam(), host.lam, rtol)
-    assert dev.cr_total == host._stats["cr_iterations"]
+        assert dev.cr_total - cr0 == host._stats["cr_iterations"]
+        assert dev.halvings - ls0 == host._stats["line_search_halvings"]
     n = int(cs.vertices.max()) + 1
     _close(dev.force(), cs.scatter_forces(host.lam, n), rtol)
     s = dev.statistics()
@@ -193,6 +194,41 @@ def test_newton_update_matches_numpy(rng, ncp, friction_jacobian):
     gap_tol = 2 * H * H * np.abs(W_hat).sum(axis=1).max() * np.abs(dev.get_lam() - host.lam).max()
     assert s["max_penetration"] == pytest.approx(host._stats["max_penetration"], rel=1e-10, abs=gap_tol)
     assert s["n_touching"] == host._stats["n_touching"]
+
+
+@pytest.mark.parametrize("ncp", ["fischer-burmeister", "min-map"])
+def test_line_search_takes_the_first_trial_below_the_start_merit(rng, ncp):
+    """The staged line search evaluates every trial alpha = 2^-t at once and keeps the
+    first whose merit is below f0 (or the last): checked against each trial's merit
+    computed on the host, for thresholds f0 that make each trial the first accepted."""
+    from tisim.contact.ncp.functions import project_cone
+
+    cs, W_hat, q_n, q = _problem(rng)
+    lam = _forces(rng, cs, W_hat, q_n, q, 0.6)
+    host = _host(cs, W_hat, ncp, "full", lam)
+    dev = _device(cs, W_hat, ncp, "full", lam)
+    d, u = host.kinematics(q)
+    dlam, _ = host._newton_step(d, u)
+    trials = []
+    for t in range(5):
+        new = project_cone(lam + 0.5**t * dlam, cs.mu)
+        resp = host.C.matvec(new - lam)
+        d1, u1 = d + resp[:, 0], u + resp[:, 1:] / H
+        trials.append((host.merit(new, d1, u1), new, d1, u1))
+    merits = np.array([m for m, *_ in trials])
+    assert len(np.unique(merits)) == 5
+    for f0 in [*(m * (1 + 1e-9) for m in merits), 0.5 * merits.min(), 0.0]:
+        # the sequential rule: the first t with merit below f0, the last if none; f0 = 0 takes the first
+        first = 0 if f0 == 0.0 else next((t for t, m in enumerate(merits) if m < f0), 4)
+        dev.set_lam(lam)
+        dev.kinematics(q)
+        dev.newton_step()
+        assert dev.line_search(f0) == first
+        _, new, d1, u1 = trials[first]
+        _close(dev.get_lam(), new)
+        dd, ud = dev.gaps_and_slips()
+        _close(dd, d1)
+        _close(ud, u1)
 
 
 def _colliders():

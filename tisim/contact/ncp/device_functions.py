@@ -38,6 +38,12 @@ _MAX_PEN = 7
 _TOUCHING = 8
 _CR_TOTAL = 9
 _HALVINGS = 10
+# the staged update's decisions, taken on the device (DeviceNCP.update on GPU backends):
+# Newton still running (1) or converged (0), the merit the step started from, and the
+# line-search trial taken
+_GO = 11
+_F0 = 12
+_CHOSEN = 13
 _N_SCALARS = 16
 
 
@@ -242,6 +248,19 @@ def _kinematics(
 
 
 @ti.func
+def _merit_term(mode, h, d, u1, u2, ln, l1, l2, rn, rt, mu):
+    """One contact's share of the merit: phi(d, r_n lambda_n)^2 + |r_t h (lambda_t -
+    Proj(lambda_t - u / r_t))|^2, summed in f64."""
+    phi, _da, _db = _ncp(mode, d, rn * ln)
+    radius = mu * ti.max(ln, 0.0)
+    f1, f2 = _friction_residual(l1, l2, u1, u2, rt, radius)
+    s = rt * h
+    f1 *= s
+    f2 *= s
+    return ti.cast(phi * phi, ti.f64) + ti.cast(f1 * f1 + f2 * f2, ti.f64)
+
+
+@ti.func
 def _merit(
     mode,
     k: ti.i32,
@@ -262,20 +281,15 @@ def _merit(
     for b in range(nb):
         acc = ti.f64(0.0)
         for i in range(b * _BLOCK, ti.min((b + 1) * _BLOCK, k)):
-            phi, _da, _db = _ncp(mode, d[i], r_n[i] * lam[i, 0])
-            radius = mu[i] * ti.max(lam[i, 0], 0.0)
-            f1, f2 = _friction_residual(lam[i, 1], lam[i, 2], u[i, 0], u[i, 1], r_t[i], radius)
-            s = r_t[i] * h
-            f1 *= s
-            f2 *= s
-            acc += ti.cast(phi * phi, ti.f64) + ti.cast(f1 * f1 + f2 * f2, ti.f64)
+            acc += _merit_term(mode, h, d[i], u[i, 0], u[i, 1], lam[i, 0], lam[i, 1], lam[i, 2], r_n[i], r_t[i], mu[i])
         part[b] = acc
     ti.loop_config(serialize=_SERIAL)
     for _ in range(1):
-        tot = ti.f64(0.0)
-        for b in range(nb):
-            tot += part[b]
-        sc[_MERIT] = tot
+        if k > 0:  # k = 0: a stage the device's gate closed (DeviceNCP.update) writes nothing
+            tot = ti.f64(0.0)
+            for b in range(nb):
+                tot += part[b]
+            sc[_MERIT] = tot
 
 
 @ti.func
@@ -452,11 +466,12 @@ def _cr_init(
         part[b] = acc
     ti.loop_config(serialize=_SERIAL)
     for _ in range(1):
-        tot = ti.f64(0.0)
-        for b in range(nb):
-            tot += part[b]
-        sc[_DONE] = 1.0 if tot == 0.0 else 0.0
-        sc[_ITS] = 0.0
+        if m > 0:
+            tot = ti.f64(0.0)
+            for b in range(nb):
+                tot += part[b]
+            sc[_DONE] = 1.0 if tot == 0.0 else 0.0
+            sc[_ITS] = 0.0
 
 
 @ti.func
@@ -481,10 +496,11 @@ def _cr_start(
         part[b] = acc
     ti.loop_config(serialize=_SERIAL)
     for _ in range(1):
-        tot = ti.f64(0.0)
-        for b in range(nb):
-            tot += part[b]
-        sc[_RS] = tot
+        if m > 0:
+            tot = ti.f64(0.0)
+            for b in range(nb):
+                tot += part[b]
+            sc[_RS] = tot
 
 
 @ti.func
@@ -513,7 +529,7 @@ def _cr_step(
         for b in range(nb):
             tt += part[b]
         alpha = ti.f64(0.0)
-        if sc[_DONE] == 0.0:
+        if m > 0 and sc[_DONE] == 0.0:
             if tt <= 0.0 or sc[_RS] == 0.0:
                 sc[_DONE] = 1.0  # breakdown
             else:
@@ -538,7 +554,7 @@ def _cr_step(
         rr = ti.f64(0.0)
         for b in range(nb):
             rr += part[b]
-        if sc[_DONE] == 0.0 and rr == 0.0:
+        if m > 0 and sc[_DONE] == 0.0 and rr == 0.0:
             sc[_DONE] = 1.0  # converged exactly
 
 
@@ -562,7 +578,7 @@ def _cr_direction(
         part[b] = acc
     ti.loop_config(serialize=_SERIAL)
     for _ in range(1):
-        if sc[_DONE] == 0.0:
+        if m > 0 and sc[_DONE] == 0.0:
             rs_new = ti.f64(0.0)
             for b in range(nb):
                 rs_new += part[b]
@@ -605,6 +621,23 @@ def _newton_finish(
 
 
 @ti.func
+def _project_trial(i, alpha, lam: ti.template(), dlam: ti.template(), mu: ti.template()):
+    """Contact i's Proj_cone(lambda + alpha dlam)."""
+    ln = ti.max(lam[i, 0] + alpha * dlam[i, 0], 0.0)
+    l1 = lam[i, 1] + alpha * dlam[i, 1]
+    l2 = lam[i, 2] + alpha * dlam[i, 2]
+    radius = mu[i] * ln
+    nt = ti.sqrt(l1 * l1 + l2 * l2)
+    if nt > radius:
+        s = 1.0
+        if nt > 0:
+            s = radius / nt
+        l1 *= s
+        l2 *= s
+    return ln, l1, l2
+
+
+@ti.func
 def _trial(
     k: ti.i32,
     alpha,
@@ -617,17 +650,7 @@ def _trial(
     """new = Proj_cone(lambda + alpha dlam) (ncp.project_cone); step = new - lambda."""
     ti.loop_config(serialize=_SERIAL)
     for i in range(k):
-        ln = ti.max(lam[i, 0] + alpha * dlam[i, 0], 0.0)
-        l1 = lam[i, 1] + alpha * dlam[i, 1]
-        l2 = lam[i, 2] + alpha * dlam[i, 2]
-        radius = mu[i] * ln
-        nt = ti.sqrt(l1 * l1 + l2 * l2)
-        if nt > radius:
-            s = 1.0
-            if nt > 0:
-                s = radius / nt
-            l1 *= s
-            l2 *= s
+        ln, l1, l2 = _project_trial(i, alpha, lam, dlam, mu)
         new[i, 0] = ln
         new[i, 1] = l1
         new[i, 2] = l2

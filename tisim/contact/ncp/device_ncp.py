@@ -15,12 +15,15 @@ modes, line-search rule and tolerances), so the two agree to round-off.
 Two ways to launch the same functions (:meth:`DeviceNCP.update`):
 
 * staged (GPU backends): one kernel per stage - kinematics and merit, Newton rows and
-  CR start, one per CR iteration, one per line-search trial, commit - with parallel
-  loops; the host reads the merit (one scalar) before each Newton step and after each
-  trial, and the CR iteration count once per step; CR breakdown is a flag on the device.
+  CR start, one per CR iteration, the line search (every trial, then the commit) -
+  with parallel loops. The host launches every stage of every Newton step and reads
+  nothing: the decisions (Newton converged, trial accepted, CR breakdown) are flags in
+  the scalar array, and a stage they rule out runs as an empty launch (its loops over
+  zero contacts). The CR iteration and halving counts accumulate there too, read once a
+  step with the statistics.
 * fused (the CPU backend): the whole update in one launch with serial loops, the
-  decisions taken on the device; the host reads the scalars once per update. On the
-  CPU a launch and a thread-pool hand-over cost more than the work of a contact solve.
+  decisions taken on the device. On the CPU a launch and a thread-pool hand-over cost
+  more than the work of a contact solve.
 
 Data: per-contact fields (k, 3), (k, 2), (k,), the dense W_hat (k * k) and flat (3 k,)
 Newton-system vectors (row 3 c + a for component a = normal, e_par, e_perp of contact
@@ -42,10 +45,13 @@ import weakref
 import numpy as np
 import taichi as ti
 
+from tisim.contact.ncp import device_line_search as trial_search
 from tisim.contact.ncp.device_functions import (
     _BLOCK,
     _COLLIDER_WIDTH,
     _CR_TOTAL,
+    _F0,
+    _GO,
     _HALVINGS,
     _ITS,
     _MAX_PEN,
@@ -135,19 +141,41 @@ class _Storage:
         self.ptr = F(i32, shape=4 * cap + 1)
         self.vtx = F(i32, shape=4 * cap)
         self.entry = F(i32, shape=4 * cap)
+        self.tf = trial_search.TrialFields(cap, dtype)  # the line search's trials
 
     @ti.func
     def _merit_at(self, mode, k, h, lam: ti.template(), d: ti.template(), u: ti.template()):
         _merit(mode, k, h, lam, d, u, self.r_n, self.r_t, self.mu, self.part, self.sc)
 
+    @ti.func
+    def _gate(self, k):
+        """k, or 0 once the Newton loop has converged: a stage launched with 0 runs no
+        loop and writes no scalar, so the host launches every stage of every Newton step
+        and reads nothing (the staged update)."""
+        g = k
+        if self.sc[_GO] == 0.0:
+            g = 0
+        return g
+
+    @ti.func
+    def _newton_gate(self, k):
+        """After the merit at the start or at a committed step: F0 = merit, and the next
+        Newton step runs while the merit is above NEWTON_TOL^2 (the fused loop's test)."""
+        for _ in range(1):
+            if k > 0:
+                f = self.sc[_MERIT]
+                self.sc[_F0] = f
+                self.sc[_GO] = 1.0 if f > NEWTON_TOL * NEWTON_TOL else 0.0
+
     @ti.kernel
     def start(self, mode: ti.i32, exact: ti.i32, k: ti.i32, h: float, q: ti.types.ndarray(ndim=2)):
-        """Kinematics at q, then the merit there."""
+        """Kinematics at q, then the merit there; opens the Newton gate unless converged."""
         _kinematics(
             exact, k, 1.0 / h, q, self.vert, self.wgt, self.frames, self.gap0,
             self.point0, self.collider, self.cparams, self.surf_vel, self.d, self.u,
         )  # fmt: skip
         self._merit_at(mode, k, h, self.lam, self.d, self.u)
+        self._newton_gate(k)
 
     @ti.kernel
     def merit(self, mode: ti.i32, k: ti.i32, h: float):
@@ -163,42 +191,49 @@ class _Storage:
     @ti.kernel
     def newton_begin(self, mode: ti.i32, lagged: ti.i32, k: ti.i32, h: float, scale: float):
         """Newton rows, the CR right-hand side, and CR's start (r = c, s = t = K r)."""
+        kk = self._gate(k)
         _newton_rows(
-            mode, lagged, k, h, self.lam, self.d, self.u, self.r_n, self.r_t,
+            mode, lagged, kk, h, self.lam, self.d, self.u, self.r_n, self.r_t,
             self.mu, self.res, self.om, self.E, self.act, self.epar, self.dl,
         )  # fmt: skip
-        self._apply_op(1, k, scale, self.dl, self.c)
-        _cr_init(3 * k, self.c, self.x, self.r, self.p, self.part, self.sc)
-        self._apply_op(0, k, scale, self.r, self.s)
-        _cr_start(3 * k, self.r, self.s, self.t, self.part, self.sc)
+        self._apply_op(1, kk, scale, self.dl, self.c)
+        _cr_init(3 * kk, self.c, self.x, self.r, self.p, self.part, self.sc)
+        self._apply_op(0, kk, scale, self.r, self.s)
+        _cr_start(3 * kk, self.r, self.s, self.t, self.part, self.sc)
 
     @ti.kernel
     def cr_iteration(self, it: ti.i32, k: ti.i32, scale: float):
         """One CR iteration followed by the next direction."""
-        m = 3 * k
+        kk = self._gate(k)
+        m = 3 * kk
         _cr_step(it, m, self.x, self.r, self.p, self.t, self.part, self.sc)
-        self._apply_op(0, k, scale, self.r, self.s)
+        self._apply_op(0, kk, scale, self.r, self.s)
         _cr_direction(m, self.r, self.s, self.p, self.t, self.part, self.sc)
 
     @ti.kernel
     def cr_last(self, it: ti.i32, k: ti.i32):
-        """The last CR iteration and the Newton direction dlam in (t1, t2)."""
-        _cr_step(it, 3 * k, self.x, self.r, self.p, self.t, self.part, self.sc)
-        _newton_finish(k, self.x, self.om, self.act, self.dl, self.epar, self.dlam)
+        """The last CR iteration and the Newton direction dlam in (t1, t2); the CR
+        iterations spent join sc[_CR_TOTAL]."""
+        kk = self._gate(k)
+        _cr_step(it, 3 * kk, self.x, self.r, self.p, self.t, self.part, self.sc)
+        _newton_finish(kk, self.x, self.om, self.act, self.dl, self.epar, self.dlam)
+        for _ in range(1):
+            if kk > 0:
+                self.sc[_CR_TOTAL] += self.sc[_ITS]
 
     @ti.kernel
-    def trial(self, mode: ti.i32, k: ti.i32, h: float, scale: float, alpha: float):
-        """Projected trial forces, the predicted gaps and slips, and their merit."""
-        _trial(k, alpha, self.lam, self.dlam, self.mu, self.new, self.step)
-        self._apply_op(2, k, scale, self.step, self.resp)
-        _predict(k, 1.0 / h, self.d, self.u, self.resp, self.d1, self.u1)
-        self._merit_at(mode, k, h, self.new, self.d1, self.u1)
-
-    @ti.kernel
-    def commit(self, mode: ti.i32, k: ti.i32, h: float):
-        """Accept the trial; the merit at the new state."""
-        _copy_state(k, self.new, self.d1, self.u1, self.lam, self.d, self.u)
-        self._merit_at(mode, k, h, self.lam, self.d, self.u)
+    def line_search(self, mode: ti.i32, k: ti.i32, h: float, scale: float):
+        """The backtracking line search with every trial evaluated at once
+        (:mod:`~tisim.contact.ncp.device_line_search`), then the chosen trial becomes
+        (lambda, d, u) and its merit decides the next Newton step: one launch, nothing
+        read."""
+        kk = self._gate(k)
+        trial_search.trials(kk, self.lam, self.dlam, self.mu, self.frames, self.epar, self.tf)
+        trial_search.responses(kk, scale, 1.0 / h, self.W, self.frames, self.epar, self.d, self.u, self.tf)
+        trial_search.merits_and_choice(mode, kk, h, self.r_n, self.r_t, self.mu, self.tf, self.sc)
+        trial_search.take_chosen(kk, self.tf, self.sc, self.lam, self.d, self.u)
+        self._merit_at(mode, kk, h, self.lam, self.d, self.u)
+        self._newton_gate(kk)
 
     @ti.kernel
     def update_all(
@@ -217,7 +252,7 @@ class _Storage:
         backend, where a launch costs more than a small problem's work): the same
         functions, in the order DeviceNCP.update launches them, the host's decisions
         (merit test, line-search acceptance) taken here. sc[_CR_TOTAL], sc[_HALVINGS]
-        accumulate the CR iterations and halvings."""
+        accumulate the CR iterations and halvings (from zero at the step's unpack)."""
         ti.loop_config(serialize=True)
         for _ in range(1):
             m = 3 * k
@@ -292,7 +327,11 @@ class _Storage:
     ):
         """Per-contact data from one packed float array (k, _PACKED) and one int array
         (k, 5), and the force gather's lists from ga = [ptr (nv + 1), vtx (nv), entry
-        (4 k)], laid out by DeviceNCP.load: one launch instead of one copy per field."""
+        (4 k)], laid out by DeviceNCP.load: one launch instead of one copy per field.
+        Starts the step's CR-iteration and halving counts at zero."""
+        for _ in range(1):
+            self.sc[_CR_TOTAL] = 0.0
+            self.sc[_HALVINGS] = 0.0
         ti.loop_config(serialize=_SERIAL)
         for i in range(nv + 1):
             self.ptr[i] = ga[i]
@@ -413,10 +452,8 @@ class DeviceNCP:
         self._finalizer = None
         self._force_host = None
         self._force_dev_fresh = False  # force_dev holds H^T lambda of the current lambda
-        self._sc_read = None  # the scalars as the last fused update read them
+        self._sc_read = None  # the scalars as last read, None once they changed
         self._sc_buf = np.empty(_N_SCALARS)  # read_scalars' target, allocated once
-        self.cr_total = 0
-        self.halvings = 0
 
     @property
     def cap(self) -> int:
@@ -450,17 +487,16 @@ class DeviceNCP:
         )  # fmt: skip
         st.clear_rows(0, self.force_dev)
         st.scatter(0, self.force_dev)
+        st.read_scalars(np.empty(_N_SCALARS))
         if _SERIAL:
             st.update_all(self.mode, 0, 0, 0, h, 1.0, 1, 1, self.q)
-            st.read_scalars(np.empty(_N_SCALARS))
         else:
             st.start(self.mode, 0, 0, h, self.q)
             st.merit(self.mode, 0, h)
             st.newton_begin(self.mode, 0, 0, h, 1.0)
             st.cr_iteration(0, 0, 1.0)
             st.cr_last(0, 0)
-            st.trial(self.mode, 0, h, 1.0, 1.0)
-            st.commit(self.mode, 0, h)
+            st.line_search(self.mode, 0, h, 1.0)
             st.record(0, h)
         ti.sync()
 
@@ -528,8 +564,6 @@ class DeviceNCP:
         self._put(st.cparams, collider_parameters(colliders, t))
         self._nv = nv
         self._lam_changed()
-        self.cr_total = 0
-        self.halvings = 0
 
     def set_lam(self, lam: np.ndarray) -> None:
         """Replace the forces (k, 3) frame components, N."""
@@ -541,8 +575,25 @@ class DeviceNCP:
         return self.st.lam.to_numpy()[: self.k].astype(np.float64)
 
     # ------------------------------------------------------------------ kernels
+    def _scalars(self) -> np.ndarray:
+        """The scalar array (one read, kept until the device's scalars change)."""
+        if self._sc_read is None:
+            self.st.read_scalars(self._sc_buf)
+            self._sc_read = self._sc_buf
+        return self._sc_read
+
     def _scalar(self, slot: int) -> float:
-        return float(self.st.sc[slot])
+        return float(self._scalars()[slot])
+
+    @property
+    def cr_total(self) -> int:
+        """CR iterations of this step's updates (since :meth:`load`; read from the device)."""
+        return int(self._scalar(_CR_TOTAL)) if self.k else 0
+
+    @property
+    def halvings(self) -> int:
+        """Line-search halvings of this step's updates (since :meth:`load`)."""
+        return int(self._scalar(_HALVINGS)) if self.k else 0
 
     def _lam_changed(self) -> None:
         self._sc_read = None  # the scalars changed since they were last read
@@ -564,80 +615,81 @@ class DeviceNCP:
         """d, u on the device from positions q (n, 3; numpy or a Taichi array); returns
         the merit there."""
         self.st.start(self.mode, int(self.exact), self.k, self.h, self._q_array(q))
+        self._sc_read = None
         return self._scalar(_MERIT)
 
     def merit(self) -> float:
         """The merit (m^2) at the current (lambda, d, u)."""
         self.st.merit(self.mode, self.k, self.h)
+        self._sc_read = None
         return self._scalar(_MERIT)
 
-    def newton_step(self) -> int:
-        """One Newton direction into the dlam field at the current (lambda, d, u);
-        returns the CR iterations spent."""
+    def _open(self, f0: float | None = None) -> None:
+        """Open the stages' gate from the host (the single-stage methods below, for tests
+        and diagnostics); f0: the merit a line search must go below."""
+        sc = self.st.sc
+        sc[_GO] = 1.0
+        if f0 is not None:
+            sc[_F0] = float(f0)
+        self._sc_read = None
+
+    def _newton_stages(self) -> None:
         st, k = self.st, self.k
         st.newton_begin(self.mode, int(self.lagged), k, self.h, self.scale)
         its = self.cr_iterations
         for i in range(its - 1):
             st.cr_iteration(i, k, self.scale)
         st.cr_last(its - 1, k)
+
+    def newton_step(self) -> int:
+        """One Newton direction into the dlam field at the current (lambda, d, u);
+        returns the CR iterations spent."""
+        self._open()
+        self._newton_stages()
+        self._sc_read = None
         return int(self._scalar(_ITS))
 
     def line_search(self, f0: float) -> int:
         """lambda <- Proj(lambda + alpha dlam), alpha = 1, 1/2, ... until the merit drops
         below f0 (at most LINE_SEARCH_STEPS halvings); d, u move to their prediction and
         the merit there is left in the scalars. Returns the halvings."""
-        st, k = self.st, self.k
-        alpha = 1.0
-        for i in range(LINE_SEARCH_STEPS + 1):
-            st.trial(self.mode, k, self.h, self.scale, alpha)
-            if f0 == 0.0 or i == LINE_SEARCH_STEPS or self._scalar(_MERIT) < f0:
-                break
-            alpha *= 0.5
-        st.commit(self.mode, k, self.h)
+        before = self.halvings
+        self._open(f0)
+        self.st.line_search(self.mode, self.k, self.h, self.scale)
         self._lam_changed()
-        return i
+        return self.halvings - before
 
     def update(self, q: np.ndarray, newton_iterations: int, fused: bool | None = None) -> None:
         """PDContact.update on the device: kinematics at q (n, 3), then up to
         ``newton_iterations`` Newton steps with line search, then the statistics.
 
         fused: one launch for the whole update (default on the CPU backend) or one per
-        stage, with the merit read by the host between them (default on GPUs)."""
+        stage (default on GPUs). Either way the decisions (merit test, line-search
+        acceptance) are taken on the device and nothing is read: the staged update
+        launches every stage of every Newton step, a stage after convergence gated to
+        an empty launch (:meth:`_Storage._gate`), and its line search evaluates every
+        trial at once. The statistics are read when asked for."""
         if not self.k:
             return
         st = self.st
         if fused is None:
             fused = _SERIAL
         if fused:
-            qa = self._q_array(q)
-            st.sc[_CR_TOTAL] = 0.0
-            st.sc[_HALVINGS] = 0.0
             st.update_all(
                 self.mode, int(self.lagged), int(self.exact), self.k, self.h, self.scale,
-                self.cr_iterations, int(newton_iterations), qa,
+                self.cr_iterations, int(newton_iterations), self._q_array(q),
             )  # fmt: skip
-            s = self._sc_buf
-            st.read_scalars(s)
-            self.cr_total += int(s[_CR_TOTAL])
-            self.halvings += int(s[_HALVINGS])
-            self._lam_changed()
-            self._sc_read = s  # what statistics() reports, without a second read
-            return
-        self.kinematics(q)
-        for _ in range(int(newton_iterations)):
-            f0 = self._scalar(_MERIT)
-            if f0 <= NEWTON_TOL**2:
-                break
-            self.cr_total += self.newton_step()
-            self.halvings += self.line_search(f0)
-        st.record(self.k, self.h)
+        else:
+            st.start(self.mode, int(self.exact), self.k, self.h, self._q_array(q))
+            for _ in range(int(newton_iterations)):
+                self._newton_stages()
+                st.line_search(self.mode, self.k, self.h, self.scale)
+            st.record(self.k, self.h)
         self._lam_changed()
 
     def statistics(self) -> dict:
         """ncp_residual (m), max_penetration (m), n_touching of the last update."""
-        s = self._sc_read
-        if s is None:
-            s = self.st.sc.to_numpy()
+        s = self._scalars()
         return {
             "ncp_residual": float(s[_NCP_RES]),
             "max_penetration": float(s[_MAX_PEN]),

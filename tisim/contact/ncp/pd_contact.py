@@ -208,6 +208,7 @@ class PDContact:
         self._device = None  # DeviceNCP ("device"), made and compiled in prepare()
         self._on_device = False  # this step's problem is loaded on the device
         self._lam_stale = False  # the device's lambda is newer than self._lam
+        self._device_stats = False
         self.model = model
         self.config = config
         self.global_step = global_step
@@ -335,6 +336,7 @@ class PDContact:
         self._store_warm()
         self._on_device = False
         self._stats = self._empty_stats()
+        self._device_stats = False  # the device's statistics are newer than _stats
         self._h = float(h)
         self._t_next = float(t + h)
         self._q_tilde = q_tilde
@@ -579,13 +581,9 @@ class PDContact:
         self._stats["ms_cr"] += 1e3 * (time.perf_counter() - t0)
 
     def _update_device(self, q) -> None:
-        dev = self._device
-        cr0, ls0 = dev.cr_total, dev.halvings
-        dev.update(q, self.newton_iterations)
+        self._device.update(q, self.newton_iterations)
         self._lam_stale = True
-        self._stats["cr_iterations"] += dev.cr_total - cr0
-        self._stats["line_search_halvings"] += dev.halvings - ls0
-        self._stats.update(dev.statistics())
+        self._device_stats = True  # read by stats(), once a step: nothing is read here
 
     def merit(self, lam: np.ndarray, d: np.ndarray, u: np.ndarray) -> float:
         """Sum of squared NCP residuals in metres at forces lam (k, 3), gaps d, slips u:
@@ -724,6 +722,10 @@ class PDContact:
         ms_detect, ms_delassus (W and preconditioner), ms_cr (Newton steps: indicators,
         CR, line search), cr_iterations and line_search_halvings (totals this step),
         delassus_new_rows (rows of W formed this step; the others came from the cache)."""
+        if self._device_stats:  # the device counts since this step's load
+            dev = self._device
+            self._stats.update(dev.statistics(), cr_iterations=dev.cr_total, line_search_halvings=dev.halvings)
+            self._device_stats = False
         return dict(self._stats)
 
     def total_force(self) -> np.ndarray:
