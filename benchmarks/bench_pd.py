@@ -201,13 +201,15 @@ TRAFFIC_SCENES = {
         "twisting-bar.toml",
         ["objects.bar.resolution=[16,3,3]", 'solver.global_step="cholesky"'],
     ),
+    # the sparse inverse, as "auto" picks on a GPU (the Cholesky back-end's host solve
+    # moves r to the host every iteration by design)
     "contact": (
         "squeeze-ball.toml",
-        ["objects.ball.ball_resolution=6", 'contact.implementation="device"'],
+        ["objects.ball.ball_resolution=6", 'contact.implementation="device"', 'solver.global_step="sparse-inverse"'],
     ),
     "contact-host": (
         "squeeze-ball.toml",
-        ["objects.ball.ball_resolution=6", 'contact.implementation="host"'],
+        ["objects.ball.ball_resolution=6", 'contact.implementation="host"', 'solver.global_step="sparse-inverse"'],
     ),
 }
 

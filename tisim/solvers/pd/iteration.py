@@ -18,8 +18,10 @@ class StepIterations:
     against ``config.tolerance`` (0: a fixed iteration count). GPU backends leave each plain
     iteration's ||r||^2 on the device and read them every ``residual_interval`` iterations
     (tolerance > 0) or once after the loop: a read is a synchronisation (the host waits for
-    the queue to drain). Not with contact (its update reads the device anyway) nor Anderson
-    (its safeguard decides per iteration).
+    the queue to drain). With contact too when its update runs on the device (it reads
+    nothing either), except in an iteration whose contact forces are on the host (the
+    step's first: detection and the Delassus operator); not with Anderson (its safeguard
+    decides per iteration).
     """
 
     def __init__(self, solver, gs, h: float, drag, accel):
@@ -34,7 +36,8 @@ class StepIterations:
         self.tol = float(solver.config.tolerance)
         self.rot_iters = int(solver.config.rotation_iterations)
         self.interval = int(solver.residual_interval)
-        self.stored = self.interval != 1 and accel is None and solver.contact is None
+        contact = solver.contact
+        self.stored = self.interval != 1 and accel is None and (contact is None or contact.implementation == "device")
         self.res0 = self.res = math.nan
         self.unread = 0  # the first iteration whose stored residual is not read yet
         self.local_steps = 0
@@ -57,12 +60,16 @@ class StepIterations:
         self.unread = upto
         return self.res
 
-    def _local(self, it: int, gidx, gout, fdev):
-        """The local step with the residual's squared norm (None when left on the device)."""
+    def _local(self, it: int, gidx, gout, fdev, host_force: bool):
+        """The local step with the residual's squared norm (None when left on the device).
+        host_force: this iteration adds contact forces from the host, which changes the
+        residual after the launch (so its norm is taken directly)."""
         k, A, h2 = self.k, self.s._A_dev, self.h2
-        if self.stored:
-            k.iterate_stored(it, self.rot_iters, A, h2, self.drag_v, self.kdrag, self.drag_t, gidx, gout)
+        if self.stored and not host_force:
+            k.iterate_stored(it, self.rot_iters, A, h2, self.drag_v, self.kdrag, self.drag_t, gidx, gout, fdev, h2)
             return None
+        if self.stored and self.unread < it:  # the residuals before this one, in order
+            self.read_stored(it)
         if self.accel is None:
             return k.iterate(self.rot_iters, A, h2, self.drag_v, self.kdrag, self.drag_t, gidx, gout, fdev, h2)
         accel = self.accel
@@ -116,8 +123,9 @@ class StepIterations:
             # the residual inside the local step's launch: A q = b + h^2 H^T lambda
             # (notes §2.4), so r is the momentum residual; nothing of size n crosses
             fdev = contact.force_device() if contact is not None else None
+            host_force = fdev is None and contact is not None and contact.active
             self.local_steps = it + 1
-            rsq = self._local(it, gidx, gout, fdev)
+            rsq = self._local(it, gidx, gout, fdev, host_force)
             self.t_local += time.perf_counter() - ta
             force = None
             gathered = True
@@ -131,6 +139,7 @@ class StepIterations:
                     gathered = False
                 self.t_contact += time.perf_counter() - tc
             if rsq is not None:
+                self.unread = it + 1  # nothing stored for this iteration
                 if self._relative(rsq, it == 0) < tol and tol > 0:
                     break
             elif (
