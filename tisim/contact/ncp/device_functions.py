@@ -368,6 +368,22 @@ def _newton_rows(
 
 
 @ti.func
+def _row_product(i, k, W: ti.template(), w0: ti.template(), w1: ti.template(), w2: ti.template(), off):
+    """Row i of W_hat (k x k) times the world-frame vectors w0, w1, w2 (entries off to
+    off + k), as three f64 sums in the order of j."""
+    y0 = ti.f64(0.0)
+    y1 = ti.f64(0.0)
+    y2 = ti.f64(0.0)
+    base = i * k
+    for j in range(k):
+        w = ti.cast(W[base + j], ti.f64)
+        y0 += w * w0[off + j]
+        y1 += w * w1[off + j]
+        y2 += w * w2[off + j]
+    return ti.Vector([y0, y1, y2], ti.f64)
+
+
+@ti.func
 def _apply(
     op,
     k,
@@ -416,16 +432,7 @@ def _apply(
     ti.loop_config(serialize=_SERIAL)
     for i in range(k):
         if op != 0 or sc[_DONE] == 0.0:
-            y0 = ti.f64(0.0)
-            y1 = ti.f64(0.0)
-            y2 = ti.f64(0.0)
-            base = i * k
-            for j in range(k):
-                w = ti.cast(W[base + j], ti.f64)
-                y0 += w * world0[j]
-                y1 += w * world1[j]
-                y2 += w * world2[j]
-            y = ti.Vector([y0, y1, y2], ti.f64)
+            y = _row_product(i, k, W, world0, world1, world2, 0)
             z = _frame(frames, epar, rotate, i) @ (scale * y)
             for a in ti.static(range(3)):
                 row = 3 * i + a

@@ -36,6 +36,7 @@ from tisim.contact.ncp.device_functions import (
     _frame,
     _merit_term,
     _project_trial,
+    _row_product,
 )
 
 TRIALS = LINE_SEARCH_STEPS + 1
@@ -112,16 +113,7 @@ def responses(
         t = q // k
         i = q % k
         off = t * cap
-        y0 = ti.f64(0.0)
-        y1 = ti.f64(0.0)
-        y2 = ti.f64(0.0)
-        base = i * k
-        for j in range(k):
-            w = ti.cast(W[base + j], ti.f64)
-            y0 += w * tf.world[0][off + j]
-            y1 += w * tf.world[1][off + j]
-            y2 += w * tf.world[2][off + j]
-        y = ti.Vector([y0, y1, y2], ti.f64)
+        y = _row_product(i, k, W, tf.world[0], tf.world[1], tf.world[2], off)
         z = _frame(frames, epar, 0, i) @ (scale * y)
         o = off + i
         tf.d1[o] = d[i] + ti.cast(z[0], d.dtype)
