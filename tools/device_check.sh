@@ -86,12 +86,21 @@ for arch in $archs; do
   prec=f64; [ "$arch" = cuda ] && prec=f32
   timeout 240 "$PY" benchmarks/bench_pd.py --quick --backends sparse-inverse cholesky auto --arch "$arch" \
     --out "$OUT/bench_pd_$arch.json" > "$OUT/bench_pd_$arch.log" 2>&1 || echo "bench_pd ($arch) failed: see $OUT/bench_pd_$arch.log"
-  timeout 240 "$PY" benchmarks/bench_contact.py --resolution 17.6493 --frames 25 --arch "$arch" \
-    --precision "$prec" --json "$OUT/bench_contact_$arch.json" > "$OUT/bench_contact_$arch.log" 2>&1 \
+  # on CUDA both contact updates: "auto" runs numpy in f32 until this check confirms the
+  # kernels (the contact trace above), which read nothing per iteration
+  impl=host; [ "$arch" = cpu ] && impl=device; [ "$arch" = cuda ] && impl=both
+  timeout 300 "$PY" benchmarks/bench_contact.py --resolution 17.6493 --frames 25 --arch "$arch" \
+    --precision "$prec" --implementation "$impl" --json "$OUT/bench_contact_$arch.json" > "$OUT/bench_contact_$arch.log" 2>&1 \
     || echo "bench_contact ($arch) failed: see $OUT/bench_contact_$arch.log"
   timeout 240 "$PY" benchmarks/bench_admm.py --quick --no-demos --arch "$arch" --out "$OUT/admm_$arch" \
     > "$OUT/bench_admm_$arch.log" 2>&1 || echo "bench_admm ($arch) failed: see $OUT/bench_admm_$arch.log"
 done
+# the iteration budget on the GPU: launches and host synchronisations per local-global step,
+# without and with contact (issue 46: none per iteration inside a step)
+if [ "${BENCH:-1}" != 0 ] && [ "$archs" != cpu ]; then
+  timeout 300 "$PY" benchmarks/bench_pd.py --traffic --traffic-archs cuda --out "$OUT/traffic_cuda.json" \
+    > "$OUT/traffic_cuda.log" 2>&1 || echo "traffic benchmark failed: see $OUT/traffic_cuda.log"
+fi
 # the sparse inverse's build on each backend, the same matrix side by side (issue 10: under a
 # GPU backend at most 2x the CPU's)
 if [ "${BENCH:-1}" != 0 ]; then
@@ -126,7 +135,7 @@ for arch in ("cpu", "cuda"):
     for r in (bc or {}).get("results", []):
         c = r.get("contact_frames") or {}
         if c:
-            rows.append((f"PD squeeze-ball {r['vertices']} v (contact frames)", arch,
+            rows.append((f"PD squeeze-ball {r['vertices']} v, {r.get('implementation', '?')} contact (contact frames)", arch,
                          c["wall_ms"]["median"],
                          f"detect {c['detect_ms']['median']:.1f} / W {c['delassus_ms']['median']:.1f}"
                          f" / NCP {c['cr_ms']['median']:.1f} ms"))
@@ -138,11 +147,16 @@ for r in (load("bench_si_build.json") or {}).get("sparse_inverse_build", []):
     if "error" not in r:
         rows.append((f"sparse inverse build {r['vertices']} v (ms, not per frame)", r["arch"],
                      1e3 * r["build_s"], f"residual {r['relative_residual']:.1e}"))
+for r in (load("traffic_cuda.json") or {}).get("traffic", []):
+    if "error" not in r:
+        st = r["per_step"]
+        rows.append((f"traffic {r['scene']} ({r['iterations'] // max(r['steps'], 1)} it./step; syncs per step)", r["arch"],
+                     st["syncs"], f"launches per step {st['launches']:.0f}"))
 print()
 print(f"device check, GPU: {gpu}; cuda tests: {'passed or skipped' if rc == 0 else 'FAILED'}")
-print(f"{'benchmark':<48}{'arch':>6}{'ms/frame':>10}  notes")
+print(f"{'benchmark':<60}{'arch':>6}{'ms/frame':>10}  notes")
 for name, arch, ms, note in rows:
-    print(f"{name:<48}{arch:>6}{ms:>10.2f}  {note}")
+    print(f"{name:<60}{arch:>6}{ms:>10.2f}  {note}")
 if not rows:
     print("(no benchmark produced results; see the logs in", out, ")")
 (out / "device_check.json").write_text(json.dumps(
