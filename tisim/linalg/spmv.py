@@ -41,6 +41,7 @@ __all__ = [
     "inverse_entries",
     "inverse_paths",
     "read_back",
+    "sparse_inverse_apply",
 ]
 
 
@@ -115,6 +116,42 @@ class DeviceCSR:
         return self.host.data.nbytes + self.host.indices.nbytes + self.host.indptr.nbytes
 
 
+@ti.func
+def _row3(indptr: ti.template(), indices: ti.template(), data: ti.template(), x: ti.template(), i):
+    """Row i of A times the points x: sum_j A[i, j] x[j]."""
+    acc = ti.Vector([0.0, 0.0, 0.0])
+    for p in range(indptr[i], indptr[i + 1]):
+        j = indices[p]
+        acc += data[p] * ti.Vector([x[j, 0], x[j, 1], x[j, 2]])
+    return acc
+
+
+@ti.func
+def _matvec3(indptr: ti.template(), indices: ti.template(), data: ti.template(), x: ti.template(), y: ti.template()):
+    for i in range(indptr.shape[0] - 1):
+        acc = _row3(indptr, indices, data, x, i)
+        y[i, 0] = acc[0]
+        y[i, 1] = acc[1]
+        y[i, 2] = acc[2]
+
+
+@ti.func
+def _matvec3_scatter_add(
+    indptr: ti.template(),
+    indices: ti.template(),
+    data: ti.template(),
+    x: ti.template(),
+    rowmap: ti.template(),
+    out: ti.template(),
+):
+    for i in range(indptr.shape[0] - 1):
+        acc = _row3(indptr, indices, data, x, i)
+        r = rowmap[i]
+        out[r, 0] = out[r, 0] + acc[0]
+        out[r, 1] = out[r, 1] + acc[1]
+        out[r, 2] = out[r, 2] + acc[2]
+
+
 @ti.kernel
 def csr_matvec3(
     indptr: ti.types.ndarray(ndim=1),
@@ -124,14 +161,7 @@ def csr_matvec3(
     y: ti.types.ndarray(ndim=2),
 ):
     """y[i] = sum_j A[i, j] x[j] for i < rows (x, y: (n, 3) arrays of points)."""
-    for i in range(indptr.shape[0] - 1):
-        acc = ti.Vector([0.0, 0.0, 0.0])
-        for p in range(indptr[i], indptr[i + 1]):
-            j = indices[p]
-            acc += data[p] * ti.Vector([x[j, 0], x[j, 1], x[j, 2]])
-        y[i, 0] = acc[0]
-        y[i, 1] = acc[1]
-        y[i, 2] = acc[2]
+    _matvec3(indptr, indices, data, x, y)
 
 
 @ti.kernel
@@ -144,15 +174,27 @@ def csr_matvec3_scatter_add(
     out: ti.types.ndarray(ndim=2),
 ):
     """out[rowmap[i]] += sum_j A[i, j] x[j] (rowmap is injective, so no atomics)."""
-    for i in range(indptr.shape[0] - 1):
-        acc = ti.Vector([0.0, 0.0, 0.0])
-        for p in range(indptr[i], indptr[i + 1]):
-            j = indices[p]
-            acc += data[p] * ti.Vector([x[j, 0], x[j, 1], x[j, 2]])
-        r = rowmap[i]
-        out[r, 0] = out[r, 0] + acc[0]
-        out[r, 1] = out[r, 1] + acc[1]
-        out[r, 2] = out[r, 2] + acc[2]
+    _matvec3_scatter_add(indptr, indices, data, x, rowmap, out)
+
+
+@ti.kernel
+def sparse_inverse_apply(
+    Sp: ti.types.ndarray(ndim=1),
+    Sj: ti.types.ndarray(ndim=1),
+    Sx: ti.types.ndarray(ndim=1),
+    STp: ti.types.ndarray(ndim=1),
+    STj: ti.types.ndarray(ndim=1),
+    STx: ti.types.ndarray(ndim=1),
+    b: ti.types.ndarray(ndim=2),
+    work: ti.types.ndarray(ndim=2),
+    rowmap: ti.types.ndarray(ndim=1),
+    out: ti.types.ndarray(ndim=2),
+):
+    """out[rowmap] += S^T (S b) in one launch (the sparse-inverse global step, notes §2.3):
+    the two products as two top-level loops, which Taichi runs in order, each in
+    parallel; work holds S b. The same sums as csr_matvec3 then csr_matvec3_scatter_add."""
+    _matvec3(Sp, Sj, Sx, b, work)
+    _matvec3_scatter_add(STp, STj, STx, work, rowmap, out)
 
 
 @ti.kernel

@@ -266,16 +266,17 @@ class GlobalSparseInverse(GlobalStep):
         return self._index_dev, kernels.work
 
     def apply(self, kernels, gathered: bool = False) -> None:
-        from tisim.linalg.spmv import csr_matvec3, csr_matvec3_scatter_add, gather3
+        from tisim.linalg.spmv import gather3, sparse_inverse_apply
 
         if self.n_free == 0:
             return
         if not gathered:
             gather3(kernels.r, self._index_dev, kernels.work)
-        csr_matvec3(self.S.indptr, self.S.indices, self.S.data, kernels.work, kernels.work2)
-        csr_matvec3_scatter_add(
-            self.ST.indptr, self.ST.indices, self.ST.data, kernels.work2, self._index_dev, kernels.x
-        )
+        S, ST = self.S, self.ST
+        sparse_inverse_apply(
+            S.indptr, S.indices, S.data, ST.indptr, ST.indices, ST.data,
+            kernels.work, kernels.work2, self._index_dev, kernels.x,
+        )  # fmt: skip
 
     def _solve_free(self, rhs_f: np.ndarray) -> np.ndarray:
         return self.si.solve(rhs_f)

@@ -60,16 +60,12 @@ class StepIterations:
         self.unread = upto
         return self.res
 
-    def _local(self, it: int, gidx, gout, fdev, host_force: bool):
-        """The local step with the residual's squared norm (None when left on the device).
-        host_force: this iteration adds contact forces from the host, which changes the
-        residual after the launch (so its norm is taken directly)."""
+    def _local(self, it: int, gidx, gout, fdev):
+        """The local step with the residual's squared norm (None when left on the device)."""
         k, A, h2 = self.k, self.s._A_dev, self.h2
-        if self.stored and not host_force:
+        if self.stored:
             k.iterate_stored(it, self.rot_iters, A, h2, self.drag_v, self.kdrag, self.drag_t, gidx, gout, fdev, h2)
             return None
-        if self.stored and self.unread < it:  # the residuals before this one, in order
-            self.read_stored(it)
         if self.accel is None:
             return k.iterate(self.rot_iters, A, h2, self.drag_v, self.kdrag, self.drag_t, gidx, gout, fdev, h2)
         accel = self.accel
@@ -123,9 +119,8 @@ class StepIterations:
             # the residual inside the local step's launch: A q = b + h^2 H^T lambda
             # (notes §2.4), so r is the momentum residual; nothing of size n crosses
             fdev = contact.force_device() if contact is not None else None
-            host_force = fdev is None and contact is not None and contact.active
             self.local_steps = it + 1
-            rsq = self._local(it, gidx, gout, fdev, host_force)
+            rsq = self._local(it, gidx, gout, fdev)
             self.t_local += time.perf_counter() - ta
             force = None
             gathered = True
@@ -139,7 +134,10 @@ class StepIterations:
                     gathered = False
                 self.t_contact += time.perf_counter() - tc
             if rsq is not None:
-                self.unread = it + 1  # nothing stored for this iteration
+                # read here (the stored norm misses the contact forces the host added)
+                if self.stored and self.unread < it:
+                    self.read_stored(it)  # the stored norms before this one, in order
+                self.unread = it + 1
                 if self._relative(rsq, it == 0) < tol and tol > 0:
                     break
             elif (
