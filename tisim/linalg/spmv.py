@@ -33,8 +33,6 @@ LAVAPIPE_LOOP_LIMIT = 65535
 
 __all__ = [
     "DeviceCSR",
-    "csr_matvec3",
-    "csr_matvec3_scatter_add",
     "device_array",
     "gather3",
     "inverse_columns",
@@ -128,6 +126,7 @@ def _row3(indptr: ti.template(), indices: ti.template(), data: ti.template(), x:
 
 @ti.func
 def _matvec3(indptr: ti.template(), indices: ti.template(), data: ti.template(), x: ti.template(), y: ti.template()):
+    """y[i] = sum_j A[i, j] x[j] for i < rows (x, y: (n, 3) arrays of points)."""
     for i in range(indptr.shape[0] - 1):
         acc = _row3(indptr, indices, data, x, i)
         y[i, 0] = acc[0]
@@ -144,37 +143,13 @@ def _matvec3_scatter_add(
     rowmap: ti.template(),
     out: ti.template(),
 ):
+    """out[rowmap[i]] += sum_j A[i, j] x[j] (rowmap is injective, so no atomics)."""
     for i in range(indptr.shape[0] - 1):
         acc = _row3(indptr, indices, data, x, i)
         r = rowmap[i]
         out[r, 0] = out[r, 0] + acc[0]
         out[r, 1] = out[r, 1] + acc[1]
         out[r, 2] = out[r, 2] + acc[2]
-
-
-@ti.kernel
-def csr_matvec3(
-    indptr: ti.types.ndarray(ndim=1),
-    indices: ti.types.ndarray(ndim=1),
-    data: ti.types.ndarray(ndim=1),
-    x: ti.types.ndarray(ndim=2),
-    y: ti.types.ndarray(ndim=2),
-):
-    """y[i] = sum_j A[i, j] x[j] for i < rows (x, y: (n, 3) arrays of points)."""
-    _matvec3(indptr, indices, data, x, y)
-
-
-@ti.kernel
-def csr_matvec3_scatter_add(
-    indptr: ti.types.ndarray(ndim=1),
-    indices: ti.types.ndarray(ndim=1),
-    data: ti.types.ndarray(ndim=1),
-    x: ti.types.ndarray(ndim=2),
-    rowmap: ti.types.ndarray(ndim=1),
-    out: ti.types.ndarray(ndim=2),
-):
-    """out[rowmap[i]] += sum_j A[i, j] x[j] (rowmap is injective, so no atomics)."""
-    _matvec3_scatter_add(indptr, indices, data, x, rowmap, out)
 
 
 @ti.kernel
@@ -192,7 +167,8 @@ def sparse_inverse_apply(
 ):
     """out[rowmap] += S^T (S b) in one launch (the sparse-inverse global step, notes §2.3):
     the two products as two top-level loops, which Taichi runs in order, each in
-    parallel; work holds S b. The same sums as csr_matvec3 then csr_matvec3_scatter_add."""
+    parallel; work holds S b (the two kernels it replaced, one per product, gave the same
+    sums)."""
     _matvec3(Sp, Sj, Sx, b, work)
     _matvec3_scatter_add(STp, STj, STx, work, rowmap, out)
 
