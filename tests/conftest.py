@@ -16,6 +16,14 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 # Taichi's threads stay as a user's (its loop forms depend on them: backend.SERIAL_LOOPS).
 for _name in ("MKL_NUM_THREADS", "OMP_NUM_THREADS"):
     os.environ.setdefault(_name, "1")
+# Taichi's CPU backend on one thread too (its loops then compile serial:
+# backend.SERIAL_LOOPS), as `tisim run` gives the cloth and ADMM solvers on a 2-core
+# machine (runner.scene_threads). Two threads per worker on two workers oversubscribed
+# the cores with thread-pool hand-offs: the whole suite, cold kernel cache, 2-core AMD
+# EPYC, took 701 s with Taichi's default of two threads and 575 s with one. The
+# parallel loop form is tested where it matters: on Vulkan (tests/backends), and by the
+# tests that set their threads (test_backend.py, test_progressive.py, test_taichi_patches.py).
+os.environ.setdefault("TI_CPU_MAX_NUM_THREADS", "1")
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -371,9 +371,9 @@ class Simulation:
         _require_vulkan("render_frame")
         from tisim import backend
         from tisim.render.offscreen import OffscreenRenderer
-        from tisim.runner import scene_precision
+        from tisim.runner import scene_precision, scene_threads
 
-        backend.init(self.arch, scene_precision(self.scene, self.precision))
+        backend.init(self.arch, scene_precision(self.scene, self.precision), threads=scene_threads(self.scene))
         x = self.model.initial_positions if positions is None else np.asarray(positions, dtype=np.float64)
         if x.shape != (self.model.vertex_count, 3):
             raise ValueError(f"positions must be ({self.model.vertex_count}, 3), got {x.shape}")

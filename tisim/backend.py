@@ -70,12 +70,16 @@ def cuda_available() -> bool:
         return False
 
 
-def init(arch: str = "auto", precision: str | None = None, *, debug: bool = False) -> BackendInfo:
+def init(
+    arch: str = "auto", precision: str | None = None, *, debug: bool = False, threads: int | None = None
+) -> BackendInfo:
     """Initialise Taichi once for this process.
 
     arch: "auto" picks CUDA when a CUDA device is present, otherwise the CPU.
     precision: "f64" (default on the CPU, so accuracy tests mean something) or
     "f32" (default on a GPU, allowed for real-time runs).
+    threads: the CPU backend's threads when the user set none (TI_CPU_MAX_NUM_THREADS
+    wins); None: Taichi's default, one per core. See ``runner.scene_threads``.
     A second call with the same (or compatible "auto"/None) arguments returns
     the existing backend; asking for a different one is an error, because
     fields and kernels already created belong to the first.
@@ -117,6 +121,9 @@ def init(arch: str = "auto", precision: str | None = None, *, debug: bool = Fals
     # `tisim ... --quiet` (TISIM_QUIET=1): without Taichi's "[Taichi] Starting on arch=..." line
     quiet = os.environ.get("TISIM_QUIET") == "1"
     _clear_stale_cache_lock()
+    extra = {}
+    if chosen == "cpu" and threads is not None and not os.environ.get("TI_CPU_MAX_NUM_THREADS"):
+        extra["cpu_max_num_threads"] = int(threads)
     with contextlib.redirect_stdout(io.StringIO()) if quiet else contextlib.nullcontext():
         ti.init(
             arch=ti_arch,
@@ -131,6 +138,7 @@ def init(arch: str = "auto", precision: str | None = None, *, debug: bool = Fals
             debug=debug,
             log_level=ti.WARN,
             random_seed=0,
+            **extra,
         )
     actual = _arch_name(ti.lang.impl.current_cfg().arch)
     if actual != chosen:
@@ -145,6 +153,8 @@ def init(arch: str = "auto", precision: str | None = None, *, debug: bool = Fals
     SERIAL_LOOPS = actual == "cpu" and serial and _taichi_patches.serialize_loops()
     if actual in LIGHT_COMPILE_ARCHS or os.environ.get("TISIM_TAICHI_IR_OPT") == "0":  # (forced off: any arch)
         _taichi_patches.light_compile()
+    if actual == "cpu":
+        log.debug("Taichi's CPU backend on %d thread(s)", ti.lang.impl.current_cfg().cpu_max_num_threads)
     limit_numpy_blas()
     import atexit
 

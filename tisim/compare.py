@@ -525,12 +525,12 @@ def run_comparison(
     import pandas as pd
 
     from tisim import backend
-    from tisim.runner import scene_precision
+    from tisim.runner import scene_precision, scene_threads
     from tisim.scene import load_scene, override_strings, resolve_scene
 
     sc = load_scene(resolve_scene(scene), override_strings(overrides))
     out_dir = Path(out) if out is not None else Path("out") / f"{sc.name}-compare"
-    backend.init(arch, scene_precision(sc, precision))
+    backend.init(arch, scene_precision(sc, precision), threads=scene_threads(sc))
     summary = compare(sc, list(integrators), out_dir, frames=frames, progress=False, render=render)
     rows, stats = [], {}
     for name, v in summary["integrators"].items():

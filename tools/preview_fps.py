@@ -69,9 +69,12 @@ def main(argv=None) -> int:
     from tisim import backend
     from tisim.cli.app import demos_dir
     from tisim.preview import PreviewSession
+    from tisim.runner import scene_threads
+    from tisim.scene import load_scene
 
-    backend.init("cpu", "f64")
     path = Path(a.scene) if Path(a.scene).exists() else demos_dir() / f"{a.scene}.toml"
+    # the threads `tisim preview` takes (one on a 2-core machine; TI_CPU_MAX_NUM_THREADS wins)
+    backend.init("cpu", "f64", threads=scene_threads(load_scene(path)))
     w, h = (int(v) for v in a.size.lower().split("x"))
     sets = [f"render.width={w}", f"render.height={h}"]
     out = {
@@ -80,6 +83,7 @@ def main(argv=None) -> int:
         "warmup": a.warmup,
         "size": [w, h],
         "cores": os.cpu_count(),
+        "taichi_threads": __import__("taichi").lang.impl.current_cfg().cpu_max_num_threads,
         "load_average_start": os.getloadavg(),
     }
 

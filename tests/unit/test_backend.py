@@ -291,3 +291,53 @@ def test_taichi_ir_passes_are_left_out_on_the_cpu_and_change_only_round_off(tmp_
     # the same to round-off (the quaternions' last bits differ: the passes order a few
     # operations differently)
     np.testing.assert_allclose(a, b, rtol=0, atol=1e-14)
+
+
+_THREADS = r"""
+import json, sys
+import taichi as ti
+from tisim import backend
+threads = None if sys.argv[1] == "none" else int(sys.argv[1])
+backend.init("cpu", "f64", threads=threads)
+print(json.dumps({"threads": ti.lang.impl.current_cfg().cpu_max_num_threads, "serial_loops": backend.SERIAL_LOOPS}))
+"""
+
+
+def _init_threads(asked: str, env_threads: str | None) -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in ("TI_CPU_MAX_NUM_THREADS", "TISIM_SERIAL_LOOPS")}
+    if env_threads is not None:
+        env["TI_CPU_MAX_NUM_THREADS"] = env_threads
+    out = subprocess.run(
+        [sys.executable, "-c", _THREADS, asked], env=env, capture_output=True, text=True, timeout=300, check=False
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_init_takes_the_thread_count_asked_for_unless_the_user_set_one():
+    """``init(threads=1)`` runs the CPU backend on one thread, its loops serial; a
+    TI_CPU_MAX_NUM_THREADS the user set wins over it; without either, Taichi's own
+    default (a thread per core)."""
+    import multiprocessing
+
+    assert _init_threads("1", None) == {"threads": 1, "serial_loops": True}
+    assert _init_threads("1", "3") == {"threads": 3, "serial_loops": False}
+    default = _init_threads("none", None)
+    assert default["threads"] == multiprocessing.cpu_count()
+    assert default["serial_loops"] is (default["threads"] == 1)
+
+
+def test_cloth_and_admm_scenes_take_one_thread_on_two_cores_and_pd_keeps_the_default(monkeypatch, demos_dir):
+    """``runner.scene_threads``: one thread for the cloth and the ADMM solvers on a
+    machine with at most two cores (measured faster there), Taichi's default for
+    projective dynamics and on larger machines."""
+    from tisim import runner
+    from tisim.scene import load_scene
+
+    cloth, admm, pd = (load_scene(demos_dir / f"{n}.toml") for n in ("refine-drape", "stretch", "twisting-bar"))
+    assert admm.solver.type == "admm" and pd.solver.type == "pd"
+    for cores in (1, 2):
+        monkeypatch.setattr(runner, "usable_cores", lambda c=cores: c)
+        assert [runner.scene_threads(s) for s in (cloth, admm, pd)] == [1, 1, None]
+    monkeypatch.setattr(runner, "usable_cores", lambda: 3)
+    assert [runner.scene_threads(s) for s in (cloth, admm, pd)] == [None, None, None]

@@ -53,6 +53,9 @@ def _env(plain: bool) -> dict:
     # the passes on for both, the patched child's compile of the PD kernels took 15 of the
     # test's 20 s.
     env["TISIM_TAICHI_IR_OPT"] = "0"
+    # two threads: parallel loops in both (on one the patched child would compile them
+    # serial, which plain Taichi cannot, and the bits would differ by LLVM's round-off)
+    env["TI_CPU_MAX_NUM_THREADS"] = "2"
     env["TI_ADVANCED_OPTIMIZATION"] = "0"
     if plain:
         env["TISIM_PLAIN_TAICHI"] = "1"

@@ -479,9 +479,9 @@ def compare(
         check_comparable(sc, chosen)  # a cloth scene, an integrator compare does not run
         out_dir = _out_folder(out if out is not None else Path("out") / f"{sc.name}-compare")
         from tisim import backend
-        from tisim.runner import scene_precision
+        from tisim.runner import scene_precision, scene_threads
 
-        backend.init(arch, scene_precision(sc, precision))
+        backend.init(arch, scene_precision(sc, precision), threads=scene_threads(sc))
         from tisim.render import vulkan_available
 
         render = not no_render and vulkan_available()

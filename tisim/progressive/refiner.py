@@ -68,9 +68,9 @@ class ProgressiveRefiner(Checkpoints):
         self.scene = scene
         self.out = Path(out_dir)
         self.out.mkdir(parents=True, exist_ok=True)
-        from tisim.runner import scene_precision
+        from tisim.runner import scene_precision, scene_threads
 
-        self.binfo = backend.init(arch, scene_precision(scene, precision))
+        self.binfo = backend.init(arch, scene_precision(scene, precision), threads=scene_threads(scene))
         self.model = Model.from_scene(scene)
         if self.model.cloth is None:
             raise ConfigError("objects", "tisim refine needs a cloth object (kind = 'cloth')", scene.path)
