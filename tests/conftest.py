@@ -69,3 +69,20 @@ def _restore_logging():
     yield
     root.handlers[:] = handlers
     root.setLevel(level)
+
+
+@pytest.fixture(autouse=True)
+def _restore_taichi_environment():
+    """`tisim refine` run in-process (typer's CliRunner) sets TISIM_SERIAL_LOOPS and
+    TI_CPU_MAX_NUM_THREADS for the Taichi it would initialise and the processes it starts:
+    put them back after each test, so that a later test's child processes do not inherit
+    a resumed refine's loop form (a patched child then compiled serial loops where plain
+    Taichi could not, test_taichi_patches.py)."""
+    keys = ("TISIM_SERIAL_LOOPS", "TI_CPU_MAX_NUM_THREADS")
+    saved = {k: os.environ.get(k) for k in keys}
+    yield
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v

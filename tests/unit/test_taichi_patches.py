@@ -47,6 +47,7 @@ print(json.dumps({
 def _env(plain: bool) -> dict:
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""), TISIM_QUIET="1")
     env.pop("TISIM_PLAIN_TAICHI", None)
+    env.pop("TISIM_SERIAL_LOOPS", None)
     # Taichi's IR passes left out of every kernel, patched (tisim's switch) and plain
     # (Taichi's own TI_ADVANCED_OPTIMIZATION): what leaving them out changes (round-off)
     # is tested in test_backend.py; here the other patches must give the same bits. With
