@@ -153,7 +153,8 @@ def scene_threads(scene: Scene) -> int | None:
     Measured on a 2-core AMD EPYC, median ms a frame, two threads against one (`tisim
     run --no-render`, each pair back to back): the refine-drape preview 70-75 -> 46 (13.4
     and 14.2 -> 21.4 and 21.9 frames a second), refine-drape 34.5 -> 20.5, flag 45.8 ->
-    32.9, cloth-drape (4,096 vertices, 40 frames with contact) 134 -> 117, stretch (ADMM)
+    32.9, cloth-drape (4,096 vertices, 40 frames with contact) 134 -> 117, refine-drape at
+    4,225 vertices 1,061 and 1,071 -> 1,036 and 968, stretch (ADMM)
     62.3 and 58.7 -> 43.1 and 44.7, bouncing-ball 30.3 and 33.2 -> 29.9 and 28.9. The
     projective-dynamics solver keeps Taichi's default: its local step is one large loop,
     and the twisting bar (5,346 vertices) took 18.8 and 13.1 ms on two threads against
