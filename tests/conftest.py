@@ -13,7 +13,7 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 # 40-frame `tisim run` of cloth-drape (2-core AMD EPYC, two runs each) took 15.6-16.3 s of
 # CPU with two MKL threads and 11.9-12.6 s with one, in 12.0-12.9 s of wall time either way,
 # with the same stats to the last digit; that CPU time is what the other worker wants.
-# Taichi's threads stay as a user's (its loop forms depend on them: backend.SERIAL_LOOPS).
+# (Taichi's own threads: below.)
 for _name in ("MKL_NUM_THREADS", "OMP_NUM_THREADS"):
     os.environ.setdefault(_name, "1")
 # Taichi's CPU backend on one thread too (its loops then compile serial:
