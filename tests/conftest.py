@@ -20,7 +20,8 @@ for _name in ("MKL_NUM_THREADS", "OMP_NUM_THREADS"):
 # backend.SERIAL_LOOPS), as `tisim run` gives the cloth and ADMM solvers on a 2-core
 # machine (runner.scene_threads). Two threads per worker on two workers oversubscribed
 # the cores with thread-pool hand-offs: the whole suite, cold kernel cache, 2-core AMD
-# EPYC, took 701 s with Taichi's default of two threads and 575 s with one. The
+# EPYC, took 22.6 min of CPU (701 s) with Taichi's default of two threads and 18.5-19.9
+# min (575-618 s) with one. The
 # parallel loop form is tested where it matters: on Vulkan (tests/backends), and by the
 # tests that set their threads (test_backend.py, test_progressive.py, test_taichi_patches.py).
 os.environ.setdefault("TI_CPU_MAX_NUM_THREADS", "1")
