@@ -147,21 +147,26 @@ def usable_cores() -> int:
 def scene_threads(scene: Scene) -> int | None:
     """The CPU backend's thread count for ``scene`` when the user set none
     (``backend.init(threads=...)``; TI_CPU_MAX_NUM_THREADS always wins): 1 for the cloth
-    and the conservative (ADMM) solvers on a machine with at most ONE_THREAD_CORES cores,
-    otherwise None (Taichi's default, a thread per core).
+    and the conservative (ADMM) solvers, and for projective dynamics with colliders (its
+    contact update is many short loops too), on a machine with at most ONE_THREAD_CORES
+    cores; otherwise None (Taichi's default, a thread per core).
 
     Measured on a 2-core AMD EPYC, median ms a frame, two threads against one (`tisim
     run --no-render`, each pair back to back): the refine-drape preview 70-75 -> 46 (13.4
     and 14.2 -> 21.4 and 21.9 frames a second), refine-drape 34.5 -> 20.5, flag 45.8 ->
     32.9, cloth-drape (4,096 vertices, 40 frames with contact) 134 -> 117, refine-drape at
     4,225 vertices 1,061 and 1,071 -> 1,036 and 968, stretch (ADMM)
-    62.3 and 58.7 -> 43.1 and 44.7, bouncing-ball 30.3 and 33.2 -> 29.9 and 28.9. The
-    projective-dynamics solver keeps Taichi's default: its local step is one large loop,
-    and the twisting bar (5,346 vertices) took 18.8 and 13.1 ms on two threads against
-    20.3 and 18.4 on one. With more cores a parallel loop gains more than the hand-off
+    62.3 and 58.7 -> 43.1 and 44.7, bouncing-ball 30.3 and 33.2 -> 29.9 and 28.9;
+    projective dynamics with colliders: squeeze-ball (6,951 vertices) 87.8, 86.1 and 100.3
+    -> 73.4, 67.7 and 74.7, grab 11.7 and 9.4 -> 9.5 and 9.1, sharp-corner 13.6 and 16.3
+    -> 10.5 and 9.9. Projective dynamics without colliders keeps Taichi's default: its
+    local step is one large loop, and the twisting bar (5,346 vertices) took 18.8 and 13.1
+    ms on two threads against 20.3 and 18.4 on one (the smaller pulling demo was faster on
+    one, 13.1 and 10.9 -> 8.4 and 8.4, and is left as it is). With more cores a parallel loop gains more than the hand-off
     costs; not measured here, so Taichi's default stays."""
     solver = scene.solver.type
-    if solver not in ONE_THREAD_SOLVERS and not needs_f64(scene):  # (needs_f64: the cloth solver)
+    contact_pd = solver == "pd" and len(scene.colliders) > 0
+    if solver not in ONE_THREAD_SOLVERS and not needs_f64(scene) and not contact_pd:  # (needs_f64: cloth)
         return None
     return 1 if usable_cores() <= ONE_THREAD_CORES else None
 

@@ -327,17 +327,21 @@ def test_init_takes_the_thread_count_asked_for_unless_the_user_set_one():
     assert default["serial_loops"] is (default["threads"] == 1)
 
 
-def test_cloth_and_admm_scenes_take_one_thread_on_two_cores_and_pd_keeps_the_default(monkeypatch, demos_dir):
-    """``runner.scene_threads``: one thread for the cloth and the ADMM solvers on a
-    machine with at most two cores (measured faster there), Taichi's default for
-    projective dynamics and on larger machines."""
+def test_cloth_admm_and_contact_scenes_take_one_thread_on_two_cores(monkeypatch, demos_dir):
+    """``runner.scene_threads``: one thread for the cloth and the ADMM solvers and for
+    projective dynamics with colliders on a machine with at most two cores (measured
+    faster there); Taichi's default for projective dynamics without colliders and on
+    larger machines."""
     from tisim import runner
     from tisim.scene import load_scene
 
-    cloth, admm, pd = (load_scene(demos_dir / f"{n}.toml") for n in ("refine-drape", "stretch", "twisting-bar"))
-    assert admm.solver.type == "admm" and pd.solver.type == "pd"
+    names = ("refine-drape", "stretch", "squeeze-ball", "twisting-bar")
+    cloth, admm, pd_contact, pd = (load_scene(demos_dir / f"{n}.toml") for n in names)
+    assert admm.solver.type == "admm" and pd_contact.solver.type == pd.solver.type == "pd"
+    assert pd_contact.colliders and not pd.colliders
+    scenes = (cloth, admm, pd_contact, pd)
     for cores in (1, 2):
         monkeypatch.setattr(runner, "usable_cores", lambda c=cores: c)
-        assert [runner.scene_threads(s) for s in (cloth, admm, pd)] == [1, 1, None]
+        assert [runner.scene_threads(s) for s in scenes] == [1, 1, 1, None]
     monkeypatch.setattr(runner, "usable_cores", lambda: 3)
-    assert [runner.scene_threads(s) for s in (cloth, admm, pd)] == [None, None, None]
+    assert [runner.scene_threads(s) for s in scenes] == [None, None, None, None]
